@@ -1,0 +1,329 @@
+// Package api holds the Gateway contract that pdmcp assumes: routes, request
+// and response bodies, refusal codes and the error body. The client (package
+// gateway) and the reference Gateway (package gateway/reference) are both
+// written against these types, so adapting to the real contract is a change
+// here and in those two packages only.
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Routes. Every operation is a POST with a JSON body.
+const (
+	RouteServiceLogin = "/api/v1/auth/service"
+	RouteScoped       = "/api/v1/auth/scoped"
+	RouteWiden        = "/api/v1/auth/widen"
+	RouteRevoke       = "/api/v1/auth/revoke"
+
+	RouteEncrypt = "/api/v1/crypto/encrypt"
+	RouteDecrypt = "/api/v1/crypto/decrypt"
+
+	RouteACLGet    = "/api/v1/keys/acl/get"
+	RouteACLGrant  = "/api/v1/keys/acl/grant"
+	RouteACLUpdate = "/api/v1/keys/acl/update"
+	RouteACLRevoke = "/api/v1/keys/acl/revoke"
+	RouteKeyExpire = "/api/v1/keys/expire"
+	RouteKeyRemove = "/api/v1/keys/remove"
+
+	RouteAdminRegisterService = "/api/v1/admin/services/register"
+	RouteAdminCreatePrincipal = "/api/v1/admin/principals/create"
+	RouteAdminDeletePrincipal = "/api/v1/admin/principals/delete"
+	RouteAdminGetPrincipal    = "/api/v1/admin/principals/get"
+	RouteAdminBindProvider    = "/api/v1/admin/providers/bind"
+	RouteAdminMapIdentity     = "/api/v1/admin/identities/map"
+	RouteAdminUnmapIdentity   = "/api/v1/admin/identities/unmap"
+)
+
+// Limits of the contract.
+const (
+	// MaxObjects is the most t-Tags one scoped session may cover.
+	MaxObjects = 64
+	// MaxScopedTTL is the longest a scoped session lives.
+	MaxScopedTTL = 300 * time.Second
+	// MaxDataBytes is the largest plaintext (encrypt) or decrypted text
+	// (decrypt) the key server takes: 16 MiB less one byte.
+	MaxDataBytes = 16*1024*1024 - 1
+	// ProofWindow is how far a proof's iat may be from the Gateway's clock.
+	ProofWindow = 60 * time.Second
+	// IVBytes is the length of an initialisation vector.
+	IVBytes = 16
+)
+
+// Layers that refuse.
+const (
+	LayerAdapter   = "adapter"
+	LayerGateway   = "gateway"
+	LayerKeyServer = "keyserver"
+)
+
+// Refusal codes of the Gateway and the key server.
+const (
+	CodeProofMissing     = "PROOF_MISSING"
+	CodeProofInvalid     = "PROOF_INVALID"
+	CodeProofStale       = "PROOF_STALE"
+	CodeProofReplayed    = "PROOF_REPLAYED"
+	CodeProofKeyMismatch = "PROOF_KEY_MISMATCH"
+
+	CodeSessionMissing        = "SESSION_MISSING"
+	CodeSessionRevoked        = "SESSION_REVOKED"
+	CodeSessionExpired        = "SESSION_EXPIRED"
+	CodeServiceSessionExpired = "SERVICE_SESSION_EXPIRED"
+	CodeServiceLoginRefused   = "SERVICE_LOGIN_REFUSED"
+	CodeAdminAuthRequired     = "ADMIN_AUTH_REQUIRED"
+
+	CodeScopedNotAllowed  = "SCOPED_NOT_ALLOWED"
+	CodeScopeTooWide      = "SCOPE_TOO_WIDE"
+	CodeActingAsRefused   = "ACTING_AS_REFUSED"
+	CodeIdentityNotMapped = "IDENTITY_NOT_MAPPED"
+	CodeSubjectRefused    = "SUBJECT_TOKEN_REFUSED"
+	CodeIdPUnavailable    = "IDP_UNAVAILABLE"
+
+	CodeObjectNotInScope = "OBJECT_NOT_IN_CREDENTIAL_SCOPE"
+	CodeBadRequest       = "BAD_REQUEST"
+	CodeNotFound         = "NOT_FOUND"
+	CodeConflict         = "CONFLICT"
+	CodeInternal         = "INTERNAL"
+	CodeInjectedFault    = "INJECTED_FAULT"
+
+	CodeKeyNotFound  = "KEY_NOT_FOUND"
+	CodeKeyExpired   = "KEY_EXPIRED"
+	CodeAccessDenied = "ACCESS_DENIED"
+	CodeACLDenied    = "ACL_DENIED"
+
+	// Codes the client itself produces for failures that never got an
+	// answer from the Gateway.
+	CodeUnreachable = "GATEWAY_UNREACHABLE"
+	CodeBadResponse = "GATEWAY_BAD_RESPONSE"
+)
+
+// Rights on a key's access control list.
+const (
+	RightRead  = "READ"
+	RightWrite = "WRITE"
+	RightOwner = "OWNER"
+)
+
+// Roles a principal may hold at the key server.
+const (
+	RoleEncrypt = "ENCRYPT"
+	RoleDecrypt = "DECRYPT"
+	RoleACL     = "ACL"
+)
+
+// DefaultRoles are what a principal gets when its creator names none.
+var DefaultRoles = []string{RoleEncrypt, RoleDecrypt, RoleACL}
+
+// Error is a refusal: which layer said no, its code, the HTTP status and one
+// sentence on what to do. RetryAfter is set from a Retry-After header.
+type Error struct {
+	Layer      string        `json:"layer"`
+	Code       string        `json:"code"`
+	Status     int           `json:"status"`
+	Detail     string        `json:"detail"`
+	RetryAfter time.Duration `json:"-"`
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s refused %s (%d): %s", e.Layer, e.Code, e.Status, e.Detail)
+}
+
+// Is lets errors.Is match two refusals by layer and code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && (t.Layer == "" || t.Layer == e.Layer)
+}
+
+// ErrorBody is every refusal's JSON body.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}
+
+// Service sign-in.
+
+// ServiceLoginRequest carries a JWS assertion signed by the service's login
+// key, with the service's certificate in its x5c header. The request's proof
+// is signed by the service's sender key.
+type ServiceLoginRequest struct {
+	Assertion string `json:"assertion"`
+}
+
+// ServiceLoginResponse is a service session.
+type ServiceLoginResponse struct {
+	Handle    string    `json:"handle"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	Prefix    string    `json:"prefix"`
+	SystemID  int64     `json:"systemId"`
+	ServiceID string    `json:"serviceId"`
+}
+
+// ScopedRequest mints a scoped session bound to HolderJWK. Exactly one of
+// ActingAs (stdio: a principal inside the service's prefix) and SubjectToken
+// (HTTP: a token the provider issued to the Gateway's audience) is set.
+type ScopedRequest struct {
+	Objects      []string        `json:"objects"`
+	HolderJWK    json.RawMessage `json:"holderJwk"`
+	TTLSeconds   int             `json:"ttlSeconds"`
+	ActingAs     string          `json:"actingAs,omitempty"`
+	SubjectToken string          `json:"subjectToken,omitempty"`
+}
+
+// ScopedResponse is a scoped session.
+type ScopedResponse struct {
+	Handle      string    `json:"handle"`
+	ActingAs    string    `json:"actingAs"`
+	SystemID    int64     `json:"systemId"`
+	PrincipalID string    `json:"principalId"`
+	JKT         string    `json:"jkt"`
+	ExpiresAt   time.Time `json:"expiresAt"`
+	Objects     []string  `json:"objects"`
+}
+
+// WidenRequest adds objects to the calling scoped session.
+type WidenRequest struct {
+	Objects []string `json:"objects"`
+}
+
+// RevokeResponse answers a revoke.
+type RevokeResponse struct {
+	Revoked bool `json:"revoked"`
+}
+
+// Crypto.
+
+// EncryptRequest: no TTag mints a key owned by the acting principal; no IV
+// makes the encryption deterministic. Plaintext and IV are base64 (std).
+type EncryptRequest struct {
+	TTag      string `json:"ttag,omitempty"`
+	IV        string `json:"iv,omitempty"`
+	Plaintext string `json:"plaintext"`
+}
+
+// EncryptResponse answers an encrypt.
+type EncryptResponse struct {
+	TTag       string `json:"ttag"`
+	IV         string `json:"iv"`
+	Ciphertext string `json:"ciphertext"`
+	Minted     bool   `json:"minted"`
+	Link       string `json:"link"`
+}
+
+// DecryptRequest names the key, the IV and the ciphertext (base64).
+type DecryptRequest struct {
+	TTag       string `json:"ttag"`
+	IV         string `json:"iv"`
+	Ciphertext string `json:"ciphertext"`
+}
+
+// DecryptResponse carries the plaintext (base64).
+type DecryptResponse struct {
+	Plaintext string `json:"plaintext"`
+	Link      string `json:"link"`
+}
+
+// ACL and keys.
+
+// TTagRequest names one key.
+type TTagRequest struct {
+	TTag string `json:"ttag"`
+}
+
+// ACLEntry is one entry of a key's access control list. Uses nil means
+// unlimited; otherwise it is how many uses remain.
+type ACLEntry struct {
+	SystemID    int64      `json:"systemId"`
+	PrincipalID string     `json:"principalId"`
+	Principal   string     `json:"principal"`
+	Rights      []string   `json:"rights"`
+	EndTime     *time.Time `json:"endTime,omitempty"`
+	Uses        *int       `json:"uses,omitempty"`
+}
+
+// ACLGetResponse lists a key's entries.
+type ACLGetResponse struct {
+	TTag    string     `json:"ttag"`
+	Entries []ACLEntry `json:"entries"`
+}
+
+// ACLGrantRequest adds (grant) or replaces (update) one entry.
+type ACLGrantRequest struct {
+	TTag        string     `json:"ttag"`
+	SystemID    int64      `json:"systemId"`
+	PrincipalID string     `json:"principalId"`
+	Rights      []string   `json:"rights"`
+	EndTime     *time.Time `json:"endTime,omitempty"`
+	Uses        *int       `json:"uses,omitempty"`
+}
+
+// ACLRevokeRequest removes one entry.
+type ACLRevokeRequest struct {
+	TTag        string `json:"ttag"`
+	SystemID    int64  `json:"systemId"`
+	PrincipalID string `json:"principalId"`
+}
+
+// OKResponse answers an operation that returns nothing else.
+type OKResponse struct {
+	OK bool `json:"ok"`
+}
+
+// Administration. Admin routes take the admin's HTTP Basic credentials;
+// the principal and identity routes also take a service session, limited to
+// that service's prefix.
+
+// RegisterServiceRequest registers a service. Certificate and
+// DelegatorCertificate are PEM; SenderJWK is the public sender key.
+type RegisterServiceRequest struct {
+	Name                 string          `json:"name"`
+	Certificate          string          `json:"certificate"`
+	SenderJWK            json.RawMessage `json:"senderJwk"`
+	DelegatorCertificate string          `json:"delegatorCertificate,omitempty"`
+	AllowScoped          bool            `json:"allowScoped"`
+	Prefix               string          `json:"prefix,omitempty"`
+}
+
+// RegisterServiceResponse names the registered service.
+type RegisterServiceResponse struct {
+	ServiceID string `json:"serviceId"`
+	SystemID  int64  `json:"systemId"`
+	Prefix    string `json:"prefix"`
+}
+
+// PrincipalRequest creates, reads or deletes a principal by name.
+type PrincipalRequest struct {
+	Name     string   `json:"name"`
+	Roles    []string `json:"roles,omitempty"`
+	Disabled bool     `json:"disabled,omitempty"`
+}
+
+// Principal is a user of the key server.
+type Principal struct {
+	Name        string   `json:"name"`
+	SystemID    int64    `json:"systemId"`
+	PrincipalID string   `json:"principalId"`
+	Roles       []string `json:"roles"`
+	Disabled    bool     `json:"disabled"`
+}
+
+// BindProviderRequest binds an OpenID provider to a service: tokens from
+// Issuer, for Audience, whose authorised party is AllowedClient. CAPEM is the
+// trust for fetching the provider's keys.
+type BindProviderRequest struct {
+	ServiceID     string `json:"serviceId"`
+	Issuer        string `json:"issuer"`
+	Audience      string `json:"audience"`
+	AllowedClient string `json:"allowedClient"`
+	CAPEM         string `json:"caPem,omitempty"`
+}
+
+// MapIdentityRequest maps (Issuer, Subject) to a principal inside the
+// service's prefix.
+type MapIdentityRequest struct {
+	ServiceID string `json:"serviceId,omitempty"`
+	Issuer    string `json:"issuer"`
+	Subject   string `json:"subject"`
+	Principal string `json:"principal"`
+	Disabled  bool   `json:"disabled,omitempty"`
+}
