@@ -35,6 +35,12 @@ const (
 	RouteAdminBindProvider    = "/api/v1/admin/providers/bind"
 	RouteAdminMapIdentity     = "/api/v1/admin/identities/map"
 	RouteAdminUnmapIdentity   = "/api/v1/admin/identities/unmap"
+
+	// Test controls of the reference Gateway (package gateway/reference),
+	// for tests that run it as another process. Admin Basic credentials.
+	RouteAdminTestFaults              = "/api/v1/admin/test/faults"
+	RouteAdminTestCounts              = "/api/v1/admin/test/counts"
+	RouteAdminTestDropServiceSessions = "/api/v1/admin/test/drop-service-sessions"
 )
 
 // Limits of the contract.
@@ -181,7 +187,8 @@ type ScopedResponse struct {
 	Objects     []string  `json:"objects"`
 }
 
-// WidenRequest adds objects to the calling scoped session.
+// WidenRequest adds objects to the calling scoped session. The answer is a
+// ScopedResponse without the handle, listing every object the session covers.
 type WidenRequest struct {
 	Objects []string `json:"objects"`
 }
