@@ -1,0 +1,54 @@
+package server
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+type sampleArgs struct {
+	DocumentID string `json:"documentId" jsonschema:"the document id"`
+	Category   string `json:"category,omitempty"`
+	Count      int    `json:"count,omitempty"`
+}
+
+func TestDecodeArgs(t *testing.T) {
+	schema, err := inputSchema[sampleArgs]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(schema.AdditionalProperties); string(b) != `false` {
+		t.Fatalf("schema is not closed: additionalProperties=%s", b)
+	}
+	tests := []struct {
+		name string
+		raw  string
+		code string
+	}{
+		{"ok", `{"documentId":"a"}`, ""},
+		{"ok optional", `{"documentId":"a","category":"c","count":3}`, ""},
+		{"undeclared", `{"documentId":"a","ttag":"x"}`, CodeUnexpectedArgument},
+		{"missing", `{"category":"c"}`, CodeMissingArgument},
+		{"null required", `{"documentId":null}`, CodeMissingArgument},
+		{"wrong type", `{"documentId":7}`, CodeInvalidArgument},
+		{"fraction for int", `{"documentId":"a","count":1.5}`, CodeInvalidArgument},
+		{"not an object", `["a"]`, CodeInvalidArgument},
+		{"empty is no args", ``, CodeMissingArgument},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in, r := decodeArgs[sampleArgs](json.RawMessage(tc.raw), schema)
+			if tc.code == "" {
+				if r != nil {
+					t.Fatalf("refused: %v", r)
+				}
+				if in.DocumentID != "a" {
+					t.Fatalf("decoded %+v", in)
+				}
+				return
+			}
+			if r == nil || r.Code != tc.code || r.Layer != "adapter" {
+				t.Fatalf("got %+v, want %s", r, tc.code)
+			}
+		})
+	}
+}

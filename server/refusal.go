@@ -1,0 +1,90 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+)
+
+// Codes this server (the adapter layer) refuses with. None of them sends
+// anything to the Gateway.
+const (
+	CodeToolNotInGrant       = "TOOL_NOT_IN_GRANT"
+	CodeUnexpectedArgument   = "UNEXPECTED_ARGUMENT"
+	CodeMissingArgument      = "MISSING_ARGUMENT"
+	CodeInvalidArgument      = "INVALID_ARGUMENT"
+	CodeDocumentNotInGrant   = "DOCUMENT_NOT_IN_GRANT"
+	CodeUnknownDocument      = "UNKNOWN_DOCUMENT"
+	CodeDestinationNotGrant  = "DESTINATION_NOT_IN_GRANT"
+	CodeUnknownDestination   = "UNKNOWN_DESTINATION"
+	CodeDestinationHasNoKey  = "DESTINATION_HAS_NO_KEY"
+	CodeGrantExpired         = "GRANT_EXPIRED"
+	CodeResultTooLarge       = "RESULT_TOO_LARGE"
+	CodeNotText              = "NOT_TEXT"
+	CodeIdempotencyConflict  = "IDEMPOTENCY_CONFLICT"
+	CodeIntegrityMismatch    = "INTEGRITY_MISMATCH"
+	CodeCiphertextMissing    = "CIPHERTEXT_UNAVAILABLE"
+	CodeSaveInProgress       = "SAVE_IN_PROGRESS"
+	CodeSaveAnswerLost       = "SAVE_ANSWER_LOST"
+	CodeInternal             = "INTERNAL_ERROR"
+	CodeUnknownCategoryValue = "UNKNOWN_CATEGORY"
+)
+
+// Refusal is a decided "no", from whichever layer said it. It becomes a tool
+// result with isError set and structured content naming the layer; it is
+// never a protocol error, so the model can read it.
+type Refusal struct {
+	Refused    bool   `json:"refused"`
+	Layer      string `json:"layer"`
+	Code       string `json:"code"`
+	Status     int    `json:"status"`
+	Detail     string `json:"detail"`
+	RetryAfter int    `json:"retryAfter,omitempty"`
+}
+
+func (r *Refusal) Error() string {
+	return fmt.Sprintf("%s refused %s: %s", r.Layer, r.Code, r.Detail)
+}
+
+// refuse builds an adapter refusal.
+func refuse(code string, status int, format string, args ...any) *Refusal {
+	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: code, Status: status, Detail: fmt.Sprintf(format, args...)}
+}
+
+// asRefusal turns any error a tool ended in into a refusal. A Gateway or key
+// server refusal keeps its own layer and code; anything else is this
+// server's internal failure, reported without its text (which may name
+// paths or upstream details).
+func asRefusal(err error) (r *Refusal, internal bool) {
+	var own *Refusal
+	if errors.As(err, &own) {
+		return own, false
+	}
+	var gw *api.Error
+	if errors.As(err, &gw) {
+		out := &Refusal{Refused: true, Layer: gw.Layer, Code: gw.Code, Status: gw.Status, Detail: gw.Detail}
+		if gw.RetryAfter > 0 {
+			out.RetryAfter = int(gw.RetryAfter.Seconds() + 0.999)
+		}
+		if out.Layer == "" {
+			out.Layer = api.LayerGateway
+		}
+		return out, false
+	}
+	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: CodeInternal, Status: 500,
+		Detail: "the server failed internally; the task's Gateway session was ended; report this to the operator"}, true
+}
+
+// result renders a refusal as an isError tool result.
+func (r *Refusal) result() *mcp.CallToolResult {
+	b, _ := json.Marshal(r)
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
+		StructuredContent: r,
+	}
+}
