@@ -123,18 +123,25 @@ const (
 var DefaultRoles = []string{RoleEncrypt, RoleDecrypt, RoleACL}
 
 // Error is a refusal: which layer said no, its code, the HTTP status and one
-// sentence on what to do. RetryAfter is set from a Retry-After header.
+// sentence on what to do. RetryAfter is set from a Retry-After header. Cause
+// is the local failure behind a refusal the client made up itself (for
+// example the transport error behind GATEWAY_UNREACHABLE); it is never sent.
 type Error struct {
 	Layer      string        `json:"layer"`
 	Code       string        `json:"code"`
 	Status     int           `json:"status"`
 	Detail     string        `json:"detail"`
 	RetryAfter time.Duration `json:"-"`
+	Cause      error         `json:"-"`
 }
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("%s refused %s (%d): %s", e.Layer, e.Code, e.Status, e.Detail)
 }
+
+// Unwrap exposes Cause, so errors.Is(err, context.DeadlineExceeded) works on
+// a GATEWAY_UNREACHABLE refusal.
+func (e *Error) Unwrap() error { return e.Cause }
 
 // Is lets errors.Is match two refusals by layer and code.
 func (e *Error) Is(target error) bool {
