@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+)
+
+// Admin runs the administration routes with the Gateway admin's HTTP Basic
+// credentials (bootstrap and seed). It needs no service credentials.
+type Admin struct {
+	c              *Client
+	user, password string
+}
+
+// Admin returns the admin routes under these credentials.
+func (c *Client) Admin(user, password string) *Admin {
+	return &Admin{c: c, user: user, password: password}
+}
+
+// String names the admin without its password.
+func (a *Admin) String() string { return "gateway admin " + a.user + " at " + a.c.base }
+
+// GoString is String, so that %#v prints no password either.
+func (a *Admin) GoString() string { return a.String() }
+
+func (a *Admin) call(ctx context.Context, route string, body, out any) error {
+	return a.c.do(ctx, &request{route: route, body: body, out: out, basic: true, user: a.user, password: a.password})
+}
+
+// RegisterService registers a service (see ServiceRegistration).
+func (a *Admin) RegisterService(ctx context.Context, r api.RegisterServiceRequest) (*api.RegisterServiceResponse, error) {
+	var out api.RegisterServiceResponse
+	if err := a.call(ctx, api.RouteAdminRegisterService, r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CreatePrincipal creates a principal.
+func (a *Admin) CreatePrincipal(ctx context.Context, p api.PrincipalRequest) (*api.Principal, error) {
+	var out api.Principal
+	if err := a.call(ctx, api.RouteAdminCreatePrincipal, p, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeletePrincipal deletes a principal by name.
+func (a *Admin) DeletePrincipal(ctx context.Context, name string) error {
+	var out api.OKResponse
+	return a.call(ctx, api.RouteAdminDeletePrincipal, api.PrincipalRequest{Name: name}, &out)
+}
+
+// GetPrincipal reads a principal by name.
+func (a *Admin) GetPrincipal(ctx context.Context, name string) (*api.Principal, error) {
+	var out api.Principal
+	if err := a.call(ctx, api.RouteAdminGetPrincipal, api.PrincipalRequest{Name: name}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// BindProvider binds an OpenID provider to a service.
+func (a *Admin) BindProvider(ctx context.Context, b api.BindProviderRequest) error {
+	var out api.OKResponse
+	return a.call(ctx, api.RouteAdminBindProvider, b, &out)
+}
+
+// MapIdentity maps a provider's (issuer, subject) to a principal.
+func (a *Admin) MapIdentity(ctx context.Context, m api.MapIdentityRequest) error {
+	var out api.OKResponse
+	return a.call(ctx, api.RouteAdminMapIdentity, m, &out)
+}
+
+// UnmapIdentity removes such a mapping.
+func (a *Admin) UnmapIdentity(ctx context.Context, m api.MapIdentityRequest) error {
+	var out api.OKResponse
+	return a.call(ctx, api.RouteAdminUnmapIdentity, m, &out)
+}

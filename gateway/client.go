@@ -1,0 +1,474 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/proof"
+)
+
+// maxResponseBytes bounds an answer read into memory: a decrypt of the
+// largest plaintext is about 22 MiB of JSON.
+const maxResponseBytes = 64 << 20
+
+// serviceRenewMargin is how long before its expiry (on the Gateway's clock)
+// the service session is renewed instead of used.
+const serviceRenewMargin = 5 * time.Second
+
+// ErrNoServiceCredentials is the cause when a call needs the service
+// session but the client was built without the service's credentials.
+var ErrNoServiceCredentials = errors.New("gateway client has no service credentials")
+
+// Client talks to one Gateway. It is safe for concurrent use; one Client
+// holds one service session, shared by every caller.
+type Client struct {
+	base    string // scheme://host[:port][/path], no trailing slash
+	http    *http.Client
+	timeout time.Duration
+	log     *slog.Logger
+
+	// The service's credentials; nil when the client only runs admin routes.
+	cert     *x509.Certificate
+	loginKey crypto.Signer
+	sender   *proof.Key
+
+	// offset is the Gateway's clock minus ours, in nanoseconds, as measured
+	// from the latest answer's Date header.
+	offset atomic.Int64
+
+	// signLock lets one sign-in run at a time; a channel so that a waiter
+	// can give up when its context ends.
+	signLock chan struct{}
+
+	mu  sync.Mutex
+	svc *serviceSession
+}
+
+// serviceSession is the service's own session with the Gateway.
+type serviceSession struct {
+	handle    string
+	expiresAt time.Time
+	prefix    string
+	systemID  int64
+	serviceID string
+}
+
+// live reports whether the session can still be used at the Gateway time now.
+func (s *serviceSession) live(now time.Time) bool {
+	return s != nil && now.Before(s.expiresAt.Add(-serviceRenewMargin))
+}
+
+// New checks cfg, loads the credentials it names and returns a client. It
+// sends nothing: the service signs in on the first call that needs it.
+func New(cfg Config) (*Client, error) {
+	u, err := parseBaseURL(cfg.BaseURL, cfg.AllowHTTPLoopback)
+	if err != nil {
+		return nil, fmt.Errorf("gateway URL: %w", err)
+	}
+	c := &Client{
+		base:     u.String(),
+		timeout:  cfg.Timeout,
+		log:      cfg.Logger,
+		signLock: make(chan struct{}, 1),
+	}
+	if c.timeout < 0 {
+		return nil, fmt.Errorf("gateway timeout %s is negative", cfg.Timeout)
+	}
+	if c.timeout == 0 {
+		c.timeout = DefaultTimeout
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if err := c.loadCredentials(cfg); err != nil {
+		return nil, err
+	}
+	if c.http, err = httpClient(cfg); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// loadCredentials takes the service's certificate, login key and sender key
+// from cfg, as files or loaded, all three or none.
+func (c *Client) loadCredentials(cfg Config) error {
+	var err error
+	switch {
+	case cfg.ServiceCertFile != "" && cfg.ServiceCert != nil:
+		return errors.New("service certificate: give a file or a loaded certificate, not both")
+	case cfg.ServiceCertFile != "":
+		if c.cert, err = LoadCertificate(cfg.ServiceCertFile); err != nil {
+			return fmt.Errorf("service certificate: %w", err)
+		}
+	default:
+		c.cert = cfg.ServiceCert
+	}
+	switch {
+	case cfg.LoginKeyFile != "" && cfg.LoginKey != nil:
+		return errors.New("service login key: give a file or a loaded key, not both")
+	case cfg.LoginKeyFile != "":
+		if c.loginKey, err = LoadLoginKey(cfg.LoginKeyFile); err != nil {
+			return fmt.Errorf("service login key: %w", err)
+		}
+	default:
+		c.loginKey = cfg.LoginKey
+	}
+	sender := cfg.SenderKey
+	switch {
+	case cfg.SenderKeyFile != "" && cfg.SenderKey != nil:
+		return errors.New("service sender key: give a file or a loaded key, not both")
+	case cfg.SenderKeyFile != "":
+		if sender, err = LoadSenderKey(cfg.SenderKeyFile); err != nil {
+			return fmt.Errorf("service sender key: %w", err)
+		}
+	}
+	have := 0
+	for _, ok := range []bool{c.cert != nil, c.loginKey != nil, sender != nil} {
+		if ok {
+			have++
+		}
+	}
+	switch have {
+	case 0:
+		return nil
+	case 3:
+	default:
+		return errors.New("service credentials: give the certificate, the login key and the sender key together, or none of them")
+	}
+	if !sameKey(c.loginKey, c.cert) {
+		return errors.New("service login key does not belong to the service certificate")
+	}
+	if sender.PublicKey.Equal(c.loginKey.Public()) {
+		// The certificate's key proves who the service is; the sender key
+		// binds its session. Keeping them apart is the contract's design.
+		return errors.New("service sender key must differ from the login key")
+	}
+	if c.sender, err = proof.FromECDSA(sender); err != nil {
+		return fmt.Errorf("service sender key: %w", err)
+	}
+	return nil
+}
+
+// httpClient builds the HTTP client: cfg.HTTPClient as given, or one that
+// trusts only TrustFile (or the system roots without one). Neither follows
+// redirects: a redirected request would carry our proof to another URL.
+func httpClient(cfg Config) (*http.Client, error) {
+	var hc http.Client
+	if cfg.HTTPClient != nil {
+		if cfg.TrustFile != "" {
+			return nil, errors.New("gateway trust: give TrustFile or HTTPClient, not both")
+		}
+		hc = *cfg.HTTPClient
+	} else {
+		tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.TrustFile != "" {
+			pem, err := os.ReadFile(cfg.TrustFile)
+			if err != nil {
+				return nil, fmt.Errorf("gateway trust file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("gateway trust file %s: no PEM certificates in it", cfg.TrustFile)
+			}
+			tlsCfg.RootCAs = pool
+		}
+		base, ok := http.DefaultTransport.(*http.Transport)
+		if !ok {
+			return nil, errors.New("http.DefaultTransport is not an *http.Transport")
+		}
+		tr := base.Clone()
+		tr.TLSClientConfig = tlsCfg
+		hc.Transport = tr
+	}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &hc, nil
+}
+
+// String names the client without any of its secrets.
+func (c *Client) String() string { return "gateway client for " + c.base }
+
+// GoString is String, so that %#v prints no secret either.
+func (c *Client) GoString() string { return c.String() }
+
+// ClockOffset is the Gateway's clock minus this machine's, as measured from
+// the Date header of the latest answer (zero before any).
+func (c *Client) ClockOffset() time.Duration { return time.Duration(c.offset.Load()) }
+
+// GatewayNow is this client's estimate of the Gateway's clock.
+func (c *Client) GatewayNow() time.Time { return time.Now().Add(c.ClockOffset()) }
+
+// measureClock updates the clock offset from an answer's Date header. The
+// header has whole seconds, so the Gateway's time at the answer is taken as
+// the middle of that second, and ours as the middle of the exchange.
+func (c *Client) measureClock(date string, sent, received time.Time) {
+	if date == "" {
+		return
+	}
+	t, err := http.ParseTime(date)
+	if err != nil {
+		return
+	}
+	mid := sent.Add(received.Sub(sent) / 2)
+	c.offset.Store(int64(t.Add(500 * time.Millisecond).Sub(mid)))
+}
+
+// Prefix is the service's principal prefix, once signed in ("" before).
+func (c *Client) Prefix() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.svc == nil {
+		return ""
+	}
+	return c.svc.prefix
+}
+
+// SystemID is the service's system id, once signed in (0 before).
+func (c *Client) SystemID() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.svc == nil {
+		return 0
+	}
+	return c.svc.systemID
+}
+
+// ServiceID is the service's id at the Gateway, once signed in ("" before).
+func (c *Client) ServiceID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.svc == nil {
+		return ""
+	}
+	return c.svc.serviceID
+}
+
+// request is one operation to send.
+type request struct {
+	route string
+	body  any
+	// build makes the body per attempt from the full URL and the Gateway
+	// time (the sign-in assertion); body is ignored when it is set.
+	build func(url string, now time.Time) (any, error)
+	out   any // decoded from a 200 answer; nil only checks it is JSON
+
+	handle string // "Authorization: DPoP <handle>" when set
+	// prove signs the request's proof; nil sends none (admin routes).
+	prove func(method, url, handle string, now time.Time) (string, error)
+
+	basic          bool // HTTP Basic with user and password
+	user, password string
+
+	relogin bool // recorded as part of a service re-sign-in
+}
+
+// do sends r, and once more when its proof was refused as stale: the
+// refusal's Date header has re-measured the clock by then.
+func (c *Client) do(ctx context.Context, r *request) error {
+	var payload []byte
+	if r.build == nil {
+		var err error
+		if payload, err = json.Marshal(r.body); err != nil {
+			return fmt.Errorf("encode %s request: %w", r.route, err)
+		}
+	}
+	err := c.send(ctx, r, payload)
+	if r.prove != nil && isRefusal(err, api.CodeProofStale) {
+		c.log.LogAttrs(ctx, slog.LevelInfo, "gateway proof stale; retrying with the re-measured clock",
+			slog.String("route", r.route), slog.Duration("clockOffset", c.ClockOffset()))
+		err = c.send(ctx, r, payload)
+	}
+	return err
+}
+
+// send makes one HTTP exchange, records and logs it, and maps its outcome.
+func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
+	url := c.base + r.route
+	now := c.GatewayNow()
+	if r.build != nil {
+		body, err := r.build(url, now)
+		if err != nil {
+			return fmt.Errorf("build %s request: %w", r.route, err)
+		}
+		if payload, err = json.Marshal(body); err != nil {
+			return fmt.Errorf("encode %s request: %w", r.route, err)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(payload))
+	if err != nil {
+		return fmt.Errorf("build %s request: %w", r.route, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if r.handle != "" {
+		req.Header.Set("Authorization", "DPoP "+r.handle)
+	}
+	if r.prove != nil {
+		p, err := r.prove(http.MethodPost, url, r.handle, now)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("DPoP", p)
+	}
+	if r.basic {
+		req.SetBasicAuth(r.user, r.password)
+	}
+
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	var body []byte
+	if err == nil {
+		body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+		_ = resp.Body.Close()
+	}
+	end := time.Now()
+
+	status := 0
+	var result error
+	if resp != nil {
+		status = resp.StatusCode
+		c.measureClock(resp.Header.Get("Date"), start, end)
+	}
+	switch {
+	case err != nil:
+		result = unreachable(err)
+	case len(body) > maxResponseBytes:
+		result = badResponse(status, fmt.Errorf("answer is over %d bytes", maxResponseBytes))
+	default:
+		result = interpret(resp, body, r.out)
+	}
+
+	code := ""
+	var ae *api.Error
+	if errors.As(result, &ae) {
+		code = ae.Code
+	}
+	latency := end.Sub(start)
+	if rec := recorderFrom(ctx); rec != nil {
+		rec.add(Request{Route: r.route, Status: status, Code: code, Latency: latency, ServiceRelogin: r.relogin})
+	}
+	level := slog.LevelDebug
+	switch code {
+	case "":
+	case api.CodeUnreachable, api.CodeBadResponse:
+		level = slog.LevelWarn
+	default:
+		level = slog.LevelInfo
+	}
+	c.log.LogAttrs(ctx, level, "gateway request",
+		slog.String("route", r.route), slog.Int("status", status), slog.String("code", code),
+		slog.Duration("latency", latency), slog.Bool("serviceRelogin", r.relogin))
+	return result
+}
+
+// interpret maps an answer: 200 decodes into out, a status of 400 or more
+// is the refusal in its body, anything else is not what the contract says.
+func interpret(resp *http.Response, body []byte, out any) error {
+	status := resp.StatusCode
+	switch {
+	case status == http.StatusOK:
+		if out == nil {
+			if !json.Valid(body) {
+				return badResponse(status, errors.New("answer is not JSON"))
+			}
+			return nil
+		}
+		if err := json.Unmarshal(body, out); err != nil {
+			return badResponse(status, fmt.Errorf("answer is not the expected JSON: %w", err))
+		}
+		return nil
+	case status >= 400:
+		var eb api.ErrorBody
+		if err := json.Unmarshal(body, &eb); err != nil {
+			return badResponse(status, fmt.Errorf("refusal body is not JSON: %w", err))
+		}
+		if eb.Error.Code == "" {
+			return badResponse(status, errors.New("refusal body names no code"))
+		}
+		e := eb.Error
+		e.Status = status
+		if e.Layer != api.LayerKeyServer {
+			// Only the Gateway and its key server answer here; anything
+			// else is the Gateway speaking.
+			e.Layer = api.LayerGateway
+		}
+		e.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), resp.Header.Get("Date"))
+		return &e
+	default:
+		return badResponse(status, fmt.Errorf("unexpected HTTP status %d", status))
+	}
+}
+
+// retryAfter reads a Retry-After header: seconds, or an HTTP date taken
+// relative to the answer's own Date.
+func retryAfter(v, date string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 0 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	ref := time.Now()
+	if d, err := http.ParseTime(date); err == nil {
+		ref = d
+	}
+	if d := at.Sub(ref); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// unreachable is the refusal for a request that got no answer. The detail
+// goes to the model, so it classifies the cause without naming hosts.
+func unreachable(err error) *api.Error {
+	detail := "the Gateway could not be reached; try again later, and if it persists ask the operator to check gatewayUrl"
+	var certErr *tls.CertificateVerificationError
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		detail = "the Gateway did not answer in time; try again later"
+	case errors.Is(err, context.Canceled):
+		detail = "the request to the Gateway was cancelled"
+	case errors.As(err, &certErr), errors.As(err, &unknownCA), errors.As(err, &hostErr):
+		detail = "the Gateway's TLS certificate is not trusted; do not retry, ask the operator to check trustFile"
+	}
+	return &api.Error{Layer: api.LayerGateway, Code: api.CodeUnreachable, Detail: detail, Cause: err}
+}
+
+// badResponse is the refusal for an answer this client cannot read.
+func badResponse(status int, cause error) *api.Error {
+	return &api.Error{Layer: api.LayerGateway, Code: api.CodeBadResponse, Status: status,
+		Detail: "the Gateway's answer could not be read; do not retry, report it to the operator", Cause: cause}
+}
+
+// isRefusal reports whether err is the Gateway's refusal with code.
+func isRefusal(err error, code string) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Code == code && ae.Layer == api.LayerGateway
+}

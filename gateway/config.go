@@ -1,0 +1,304 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout bounds one request when Config.Timeout is zero.
+const DefaultTimeout = 30 * time.Second
+
+// Config says which Gateway to reach, how to trust it and, for the calls
+// that need a service session, who the service is. The service credentials
+// are given either as files or already loaded (tests), all three or none: a
+// client without them can still run the admin routes.
+type Config struct {
+	// BaseURL is the Gateway's URL, e.g. https://gateway.example:8443. Routes
+	// are appended to its path.
+	BaseURL string
+	// TrustFile is a PEM file of CA certificates. When set, only these are
+	// trusted, not the system roots.
+	TrustFile string
+	// AllowHTTPLoopback permits a plain http:// BaseURL whose host is a
+	// loopback address or "localhost". Otherwise only https is used.
+	AllowHTTPLoopback bool
+
+	ServiceCertFile string // PEM certificate the service registered
+	LoginKeyFile    string // PEM key of ServiceCertFile (P-256 ECDSA or RSA)
+	SenderKeyFile   string // PEM P-256 key the service's proofs are signed with
+
+	ServiceCert *x509.Certificate // instead of ServiceCertFile
+	LoginKey    crypto.Signer     // instead of LoginKeyFile
+	SenderKey   *ecdsa.PrivateKey // instead of SenderKeyFile
+
+	// Timeout bounds each request (DefaultTimeout when zero); the caller's
+	// context bounds the whole call.
+	Timeout time.Duration
+	// Logger gets one line per request (route, status, code, latency).
+	// Nil discards.
+	Logger *slog.Logger
+	// HTTPClient replaces the client built from TrustFile; its transport
+	// then decides what is trusted. Redirects are never followed either way.
+	HTTPClient *http.Client
+}
+
+// ServiceConfig is the operator's config.json: where the Gateway is, how to
+// trust it, and the registered service's files and identity. File paths in
+// the file are relative to the file; LoadServiceConfig makes them absolute.
+type ServiceConfig struct {
+	GatewayURL        string `json:"gatewayUrl"`
+	TrustFile         string `json:"trustFile,omitempty"`
+	AllowHTTPLoopback bool   `json:"allowHttpLoopback,omitempty"`
+	ServiceCert       string `json:"serviceCert"`
+	ServiceLoginKey   string `json:"serviceLoginKey"`
+	SenderKey         string `json:"senderKey"`
+	ServiceID         string `json:"serviceId"`
+	SystemID          int64  `json:"systemId"`
+	Prefix            string `json:"prefix"`
+}
+
+// ClientConfig is the Config for a client acting as this service. Logger,
+// Timeout and HTTPClient are left for the caller.
+func (sc *ServiceConfig) ClientConfig() Config {
+	return Config{
+		BaseURL:           sc.GatewayURL,
+		TrustFile:         sc.TrustFile,
+		AllowHTTPLoopback: sc.AllowHTTPLoopback,
+		ServiceCertFile:   sc.ServiceCert,
+		LoginKeyFile:      sc.ServiceLoginKey,
+		SenderKeyFile:     sc.SenderKey,
+	}
+}
+
+// ConfigError names the config.json field that is missing or bad.
+type ConfigError struct {
+	Path  string // the file
+	Field string // its JSON name; "" for the file as a whole
+	Err   error
+}
+
+func (e *ConfigError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("service config %s: %v", e.Path, e.Err)
+	}
+	return fmt.Sprintf("service config %s: %s: %v", e.Path, e.Field, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// errMissing is the cause of a ConfigError for a field that is absent.
+var errMissing = errors.New("missing; it is required")
+
+// LoadServiceConfig reads and checks a config.json. It refuses unknown
+// fields, names the first field that is missing or bad, resolves file paths
+// against the file's directory and checks that those files exist.
+func LoadServiceConfig(path string) (*ServiceConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &ConfigError{Path: path, Err: err}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var sc ServiceConfig
+	if err := dec.Decode(&sc); err != nil {
+		return nil, &ConfigError{Path: path, Err: describeJSONError(err)}
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		return nil, &ConfigError{Path: path, Err: errors.New("trailing data after the JSON object")}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, &ConfigError{Path: path, Err: err}
+	}
+	dir := filepath.Dir(abs)
+	for _, p := range []*string{&sc.TrustFile, &sc.ServiceCert, &sc.ServiceLoginKey, &sc.SenderKey} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	if err := sc.check(path, true); err != nil {
+		return nil, err
+	}
+	return &sc, nil
+}
+
+// WriteServiceConfig checks cfg and writes it to path with mode 0600,
+// atomically: a reader sees the old file or the new one, never a part.
+func WriteServiceConfig(path string, cfg *ServiceConfig) error {
+	if cfg == nil {
+		return &ConfigError{Path: path, Err: errors.New("nothing to write")}
+	}
+	if err := cfg.check(path, false); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return &ConfigError{Path: path, Err: err}
+	}
+	data = append(data, '\n')
+	if err := writeFileAtomic(path, data); err != nil {
+		return &ConfigError{Path: path, Err: err}
+	}
+	return nil
+}
+
+// check validates the fields; with files it also checks that the named
+// files exist (LoadServiceConfig, after resolving them).
+func (sc *ServiceConfig) check(path string, files bool) error {
+	bad := func(field string, err error) error { return &ConfigError{Path: path, Field: field, Err: err} }
+	if strings.TrimSpace(sc.GatewayURL) == "" {
+		return bad("gatewayUrl", errMissing)
+	}
+	if _, err := parseBaseURL(sc.GatewayURL, sc.AllowHTTPLoopback); err != nil {
+		return bad("gatewayUrl", err)
+	}
+	required := []struct {
+		field, value string
+	}{
+		{"serviceCert", sc.ServiceCert},
+		{"serviceLoginKey", sc.ServiceLoginKey},
+		{"senderKey", sc.SenderKey},
+		{"serviceId", sc.ServiceID},
+		{"prefix", sc.Prefix},
+	}
+	for _, r := range required {
+		if strings.TrimSpace(r.value) == "" {
+			return bad(r.field, errMissing)
+		}
+	}
+	if sc.SystemID <= 0 {
+		if sc.SystemID == 0 {
+			return bad("systemId", errMissing)
+		}
+		return bad("systemId", fmt.Errorf("%d is not a system id; it must be positive", sc.SystemID))
+	}
+	if !files {
+		return nil
+	}
+	for _, f := range []struct {
+		field, path string
+	}{
+		{"trustFile", sc.TrustFile},
+		{"serviceCert", sc.ServiceCert},
+		{"serviceLoginKey", sc.ServiceLoginKey},
+		{"senderKey", sc.SenderKey},
+	} {
+		if f.path == "" {
+			continue
+		}
+		fi, err := os.Stat(f.path)
+		if err != nil {
+			return bad(f.field, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return bad(f.field, fmt.Errorf("%s is not a regular file", f.path))
+		}
+	}
+	return nil
+}
+
+// describeJSONError turns a decoding error into one that names the field.
+func describeJSONError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("%s: must be a %s, not a JSON %s", te.Field, te.Type, te.Value)
+	}
+	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fmt.Errorf("unknown field %s; remove it or check its spelling", msg)
+	}
+	return fmt.Errorf("not valid JSON: %w", err)
+}
+
+// writeFileAtomic writes data to a temporary file beside path and renames
+// it into place.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	ok = true
+	return nil
+}
+
+// parseBaseURL checks a Gateway URL: absolute https, or http on a loopback
+// host when allowed; no user, query or fragment. The path loses its
+// trailing slash so that routes can be appended.
+func parseBaseURL(raw string, allowHTTPLoopback bool) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return nil, fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Host == "" || u.Opaque != "" {
+		return nil, fmt.Errorf("%q is not an absolute URL with a host", raw)
+	}
+	if u.User != nil {
+		return nil, errors.New("must not carry a user or password")
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return nil, errors.New("must not carry a query or fragment")
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "https":
+	case "http":
+		if !allowHTTPLoopback {
+			return nil, errors.New("plain http is refused; use https, or allow http on a loopback address explicitly")
+		}
+		if !isLoopbackHost(u.Hostname()) {
+			return nil, fmt.Errorf("plain http is allowed only to a loopback address, not %q", u.Hostname())
+		}
+	default:
+		return nil, fmt.Errorf("scheme %q is not https", u.Scheme)
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// isLoopbackHost is true for "localhost" and loopback IP literals. Other
+// names are not resolved: what a name resolves to can change.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
