@@ -1,0 +1,268 @@
+package journal
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// An encrypt_file goes through these steps:
+//
+//	ReserveFile        -> FileReserved    ask the Gateway to encrypt (it mints a key)
+//	RecordMinted       -> FileMinted      write <name>.pisoft
+//	MarkFileDone       -> FileDone
+//
+// or, when the encrypt's answer is lost, MarkAnswerLost -> FileAnswerLost.
+// An encrypt mints a key, so it is never sent twice for one row: a retry that
+// finds FileReserved (not New) must not encrypt. The row is either still in
+// flight or its answer was lost; either way a key may exist unused. A retry
+// that finds FileMinted or FileDone writes the envelope again from the row if
+// it is missing.
+
+// FileState is where a file encryption stands.
+type FileState string
+
+// File states.
+const (
+	FileReserved   FileState = "reserved"
+	FileMinted     FileState = "minted"
+	FileDone       FileState = "done"
+	FileAnswerLost FileState = "answer-lost"
+)
+
+// FileKey names one encryption of one file's content at one path.
+type FileKey struct {
+	Caller        string // "" over stdio, the user id over HTTP
+	Root          string // the grant's resolved, absolute file root
+	RelPath       string // the file's path relative to Root
+	ContentSHA256 string // the plaintext's sha256, lowercase hex
+}
+
+func (k FileKey) check() error {
+	if k.Root == "" || k.RelPath == "" {
+		return fmt.Errorf("journal: %w: a file key needs a root and a relative path", ErrInvalid)
+	}
+	return checkSHA256("content sha256", k.ContentSHA256)
+}
+
+func (k FileKey) String() string {
+	return fmt.Sprintf("(caller %q, root %q, path %q, sha256 %s)", k.Caller, k.Root, k.RelPath, k.ContentSHA256)
+}
+
+// MintedKey is the Gateway's answer to encrypt_file's encrypt: the new key's
+// t-Tag, a 12-hex digest of its hidden link, and what the envelope holds.
+// The ciphertext is kept so a deleted envelope can be written again.
+type MintedKey struct {
+	TTag       string
+	LinkDigest string
+	IV         []byte
+	Ciphertext []byte
+}
+
+// FileRecord is a file encryption's row. The key fields are set from
+// FileMinted on.
+type FileRecord struct {
+	Key              FileKey
+	New              bool // this call created the row
+	State            FileState
+	TTag             string
+	LinkDigest       string
+	IV               []byte
+	Ciphertext       []byte
+	CiphertextSHA256 string
+	MintedAt         time.Time
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
+// ReserveFile records that this file content is about to be encrypted, or
+// returns the row already recorded for it (New false).
+func (j *Journal) ReserveFile(ctx context.Context, key FileKey) (FileRecord, error) {
+	if err := key.check(); err != nil {
+		return FileRecord{}, err
+	}
+	var r FileRecord
+	err := j.inTx(ctx, func(tx *sql.Tx) error {
+		now := nowText()
+		res, err := tx.ExecContext(ctx, `
+INSERT INTO files (caller, root, rel_path, content_sha256, state, created_at, updated_at)
+VALUES (?, ?, ?, ?, 'reserved', ?, ?)
+ON CONFLICT DO NOTHING`, key.Caller, key.Root, key.RelPath, key.ContentSHA256, now, now)
+		if err != nil {
+			return fmt.Errorf("journal: reserve file %s: %w", key, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("journal: reserve file %s: %w", key, err)
+		}
+		if r, err = getFile(ctx, tx, key); err != nil {
+			return err
+		}
+		r.New = n == 1
+		return nil
+	})
+	return r, err
+}
+
+// RecordMinted stores the minted key and ciphertext before the envelope is
+// written. Only the first answer is kept; a row already past FileReserved is
+// returned unchanged, and one marked FileAnswerLost gives ErrOutOfOrder.
+func (j *Journal) RecordMinted(ctx context.Context, key FileKey, m MintedKey) (FileRecord, error) {
+	if m.TTag == "" || len(m.IV) == 0 || len(m.Ciphertext) == 0 {
+		return FileRecord{}, fmt.Errorf("journal: %w: a minted key needs a t-Tag, an IV and a ciphertext", ErrInvalid)
+	}
+	if !isHex(m.LinkDigest, 12) {
+		return FileRecord{}, fmt.Errorf("journal: %w: link digest must be 12 lowercase hex digits", ErrInvalid)
+	}
+	sum := sha256.Sum256(m.Ciphertext)
+	return j.fileStep(ctx, key, func(tx *sql.Tx, r FileRecord) error {
+		switch r.State {
+		case FileMinted, FileDone:
+			return nil
+		case FileAnswerLost:
+			return fmt.Errorf("journal: file %s: %w: its answer was already marked lost", key, ErrOutOfOrder)
+		}
+		now := nowText()
+		_, err := tx.ExecContext(ctx, `
+UPDATE files SET state = 'minted', ttag = ?, link_digest = ?, iv = ?, ciphertext = ?, ciphertext_sha256 = ?,
+	minted_at = ?, updated_at = ?
+WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
+			m.TTag, m.LinkDigest, m.IV, m.Ciphertext, hex.EncodeToString(sum[:]), now, now,
+			key.Caller, key.Root, key.RelPath, key.ContentSHA256)
+		return err
+	})
+}
+
+// MarkFileDone records that the envelope is written. Marking again is a
+// no-op.
+func (j *Journal) MarkFileDone(ctx context.Context, key FileKey) (FileRecord, error) {
+	return j.fileStep(ctx, key, func(tx *sql.Tx, r FileRecord) error {
+		switch r.State {
+		case FileDone:
+			return nil
+		case FileReserved, FileAnswerLost:
+			return fmt.Errorf("journal: file %s: %w: no minted key recorded", key, ErrOutOfOrder)
+		}
+		_, err := tx.ExecContext(ctx, `
+UPDATE files SET state = 'done', updated_at = ?
+WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
+			nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
+		return err
+	})
+}
+
+// MarkAnswerLost records that the encrypt was sent and its answer lost. The
+// row stays so the encrypt is never sent again. Marking again is a no-op; a
+// row with a recorded key gives ErrOutOfOrder.
+func (j *Journal) MarkAnswerLost(ctx context.Context, key FileKey) (FileRecord, error) {
+	return j.fileStep(ctx, key, func(tx *sql.Tx, r FileRecord) error {
+		switch r.State {
+		case FileAnswerLost:
+			return nil
+		case FileMinted, FileDone:
+			return fmt.Errorf("journal: file %s: %w: its key is already recorded", key, ErrOutOfOrder)
+		}
+		_, err := tx.ExecContext(ctx, `
+UPDATE files SET state = 'answer-lost', updated_at = ?
+WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
+			nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
+		return err
+	})
+}
+
+// GetFile reads a file encryption's row, or ErrNotFound.
+func (j *Journal) GetFile(ctx context.Context, key FileKey) (FileRecord, error) {
+	if err := key.check(); err != nil {
+		return FileRecord{}, err
+	}
+	return getFile(ctx, j.db, key)
+}
+
+// KeyMintedHere reports whether encrypt_file minted the key ttag in the
+// folder root, for any caller: the one fact decrypt_file trusts about a key
+// named in an envelope.
+func (j *Journal) KeyMintedHere(ctx context.Context, root, ttag string) (bool, error) {
+	_, err := j.MintedFile(ctx, root, ttag)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// MintedFile returns the row of the encryption that minted ttag in root
+// (with the plaintext sha256 decrypt_file checks), or ErrNotFound.
+func (j *Journal) MintedFile(ctx context.Context, root, ttag string) (FileRecord, error) {
+	if root == "" || ttag == "" {
+		return FileRecord{}, fmt.Errorf("journal: %w: a root and a t-Tag are needed", ErrInvalid)
+	}
+	var key FileKey
+	err := j.db.QueryRowContext(ctx, `
+SELECT caller, root, rel_path, content_sha256 FROM files WHERE root = ? AND ttag = ?`, root, ttag).
+		Scan(&key.Caller, &key.Root, &key.RelPath, &key.ContentSHA256)
+	if errors.Is(err, sql.ErrNoRows) {
+		return FileRecord{}, fmt.Errorf("journal: no key minted in %q with that t-Tag: %w", root, ErrNotFound)
+	}
+	if err != nil {
+		return FileRecord{}, fmt.Errorf("journal: look up minted key: %w", err)
+	}
+	return getFile(ctx, j.db, key)
+}
+
+func (j *Journal) fileStep(ctx context.Context, key FileKey, fn func(*sql.Tx, FileRecord) error) (FileRecord, error) {
+	if err := key.check(); err != nil {
+		return FileRecord{}, err
+	}
+	var r FileRecord
+	err := j.inTx(ctx, func(tx *sql.Tx) error {
+		before, err := getFile(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx, before); err != nil {
+			if errors.Is(err, ErrOutOfOrder) {
+				return err
+			}
+			return fmt.Errorf("journal: update file %s: %w", key, err)
+		}
+		r, err = getFile(ctx, tx, key)
+		return err
+	})
+	return r, err
+}
+
+func getFile(ctx context.Context, q queryer, key FileKey) (FileRecord, error) {
+	var (
+		r                         FileRecord
+		state                     string
+		ttag, link, ctSum, minted sql.NullString
+		created, updated          string
+	)
+	err := q.QueryRowContext(ctx, `
+SELECT state, ttag, link_digest, iv, ciphertext, ciphertext_sha256, minted_at, created_at, updated_at
+FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
+		key.Caller, key.Root, key.RelPath, key.ContentSHA256).
+		Scan(&state, &ttag, &link, &r.IV, &r.Ciphertext, &ctSum, &minted, &created, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return FileRecord{}, fmt.Errorf("journal: file %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return FileRecord{}, fmt.Errorf("journal: read file %s: %w", key, err)
+	}
+	r.Key = key
+	r.State = FileState(state)
+	r.TTag, r.LinkDigest, r.CiphertextSHA256 = ttag.String, link.String, ctSum.String
+	if r.MintedAt, err = parseNullTime(minted); err != nil {
+		return FileRecord{}, err
+	}
+	if r.CreatedAt, err = parseTime(created); err != nil {
+		return FileRecord{}, err
+	}
+	if r.UpdatedAt, err = parseTime(updated); err != nil {
+		return FileRecord{}, err
+	}
+	return r, nil
+}

@@ -1,0 +1,227 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestFileEncryption(t *testing.T) {
+	ctx := context.Background()
+	j, path := openTemp(t)
+	root := "/srv/task"
+	key := FileKey{Caller: "", Root: root, RelPath: "report.docx", ContentSHA256: sum("report")}
+	minted := MintedKey{TTag: "new-key", LinkDigest: "0123456789ab", IV: bytes.Repeat([]byte{3}, 16), Ciphertext: []byte("sealed")}
+
+	r, err := j.ReserveFile(ctx, key)
+	if err != nil || !r.New || r.State != FileReserved || r.TTag != "" {
+		t.Fatalf("first ReserveFile: %+v, %v", r, err)
+	}
+	if ok, err := j.KeyMintedHere(ctx, root, "new-key"); err != nil || ok {
+		t.Fatalf("KeyMintedHere before the answer = %v, %v; want false", ok, err)
+	}
+	// A retry while the first is in flight (or lost) is not new: the caller
+	// must not encrypt again.
+	if r, err = j.ReserveFile(ctx, key); err != nil || r.New || r.State != FileReserved {
+		t.Fatalf("second ReserveFile: %+v, %v", r, err)
+	}
+	if _, err := j.MarkFileDone(ctx, key); !errors.Is(err, ErrOutOfOrder) {
+		t.Errorf("done before minted: err = %v, want ErrOutOfOrder", err)
+	}
+	if r, err = j.RecordMinted(ctx, key, minted); err != nil || r.State != FileMinted || r.TTag != "new-key" ||
+		r.CiphertextSHA256 != sum("sealed") || r.MintedAt.IsZero() {
+		t.Fatalf("RecordMinted: %+v, %v", r, err)
+	}
+	if _, err := j.MarkAnswerLost(ctx, key); !errors.Is(err, ErrOutOfOrder) {
+		t.Errorf("answer lost after minted: err = %v, want ErrOutOfOrder", err)
+	}
+	j.Close()
+
+	// After a restart the envelope can be written again from the row.
+	j = openAt(t, path)
+	r, err = j.ReserveFile(ctx, key)
+	if err != nil || r.New || r.State != FileMinted || !bytes.Equal(r.Ciphertext, minted.Ciphertext) ||
+		!bytes.Equal(r.IV, minted.IV) || r.LinkDigest != minted.LinkDigest {
+		t.Fatalf("ReserveFile after restart: %+v, %v", r, err)
+	}
+	// A second answer never replaces the first key.
+	other := minted
+	other.TTag = "second-key"
+	if r, err = j.RecordMinted(ctx, key, other); err != nil || r.TTag != "new-key" {
+		t.Fatalf("second RecordMinted: %+v, %v; want the first key kept", r, err)
+	}
+	if r, err = j.MarkFileDone(ctx, key); err != nil || r.State != FileDone {
+		t.Fatalf("MarkFileDone: %+v, %v", r, err)
+	}
+	if r, err = j.MarkFileDone(ctx, key); err != nil || r.State != FileDone {
+		t.Fatalf("MarkFileDone again: %+v, %v", r, err)
+	}
+
+	tests := []struct {
+		root, ttag string
+		want       bool
+	}{
+		{root, "new-key", true},
+		{root, "second-key", false},
+		{"/srv/other", "new-key", false},
+		{root, "unknown", false},
+	}
+	for _, tc := range tests {
+		if got, err := j.KeyMintedHere(ctx, tc.root, tc.ttag); err != nil || got != tc.want {
+			t.Errorf("KeyMintedHere(%q, %q) = %v, %v; want %v", tc.root, tc.ttag, got, err, tc.want)
+		}
+	}
+	f, err := j.MintedFile(ctx, root, "new-key")
+	if err != nil || f.Key != key || f.Key.ContentSHA256 != sum("report") {
+		t.Errorf("MintedFile: %+v, %v", f, err)
+	}
+	if _, err := j.MintedFile(ctx, root, "unknown"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("MintedFile of an unknown key: err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestFileAnswerLost(t *testing.T) {
+	ctx := context.Background()
+	j, _ := openTemp(t)
+	key := FileKey{Root: "/srv/task", RelPath: "a.txt", ContentSHA256: sum("a")}
+	if _, err := j.ReserveFile(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	r, err := j.MarkAnswerLost(ctx, key)
+	if err != nil || r.State != FileAnswerLost {
+		t.Fatalf("MarkAnswerLost: %+v, %v", r, err)
+	}
+	if r, err = j.MarkAnswerLost(ctx, key); err != nil || r.State != FileAnswerLost {
+		t.Fatalf("MarkAnswerLost again: %+v, %v", r, err)
+	}
+	// The same file again: the row says lost, so it is not encrypted again.
+	if r, err = j.ReserveFile(ctx, key); err != nil || r.New || r.State != FileAnswerLost {
+		t.Fatalf("ReserveFile after lost: %+v, %v", r, err)
+	}
+	m := MintedKey{TTag: "late", LinkDigest: "aaaaaaaaaaaa", IV: []byte{1}, Ciphertext: []byte{1}}
+	if _, err := j.RecordMinted(ctx, key, m); !errors.Is(err, ErrOutOfOrder) {
+		t.Errorf("RecordMinted after lost: err = %v, want ErrOutOfOrder", err)
+	}
+	// New content at the same path is a new row.
+	if r, err = j.ReserveFile(ctx, FileKey{Root: "/srv/task", RelPath: "a.txt", ContentSHA256: sum("a2")}); err != nil || !r.New {
+		t.Fatalf("ReserveFile of new content: %+v, %v", r, err)
+	}
+}
+
+func TestFileCallersAreSeparate(t *testing.T) {
+	ctx := context.Background()
+	j, _ := openTemp(t)
+	alice := FileKey{Caller: "alice", Root: "/srv/task", RelPath: "a.txt", ContentSHA256: sum("a")}
+	bob := alice
+	bob.Caller = "bob"
+	for _, k := range []FileKey{alice, bob} {
+		if r, err := j.ReserveFile(ctx, k); err != nil || !r.New {
+			t.Fatalf("ReserveFile(%s): %+v, %v", k.Caller, r, err)
+		}
+		m := MintedKey{TTag: "key-" + k.Caller, LinkDigest: "abcdefabcdef", IV: []byte{1}, Ciphertext: []byte(k.Caller)}
+		if _, err := j.RecordMinted(ctx, k, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Which keys were minted here is shared by every caller.
+	for _, ttag := range []string{"key-alice", "key-bob"} {
+		if ok, err := j.KeyMintedHere(ctx, "/srv/task", ttag); err != nil || !ok {
+			t.Errorf("KeyMintedHere(%s) = %v, %v", ttag, ok, err)
+		}
+	}
+	if r, _ := j.GetFile(ctx, bob); r.TTag != "key-bob" {
+		t.Errorf("bob's row has key %q", r.TTag)
+	}
+}
+
+func TestFileArgumentsChecked(t *testing.T) {
+	ctx := context.Background()
+	j, _ := openTemp(t)
+	good := FileKey{Root: "/r", RelPath: "a", ContentSHA256: sum("a")}
+	for _, k := range []FileKey{
+		{RelPath: "a", ContentSHA256: sum("a")},
+		{Root: "/r", ContentSHA256: sum("a")},
+		{Root: "/r", RelPath: "a", ContentSHA256: "nothex"},
+	} {
+		if _, err := j.ReserveFile(ctx, k); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ReserveFile(%+v): err = %v, want ErrInvalid", k, err)
+		}
+	}
+	if _, err := j.ReserveFile(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []MintedKey{
+		{LinkDigest: "0123456789ab", IV: []byte{1}, Ciphertext: []byte{1}},
+		{TTag: "t", LinkDigest: "0123456789abcdef", IV: []byte{1}, Ciphertext: []byte{1}},
+		{TTag: "t", LinkDigest: "0123456789ab", Ciphertext: []byte{1}},
+	} {
+		if _, err := j.RecordMinted(ctx, good, m); !errors.Is(err, ErrInvalid) {
+			t.Errorf("RecordMinted(%+v): err = %v, want ErrInvalid", m, err)
+		}
+	}
+	if _, err := j.GetFile(ctx, FileKey{Root: "/r", RelPath: "b", ContentSHA256: sum("b")}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetFile of an unknown file: err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestHandOffs(t *testing.T) {
+	ctx := context.Background()
+	j, path := openTemp(t)
+	end := time.Date(2026, 10, 24, 12, 30, 0, 0, time.UTC)
+	h := HandOff{Step: "referral", Caller: "patient", TTag: "problems-key", DocumentID: "ccd-1", FragmentID: "problems",
+		SystemID: 1234567890, PrincipalID: "1004", EndTime: end}
+
+	first, inserted, err := j.AddHandOff(ctx, h)
+	if err != nil || !inserted || first.ID == 0 || first.State != HandOffOpen || !first.EndTime.Equal(end) || first.CreatedAt.IsZero() {
+		t.Fatalf("AddHandOff: %+v, %v, %v", first, inserted, err)
+	}
+	again, inserted, err := j.AddHandOff(ctx, h)
+	if err != nil || inserted || again.ID != first.ID {
+		t.Fatalf("AddHandOff again: %+v, inserted=%v, %v; want the first row", again, inserted, err)
+	}
+	h2 := h
+	h2.TTag, h2.FragmentID = "history-key", "history"
+	second, inserted, err := j.AddHandOff(ctx, h2)
+	if err != nil || !inserted {
+		t.Fatal(err)
+	}
+	other := h
+	other.Step = "other-step"
+	if _, _, err := j.AddHandOff(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+
+	j = openAt(t, path)
+	open, err := j.OpenHandOffs(ctx, "referral")
+	if err != nil || len(open) != 2 || open[0].ID != first.ID || open[1].ID != second.ID {
+		t.Fatalf("OpenHandOffs: %+v, %v", open, err)
+	}
+	if open[0].SystemID != h.SystemID || open[0].PrincipalID != h.PrincipalID || open[0].DocumentID != "ccd-1" ||
+		open[0].FragmentID != "problems" || open[0].Caller != "patient" {
+		t.Errorf("stored row differs: %+v", open[0])
+	}
+	closed, err := j.CloseHandOff(ctx, first.ID)
+	if err != nil || closed.State != HandOffClosed || closed.ClosedAt.IsZero() {
+		t.Fatalf("CloseHandOff: %+v, %v", closed, err)
+	}
+	if again, err := j.CloseHandOff(ctx, first.ID); err != nil || !again.ClosedAt.Equal(closed.ClosedAt) {
+		t.Errorf("CloseHandOff again: %+v, %v; want it unchanged", again, err)
+	}
+	if open, err = j.OpenHandOffs(ctx, "referral"); err != nil || len(open) != 1 || open[0].ID != second.ID {
+		t.Fatalf("OpenHandOffs after close: %+v, %v", open, err)
+	}
+	// A closed entry does not block handing the same key again.
+	reopened, inserted, err := j.AddHandOff(ctx, h)
+	if err != nil || !inserted || reopened.ID == first.ID {
+		t.Fatalf("AddHandOff after close: %+v, %v, %v", reopened, inserted, err)
+	}
+	if _, err := j.CloseHandOff(ctx, 9999); !errors.Is(err, ErrNotFound) {
+		t.Errorf("CloseHandOff of an unknown id: err = %v, want ErrNotFound", err)
+	}
+	if _, _, err := j.AddHandOff(ctx, HandOff{Step: "s", TTag: "t", PrincipalID: "p"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("AddHandOff without an end time: err = %v, want ErrInvalid", err)
+	}
+}

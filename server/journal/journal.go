@@ -1,0 +1,316 @@
+// Package journal keeps the server's durable record of work that must never
+// be done twice: saves of results and of compound-document sections, file
+// encryptions (and with them the record of which keys this server minted in
+// which folder), and the hand-offs a step opened.
+//
+// A journal is one SQLite file, by default beside the manifest
+// (DefaultPath). Every row is keyed by the caller ("" over stdio, the user id
+// over HTTP) as well as by what the caller named, so two users never share a
+// save or a file encryption. The journal holds ciphertext, IVs and t-Tags,
+// never plaintext, a token, a session handle or a proof.
+//
+// A *Journal is safe for concurrent use by many goroutines, and two processes
+// may open the same file: SQLite's locks (WAL mode, a busy timeout, and
+// write transactions that take the write lock up front) serialize the writers.
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// SchemaVersion is the newest journal schema this program writes. It is kept
+// in the file's PRAGMA user_version.
+const SchemaVersion = 1
+
+// BusyTimeout is how long a statement waits for another connection's lock
+// (in this process or another) before it fails.
+const BusyTimeout = 5 * time.Second
+
+// Errors callers match with errors.Is.
+var (
+	// ErrNewerSchema: the file was written by a newer program; this one
+	// refuses it rather than misread it.
+	ErrNewerSchema = errors.New("journal schema is newer than this program understands")
+	// ErrUnsafeMode: the file can be read or written by group or others.
+	ErrUnsafeMode = errors.New("journal file is accessible to group or others")
+	// ErrNotFound: no row for that key.
+	ErrNotFound = errors.New("no journal record")
+	// ErrIdempotencyConflict: the key was already used for other content.
+	ErrIdempotencyConflict = errors.New("idempotency key already used for different content")
+	// ErrOutOfOrder: a step asked for before the one it depends on, or after
+	// the record was finished.
+	ErrOutOfOrder = errors.New("journal step out of order")
+	// ErrInvalid: an argument is missing or malformed.
+	ErrInvalid = errors.New("invalid journal argument")
+)
+
+// Journal is an open journal file.
+type Journal struct {
+	db   *sql.DB
+	path string
+}
+
+// DefaultPath is the journal beside a manifest: "task-data/manifest.json"
+// gives "task-data/manifest.journal.sqlite".
+func DefaultPath(manifestPath string) string {
+	return strings.TrimSuffix(manifestPath, filepath.Ext(manifestPath)) + ".journal.sqlite"
+}
+
+// Open opens the journal at path, creating it (mode 0600) if it does not
+// exist, and brings its schema up to SchemaVersion. It refuses a file that
+// group or others can access, and one from a newer schema.
+func Open(ctx context.Context, path string) (*Journal, error) {
+	if path == "" {
+		return nil, fmt.Errorf("journal: %w: no path given", ErrInvalid)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("journal: resolve %q: %w", path, err)
+	}
+	// The driver splits its name at the first '?' to find options, so such
+	// a path would silently open another file.
+	if strings.ContainsAny(abs, "?#") {
+		return nil, fmt.Errorf("journal: %w: path %q contains '?' or '#'", ErrInvalid, abs)
+	}
+	if err := preparePrivateFile(abs); err != nil {
+		return nil, err
+	}
+	// _txlock=immediate makes every transaction take the write lock at
+	// BEGIN, so two writers wait on the busy timeout instead of one failing
+	// when it upgrades a read lock.
+	dsn := abs + fmt.Sprintf("?_busy_timeout=%d&_foreign_keys=1&_journal_mode=WAL&_synchronous=FULL&_txlock=immediate",
+		BusyTimeout.Milliseconds())
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("journal: open %s: %w", abs, err)
+	}
+	j := &Journal{db: db, path: abs}
+	if err := j.check(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := j.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return j, nil
+}
+
+// Path is the journal file's absolute path.
+func (j *Journal) Path() string { return j.path }
+
+// Close closes the journal. Safe to call on a nil *Journal.
+func (j *Journal) Close() error {
+	if j == nil || j.db == nil {
+		return nil
+	}
+	if err := j.db.Close(); err != nil {
+		return fmt.Errorf("journal: close %s: %w", j.path, err)
+	}
+	return nil
+}
+
+// preparePrivateFile creates the file with mode 0600 if it is missing (SQLite
+// would use 0644), and refuses an existing one that is not private. SQLite
+// gives the -wal and -shm files the same mode as the database.
+func preparePrivateFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: open %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("journal: stat %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("journal: %w: %s is not a regular file", ErrInvalid, path)
+	}
+	if err := checkPrivate(fi); err != nil {
+		return fmt.Errorf("journal: %s: %w (mode %#o; run chmod 600 on it)", path, err, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// check confirms the connection settings took: a file system that cannot
+// hold a WAL (some network mounts) would otherwise lose the guarantees
+// silently.
+func (j *Journal) check(ctx context.Context) error {
+	var mode string
+	if err := j.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("journal: open %s: %w", j.path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal: %s: journal_mode is %q, not wal (is it on a network file system?)", j.path, mode)
+	}
+	return nil
+}
+
+// migrations returns the schema steps; step i takes the schema from version
+// i to i+1. Append only: a released step is never edited.
+func migrations() []string {
+	return []string{
+		// 0 -> 1
+		`
+CREATE TABLE saves (
+	kind            TEXT NOT NULL CHECK (kind IN ('result', 'fragment')),
+	caller          TEXT NOT NULL,
+	target          TEXT NOT NULL,               -- destination id, or document id for a fragment
+	fragment        TEXT NOT NULL DEFAULT '',    -- fragment id; '' for a result
+	idempotency_key TEXT NOT NULL,
+	text_sha256     TEXT NOT NULL,
+	state           TEXT NOT NULL CHECK (state IN ('reserved', 'encrypted', 'placed', 'committed')),
+	ttag            TEXT,
+	iv              BLOB,
+	ciphertext      BLOB,
+	placed_version  INTEGER,
+	placed_path     TEXT,
+	receipt         TEXT,
+	created_at      TEXT NOT NULL,
+	updated_at      TEXT NOT NULL,
+	PRIMARY KEY (kind, caller, target, fragment, idempotency_key),
+	CHECK ((kind = 'result') = (fragment = '')),
+	CHECK ((state = 'reserved') = (ciphertext IS NULL)),
+	CHECK ((state = 'committed') = (receipt IS NOT NULL)),
+	CHECK (state <> 'placed' OR placed_path IS NOT NULL)
+) STRICT;
+
+CREATE TABLE files (
+	caller            TEXT NOT NULL,
+	root              TEXT NOT NULL,
+	rel_path          TEXT NOT NULL,
+	content_sha256    TEXT NOT NULL,
+	state             TEXT NOT NULL CHECK (state IN ('reserved', 'minted', 'done', 'answer-lost')),
+	ttag              TEXT,
+	link_digest       TEXT,
+	iv                BLOB,
+	ciphertext        BLOB,
+	ciphertext_sha256 TEXT,
+	minted_at         TEXT,
+	created_at        TEXT NOT NULL,
+	updated_at        TEXT NOT NULL,
+	PRIMARY KEY (caller, root, rel_path, content_sha256),
+	CHECK ((state IN ('minted', 'done')) = (ttag IS NOT NULL))
+) STRICT;
+
+-- One row per minted key: the record decrypt_file trusts.
+CREATE UNIQUE INDEX files_root_ttag ON files (root, ttag) WHERE ttag IS NOT NULL;
+
+CREATE TABLE handoffs (
+	id           INTEGER PRIMARY KEY,
+	step         TEXT NOT NULL,
+	caller       TEXT NOT NULL,
+	ttag         TEXT NOT NULL,
+	document_id  TEXT NOT NULL DEFAULT '',
+	fragment_id  TEXT NOT NULL DEFAULT '',
+	system_id    INTEGER NOT NULL,
+	principal_id TEXT NOT NULL,
+	end_time     TEXT NOT NULL,
+	state        TEXT NOT NULL CHECK (state IN ('open', 'closed')),
+	created_at   TEXT NOT NULL,
+	closed_at    TEXT,
+	CHECK ((state = 'closed') = (closed_at IS NOT NULL))
+) STRICT;
+
+-- At most one open entry per step, caller, key and recipient.
+CREATE UNIQUE INDEX handoffs_open ON handoffs (step, caller, ttag, system_id, principal_id) WHERE state = 'open';
+CREATE INDEX handoffs_step ON handoffs (step, state);
+`,
+	}
+}
+
+// migrate applies the missing schema steps in one write transaction, so a
+// second process opening the same new file waits and then finds it done.
+func (j *Journal) migrate(ctx context.Context) error {
+	steps := migrations()
+	return j.inTx(ctx, func(tx *sql.Tx) error {
+		var have int
+		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+			return fmt.Errorf("journal: read schema version of %s: %w", j.path, err)
+		}
+		if have > len(steps) {
+			return fmt.Errorf("journal: %s: %w (file has version %d, this program knows up to %d; use a newer pdmcp or another journal)",
+				j.path, ErrNewerSchema, have, len(steps))
+		}
+		for v := have; v < len(steps); v++ {
+			if _, err := tx.ExecContext(ctx, steps[v]); err != nil {
+				return fmt.Errorf("journal: %s: migrate schema %d to %d: %w", j.path, v, v+1, err)
+			}
+		}
+		if have < len(steps) {
+			// PRAGMA takes no parameters; the value is our own integer.
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(steps))); err != nil {
+				return fmt.Errorf("journal: %s: record schema version: %w", j.path, err)
+			}
+		}
+		return nil
+	})
+}
+
+// inTx runs fn in a write transaction (BEGIN IMMEDIATE) and commits it if fn
+// returns nil.
+func (j *Journal) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := j.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("journal: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("journal: commit: %w", err)
+	}
+	return nil
+}
+
+// Times are stored as RFC 3339 text in UTC, so the file reads the same in
+// any tool.
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("journal: stored time %q: %w", s, err)
+	}
+	return t, nil
+}
+
+func parseNullTime(s sql.NullString) (time.Time, error) {
+	if !s.Valid {
+		return time.Time{}, nil
+	}
+	return parseTime(s.String)
+}
+
+func nowText() string { return formatTime(time.Now()) }
+
+// isHex reports whether s is n lowercase hex digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func checkSHA256(field, v string) error {
+	if !isHex(v, 64) {
+		return fmt.Errorf("journal: %w: %s must be 64 lowercase hex digits", ErrInvalid, field)
+	}
+	return nil
+}

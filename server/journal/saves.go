@@ -1,0 +1,323 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A save (save_protected_result or save_protected_fragment) goes through
+// these steps, each recorded before the next starts:
+//
+//	Reserve          -> SaveReserved   ask the Gateway to encrypt
+//	RecordEncrypted  -> SaveEncrypted  choose the next version and its file
+//	RecordPlacement  -> SavePlaced     write the versioned file, rename the manifest
+//	Commit           -> SaveCommitted  return the receipt
+//
+// A retry after a crash calls Reserve again and reads the state it gets back:
+//   - SaveReserved: no answer was recorded. The encrypt is under the
+//     destination's existing key, so asking again creates nothing new; the
+//     lost ciphertext was never written anywhere.
+//   - SaveEncrypted: use Encrypted, never a second encrypt.
+//   - SavePlaced: the file at Placement.Path may or may not have been
+//     written, and the manifest may or may not list it. Write the file if it
+//     is missing (compare its bytes with Encrypted.Ciphertext if it exists),
+//     rename the manifest if it does not list that version, then Commit. If
+//     another save took that version meanwhile, RecordPlacement again.
+//   - SaveCommitted: return Receipt; nothing else to do.
+//
+// RecordPlacement is optional: a save may Commit straight from
+// SaveEncrypted, at the cost of a retry not knowing which file it wrote.
+
+// SaveState is where a save stands.
+type SaveState string
+
+// Save states.
+const (
+	SaveReserved  SaveState = "reserved"
+	SaveEncrypted SaveState = "encrypted"
+	SavePlaced    SaveState = "placed"
+	SaveCommitted SaveState = "committed"
+)
+
+// SaveID names one save: a SaveKey or a FragmentKey. Both go through the same
+// methods and the same table, told apart by kind.
+type SaveID interface {
+	ident() (saveIdent, error)
+}
+
+// SaveKey names a save of a result to a destination (save_protected_result).
+type SaveKey struct {
+	Caller         string // "" over stdio, the user id over HTTP
+	Destination    string
+	IdempotencyKey string
+}
+
+// FragmentKey names a save of one section of a compound document
+// (save_protected_fragment).
+type FragmentKey struct {
+	Caller         string
+	DocumentID     string
+	FragmentID     string
+	IdempotencyKey string
+}
+
+type saveIdent struct {
+	kind, caller, target, fragment, idem string
+}
+
+func (k SaveKey) ident() (saveIdent, error) {
+	if k.Destination == "" || k.IdempotencyKey == "" {
+		return saveIdent{}, fmt.Errorf("journal: %w: a save key needs a destination and an idempotency key", ErrInvalid)
+	}
+	return saveIdent{kind: "result", caller: k.Caller, target: k.Destination, idem: k.IdempotencyKey}, nil
+}
+
+func (k FragmentKey) ident() (saveIdent, error) {
+	if k.DocumentID == "" || k.FragmentID == "" || k.IdempotencyKey == "" {
+		return saveIdent{}, fmt.Errorf("journal: %w: a fragment save key needs a document id, a fragment id and an idempotency key", ErrInvalid)
+	}
+	return saveIdent{kind: "fragment", caller: k.Caller, target: k.DocumentID, fragment: k.FragmentID, idem: k.IdempotencyKey}, nil
+}
+
+// EncryptedPayload is the Gateway's answer to a save's encrypt.
+type EncryptedPayload struct {
+	IV         []byte
+	Ciphertext []byte
+	TTag       string
+}
+
+// Placement is the version and file a save is writing, recorded before the
+// file is written.
+type Placement struct {
+	Version int
+	Path    string
+}
+
+// Receipt is what a committed save returns, the same on every retry.
+type Receipt struct {
+	Destination string    `json:"destination,omitempty"`
+	DocumentID  string    `json:"documentId,omitempty"`
+	FragmentID  string    `json:"fragmentId,omitempty"`
+	Version     int       `json:"version"`
+	Path        string    `json:"path"`
+	SHA256      string    `json:"sha256"`
+	Size        int64     `json:"size"`
+	SavedAt     time.Time `json:"savedAt"`
+}
+
+// Reservation is a save's row. Encrypted, Placement and Receipt are set once
+// the matching step is recorded.
+type Reservation struct {
+	New        bool // this call created the row
+	State      SaveState
+	TextSHA256 string
+	Encrypted  *EncryptedPayload
+	Placement  *Placement
+	Receipt    *Receipt
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// Reserve records that a save with this key and text is starting, or finds
+// the one already recorded:
+//   - a new row: New is true and State is SaveReserved;
+//   - the same key and text: the existing row, in whatever state it is;
+//   - the same key with other text: ErrIdempotencyConflict.
+//
+// Of many concurrent calls with one key, in any number of processes, exactly
+// one gets New.
+func (j *Journal) Reserve(ctx context.Context, key SaveID, textSHA256 string) (Reservation, error) {
+	id, err := key.ident()
+	if err != nil {
+		return Reservation{}, err
+	}
+	if err := checkSHA256("text sha256", textSHA256); err != nil {
+		return Reservation{}, err
+	}
+	var r Reservation
+	err = j.inTx(ctx, func(tx *sql.Tx) error {
+		now := nowText()
+		res, err := tx.ExecContext(ctx, `
+INSERT INTO saves (kind, caller, target, fragment, idempotency_key, text_sha256, state, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, 'reserved', ?, ?)
+ON CONFLICT DO NOTHING`,
+			id.kind, id.caller, id.target, id.fragment, id.idem, textSHA256, now, now)
+		if err != nil {
+			return fmt.Errorf("journal: reserve save: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("journal: reserve save: %w", err)
+		}
+		if r, err = getSave(ctx, tx, id); err != nil {
+			return err
+		}
+		if r.TextSHA256 != textSHA256 {
+			return fmt.Errorf("journal: save %s: %w", id, ErrIdempotencyConflict)
+		}
+		r.New = n == 1
+		return nil
+	})
+	return r, err
+}
+
+// RecordEncrypted stores the Gateway's answer before anything is written, so
+// a retry after a crash does not encrypt again. Only the first answer is
+// kept: if one is already recorded (a concurrent retry won), the row is
+// returned unchanged and the caller must use its Encrypted.
+func (j *Journal) RecordEncrypted(ctx context.Context, key SaveID, p EncryptedPayload) (Reservation, error) {
+	if len(p.IV) == 0 || len(p.Ciphertext) == 0 || p.TTag == "" {
+		return Reservation{}, fmt.Errorf("journal: %w: an encrypted payload needs an IV, a ciphertext and a t-Tag", ErrInvalid)
+	}
+	return j.step(ctx, key, func(tx *sql.Tx, id saveIdent, r Reservation) error {
+		if r.State != SaveReserved {
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, `
+UPDATE saves SET state = 'encrypted', ttag = ?, iv = ?, ciphertext = ?, updated_at = ?
+WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
+			p.TTag, p.IV, p.Ciphertext, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
+		return err
+	})
+}
+
+// RecordPlacement records the version and file the save is about to write.
+// It may be called again to move a save whose version another save took.
+func (j *Journal) RecordPlacement(ctx context.Context, key SaveID, p Placement) (Reservation, error) {
+	if p.Version < 1 || p.Path == "" {
+		return Reservation{}, fmt.Errorf("journal: %w: a placement needs a version of at least 1 and a path", ErrInvalid)
+	}
+	return j.step(ctx, key, func(tx *sql.Tx, id saveIdent, r Reservation) error {
+		switch r.State {
+		case SaveReserved:
+			return fmt.Errorf("journal: save %s: %w: nothing encrypted yet", id, ErrOutOfOrder)
+		case SaveCommitted:
+			return fmt.Errorf("journal: save %s: %w: already committed", id, ErrOutOfOrder)
+		}
+		_, err := tx.ExecContext(ctx, `
+UPDATE saves SET state = 'placed', placed_version = ?, placed_path = ?, updated_at = ?
+WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
+			p.Version, p.Path, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
+		return err
+	})
+}
+
+// Commit finishes a save with its receipt. A receipt must match a recorded
+// placement. Committing again returns the first receipt unchanged.
+func (j *Journal) Commit(ctx context.Context, key SaveID, rc Receipt) (Reservation, error) {
+	b, err := json.Marshal(rc)
+	if err != nil {
+		return Reservation{}, fmt.Errorf("journal: encode receipt: %w", err)
+	}
+	return j.step(ctx, key, func(tx *sql.Tx, id saveIdent, r Reservation) error {
+		switch r.State {
+		case SaveReserved:
+			return fmt.Errorf("journal: save %s: %w: nothing encrypted yet", id, ErrOutOfOrder)
+		case SaveCommitted:
+			return nil
+		case SavePlaced:
+			if rc.Version != r.Placement.Version || rc.Path != r.Placement.Path {
+				return fmt.Errorf("journal: save %s: %w: receipt names version %d at %q, placement recorded version %d at %q",
+					id, ErrOutOfOrder, rc.Version, rc.Path, r.Placement.Version, r.Placement.Path)
+			}
+		}
+		_, err := tx.ExecContext(ctx, `
+UPDATE saves SET state = 'committed', receipt = ?, updated_at = ?
+WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
+			string(b), nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
+		return err
+	})
+}
+
+// Get reads a save's row, or ErrNotFound.
+func (j *Journal) Get(ctx context.Context, key SaveID) (Reservation, error) {
+	id, err := key.ident()
+	if err != nil {
+		return Reservation{}, err
+	}
+	return getSave(ctx, j.db, id)
+}
+
+// step reads the row, lets fn update it, and returns the row as it stands
+// after, all in one write transaction.
+func (j *Journal) step(ctx context.Context, key SaveID, fn func(*sql.Tx, saveIdent, Reservation) error) (Reservation, error) {
+	id, err := key.ident()
+	if err != nil {
+		return Reservation{}, err
+	}
+	var r Reservation
+	err = j.inTx(ctx, func(tx *sql.Tx) error {
+		before, err := getSave(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx, id, before); err != nil {
+			if errors.Is(err, ErrOutOfOrder) {
+				return err
+			}
+			return fmt.Errorf("journal: update save %s: %w", id, err)
+		}
+		r, err = getSave(ctx, tx, id)
+		return err
+	})
+	return r, err
+}
+
+// String names a save in errors without its content.
+func (id saveIdent) String() string {
+	if id.kind == "fragment" {
+		return fmt.Sprintf("(caller %q, document %q, fragment %q, key %q)", id.caller, id.target, id.fragment, id.idem)
+	}
+	return fmt.Sprintf("(caller %q, destination %q, key %q)", id.caller, id.target, id.idem)
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func getSave(ctx context.Context, q queryer, id saveIdent) (Reservation, error) {
+	var (
+		r                  Reservation
+		state              string
+		ttag, path, rcText sql.NullString
+		version            sql.NullInt64
+		iv, ct             []byte
+		created, updated   string
+	)
+	err := q.QueryRowContext(ctx, `
+SELECT text_sha256, state, ttag, iv, ciphertext, placed_version, placed_path, receipt, created_at, updated_at
+FROM saves WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
+		id.kind, id.caller, id.target, id.fragment, id.idem).
+		Scan(&r.TextSHA256, &state, &ttag, &iv, &ct, &version, &path, &rcText, &created, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Reservation{}, fmt.Errorf("journal: save %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Reservation{}, fmt.Errorf("journal: read save %s: %w", id, err)
+	}
+	r.State = SaveState(state)
+	if ct != nil {
+		r.Encrypted = &EncryptedPayload{IV: iv, Ciphertext: ct, TTag: ttag.String}
+	}
+	if path.Valid {
+		r.Placement = &Placement{Version: int(version.Int64), Path: path.String}
+	}
+	if rcText.Valid {
+		var rc Receipt
+		if err := json.Unmarshal([]byte(rcText.String), &rc); err != nil {
+			return Reservation{}, fmt.Errorf("journal: save %s: stored receipt: %w", id, err)
+		}
+		r.Receipt = &rc
+	}
+	if r.CreatedAt, err = parseTime(created); err != nil {
+		return Reservation{}, err
+	}
+	if r.UpdatedAt, err = parseTime(updated); err != nil {
+		return Reservation{}, err
+	}
+	return r, nil
+}
