@@ -1,0 +1,276 @@
+package auth
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ListenHost is the only address the HTTP transport serves on.
+const ListenHost = "127.0.0.1"
+
+// HTTPConfig is the operator's mcp-http.json: what the Streamable HTTP
+// transport listens on, its TLS material, the OpenID provider whose tokens
+// it accepts, and how it exchanges them for the Gateway.
+type HTTPConfig struct {
+	Listen         ListenConfig   `json:"listen"`
+	TLS            TLSConfig      `json:"tls"`
+	Provider       ProviderConfig `json:"provider"`
+	Exchange       ExchangeConfig `json:"exchange"`
+	RequiredScopes []string       `json:"requiredScopes"`
+	MaxCallers     int            `json:"maxCallers"`
+	// Audience must be in every token's aud; exchange.clientId when absent.
+	Audience string `json:"audience,omitempty"`
+	// Resource is the URL hosts call, https://127.0.0.1:<port>/mcp when
+	// absent. It is the protected-resource metadata's resource.
+	Resource string `json:"resource,omitempty"`
+}
+
+// ListenConfig is where the transport listens.
+type ListenConfig struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+}
+
+// TLSConfig names the server's certificate and key files.
+type TLSConfig struct {
+	Certificate string `json:"certificate"`
+	Key         string `json:"key"`
+}
+
+// ProviderConfig is the OpenID provider.
+type ProviderConfig struct {
+	Issuer string `json:"issuer"`
+	// CAFile holds the only certificates trusted for the provider's TLS.
+	CAFile      string   `json:"caFile"`
+	AllowedAlgs []string `json:"allowedAlgs"`
+	// JWKSRefreshMinSeconds is the least time between two key fetches;
+	// 0 or absent means 5.
+	JWKSRefreshMinSeconds int `json:"jwksRefreshMinSeconds"`
+}
+
+// ExchangeConfig is this server as the provider's confidential client.
+type ExchangeConfig struct {
+	ClientID string `json:"clientId"`
+	// ClientSecretFile holds the client secret; it must not be readable by
+	// group or others.
+	ClientSecretFile string `json:"clientSecretFile"`
+	// GatewayAudience is the audience (and scope) asked for in the exchange.
+	GatewayAudience string `json:"gatewayAudience"`
+}
+
+// LoadHTTPConfig reads and checks the file at path. Unknown fields are
+// refused; relative paths are taken relative to the file's folder and made
+// absolute; defaults are filled in (Audience, Resource, the JWKS refresh
+// interval). The TLS certificate itself is checked by
+// CheckServerCertificate.
+func LoadHTTPConfig(path string) (*HTTPConfig, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("http config: %w", err)
+	}
+	raw, err := os.ReadFile(abs)
+	if err != nil {
+		return nil, fmt.Errorf("http config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var c HTTPConfig
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("http config %s: %w", abs, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("http config %s: data after the JSON object", abs)
+	}
+	if err := c.resolve(filepath.Dir(abs)); err != nil {
+		return nil, fmt.Errorf("http config %s: %w", abs, err)
+	}
+	return &c, nil
+}
+
+func (c *HTTPConfig) resolve(dir string) error {
+	if c.Listen.Host != ListenHost {
+		return fmt.Errorf("listen.host is %q: only %s is served", c.Listen.Host, ListenHost)
+	}
+	if c.Listen.Port < 1 || c.Listen.Port > 65535 {
+		return fmt.Errorf("listen.port %d is not a TCP port (1-65535)", c.Listen.Port)
+	}
+
+	for _, f := range []struct {
+		name string
+		p    *string
+	}{
+		{"tls.certificate", &c.TLS.Certificate},
+		{"tls.key", &c.TLS.Key},
+		{"provider.caFile", &c.Provider.CAFile},
+		{"exchange.clientSecretFile", &c.Exchange.ClientSecretFile},
+	} {
+		if *f.p == "" {
+			return fmt.Errorf("%s is missing", f.name)
+		}
+		if !filepath.IsAbs(*f.p) {
+			*f.p = filepath.Join(dir, *f.p)
+		}
+		if _, err := os.Stat(*f.p); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+
+	if err := checkIssuer(c.Provider.Issuer); err != nil {
+		return fmt.Errorf("provider.issuer: %w", err)
+	}
+	if _, err := NewProviderClient(c.Provider.CAFile, 0); err != nil {
+		return fmt.Errorf("provider.caFile: %w", err)
+	}
+	if err := CheckAlgs(c.Provider.AllowedAlgs); err != nil {
+		return fmt.Errorf("provider.%w", err)
+	}
+	if c.Provider.JWKSRefreshMinSeconds < 0 {
+		return fmt.Errorf("provider.jwksRefreshMinSeconds is %d; it must be 0 (the default, 5) or more", c.Provider.JWKSRefreshMinSeconds)
+	}
+	if c.Provider.JWKSRefreshMinSeconds == 0 {
+		c.Provider.JWKSRefreshMinSeconds = int(DefaultJWKSRefreshMin / time.Second)
+	}
+
+	if c.Exchange.ClientID == "" {
+		return errors.New("exchange.clientId is missing")
+	}
+	if c.Exchange.GatewayAudience == "" {
+		return errors.New("exchange.gatewayAudience is missing")
+	}
+	if _, err := c.ClientSecret(); err != nil {
+		return err
+	}
+
+	for _, s := range c.RequiredScopes {
+		if s == "" || strings.ContainsAny(s, " \t\r\n\"\\") {
+			return fmt.Errorf("requiredScopes has %q: a scope is one non-empty word without quotes or backslashes", s)
+		}
+	}
+	if c.MaxCallers < 1 {
+		return fmt.Errorf("maxCallers is %d; it must be at least 1", c.MaxCallers)
+	}
+
+	if c.Audience == "" {
+		c.Audience = c.Exchange.ClientID
+	}
+	if c.Resource == "" {
+		c.Resource = "https://" + ListenHost + ":" + strconv.Itoa(c.Listen.Port) + "/mcp"
+	}
+	if _, err := MetadataURL(c.Resource); err != nil {
+		return fmt.Errorf("resource: %w", err)
+	}
+	return nil
+}
+
+// ClientSecret reads the exchange client's secret, refusing a file that
+// group or others may access, and an empty one. Surrounding white space
+// (a trailing newline) is not part of the secret.
+func (c *HTTPConfig) ClientSecret() (string, error) {
+	path := c.Exchange.ClientSecretFile
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("exchange.clientSecretFile: %w", err)
+	}
+	if runtime.GOOS != "windows" {
+		if perm := st.Mode().Perm(); perm&0o077 != 0 {
+			return "", fmt.Errorf("exchange.clientSecretFile %s has mode %04o: group and others must have no access (chmod 600)", path, perm)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("exchange.clientSecretFile: %w", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("exchange.clientSecretFile %s is empty", path)
+	}
+	return s, nil
+}
+
+// JWKSRefreshMin is the configured least time between key fetches.
+func (c *HTTPConfig) JWKSRefreshMin() time.Duration {
+	return time.Duration(c.Provider.JWKSRefreshMinSeconds) * time.Second
+}
+
+// ListenAddr is host:port to listen on.
+func (c *HTTPConfig) ListenAddr() string {
+	return c.Listen.Host + ":" + strconv.Itoa(c.Listen.Port)
+}
+
+// NewProvider builds the provider from the configuration, with a client
+// that trusts only provider.caFile.
+func (c *HTTPConfig) NewProvider() (*Provider, error) {
+	client, err := NewProviderClient(c.Provider.CAFile, 0)
+	if err != nil {
+		return nil, err
+	}
+	return NewProvider(c.Provider.Issuer, client), nil
+}
+
+// NewVerifier builds the token verifier for p from the configuration.
+func (c *HTTPConfig) NewVerifier(p *Provider) (*Verifier, error) {
+	return NewVerifier(VerifierConfig{
+		Provider:       p,
+		Audience:       c.Audience,
+		AllowedAlgs:    c.Provider.AllowedAlgs,
+		RequiredScopes: c.RequiredScopes,
+		JWKSRefreshMin: c.JWKSRefreshMin(),
+	})
+}
+
+// NewExchanger builds the token exchanger for p from the configuration,
+// reading the client secret.
+func (c *HTTPConfig) NewExchanger(p *Provider) (*Exchanger, error) {
+	secret, err := c.ClientSecret()
+	if err != nil {
+		return nil, err
+	}
+	return NewExchanger(ExchangerConfig{
+		Provider:        p,
+		ClientID:        c.Exchange.ClientID,
+		ClientSecret:    secret,
+		GatewayAudience: c.Exchange.GatewayAudience,
+	})
+}
+
+// checkIssuer requires an https URL without query or fragment: the
+// discovery document is found under it and tokens must name it exactly.
+func checkIssuer(raw string) error {
+	if raw == "" {
+		return errors.New("missing")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("%q is not an https URL", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(raw, "?#") {
+		return fmt.Errorf("%q has a query or fragment", raw)
+	}
+	return nil
+}
+
+// ResourceMetadataURL is the URL of the protected-resource metadata named
+// in every challenge. Resource was checked at load.
+func (c *HTTPConfig) ResourceMetadataURL() string {
+	u, _ := MetadataURL(c.Resource)
+	return u
+}
+
+// MetadataPath is where MetadataHandler is mounted.
+func (c *HTTPConfig) MetadataPath() string {
+	p, _ := MetadataPath(c.Resource)
+	return p
+}

@@ -1,0 +1,134 @@
+package auth
+
+import (
+	"fmt"
+	"net/http"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+)
+
+// Class is the kind of a refused request, as it appears in the challenge's
+// error_description and in the audit line. The set is closed.
+type Class string
+
+// The refusal classes.
+const (
+	ClassNoToken             Class = "no-token"
+	ClassExpired             Class = "expired"
+	ClassNotYetValid         Class = "not-yet-valid"
+	ClassWrongAudience       Class = "wrong-audience"
+	ClassWrongIssuer         Class = "wrong-issuer"
+	ClassBadSignature        Class = "bad-signature"
+	ClassUnknownKey          Class = "unknown-key"
+	ClassNotAnAccessToken    Class = "not-an-access-token"
+	ClassMalformed           Class = "malformed"
+	ClassClaimMissing        Class = "claim-missing"
+	ClassInvalid             Class = "invalid"
+	ClassProviderUnavailable Class = "provider-unavailable"
+	ClassInsufficientScope   Class = "insufficient-scope"
+)
+
+// Reasons: the server's own code for a refusal, finer than its class. Like
+// the class, a reason is a constant and never carries anything from the
+// token.
+const (
+	ReasonNoToken             = "NO_TOKEN"
+	ReasonMultipleAuthHeaders = "MULTIPLE_AUTHORIZATION_HEADERS"
+	ReasonTokenInQuery        = "TOKEN_IN_QUERY"
+	ReasonBadAuthHeader       = "BAD_AUTHORIZATION_HEADER"
+	ReasonTooLong             = "TOKEN_TOO_LONG"
+	ReasonNotCompactJWS       = "NOT_A_COMPACT_JWS"
+	ReasonBadEncoding         = "BAD_ENCODING"
+	ReasonBadHeader           = "BAD_HEADER"
+	ReasonBadClaims           = "BAD_CLAIMS"
+	ReasonAlgNone             = "ALG_NONE"
+	ReasonAlgNotAllowed       = "ALG_NOT_ALLOWED"
+	ReasonCritHeader          = "UNSUPPORTED_CRITICAL_HEADER"
+	ReasonKeyIDMissing        = "KEY_ID_MISSING"
+	ReasonKeyUnknown          = "KEY_UNKNOWN"
+	ReasonKeyAlgMismatch      = "KEY_ALG_MISMATCH"
+	ReasonSignatureInvalid    = "SIGNATURE_INVALID"
+	ReasonIssuerMissing       = "ISSUER_MISSING"
+	ReasonIssuerMismatch      = "ISSUER_MISMATCH"
+	ReasonIDToken             = "ID_TOKEN"
+	ReasonNotAccessTokenType  = "NOT_ACCESS_TOKEN_TYPE"
+	ReasonIDTokenShape        = "ID_TOKEN_SHAPE"
+	ReasonNoncePresent        = "NONCE_PRESENT"
+	ReasonAuthorizedPartyMiss = "AUTHORIZED_PARTY_MISSING"
+	ReasonExpiryMissing       = "EXPIRY_MISSING"
+	ReasonExpired             = "TOKEN_EXPIRED"
+	ReasonNotYetValid         = "TOKEN_NOT_YET_VALID"
+	ReasonIssuedInFuture      = "ISSUED_IN_FUTURE"
+	ReasonAudienceMissing     = "AUDIENCE_MISSING"
+	ReasonAudienceMismatch    = "AUDIENCE_MISMATCH"
+	ReasonSubjectMissing      = "SUBJECT_MISSING"
+	ReasonDiscoveryFailed     = "DISCOVERY_FAILED"
+	ReasonJWKSUnavailable     = "JWKS_UNAVAILABLE"
+	ReasonScopeMissing        = "SCOPE_MISSING"
+	// ReasonVerifierFailed: a verifier returned an error that is not a
+	// refusal; treated as one, without its text.
+	ReasonVerifierFailed = "VERIFIER_FAILED"
+)
+
+// TokenError is a refused request: its class, the server's reason code, and
+// the HTTP status it is answered with. Its text names only the class and
+// reason. For provider-unavailable it wraps the failure that made the
+// provider unreachable (which names the provider's URL, never the token).
+type TokenError struct {
+	Class  Class
+	Reason string
+	cause  error
+}
+
+func refuse(class Class, reason string) *TokenError {
+	return &TokenError{Class: class, Reason: reason}
+}
+
+func (e *TokenError) Error() string {
+	if e.cause != nil {
+		return fmt.Sprintf("token refused: %s (%s): %v", e.Class, e.Reason, e.cause)
+	}
+	return fmt.Sprintf("token refused: %s (%s)", e.Class, e.Reason)
+}
+
+// Unwrap returns the provider failure behind a provider-unavailable refusal.
+func (e *TokenError) Unwrap() error { return e.cause }
+
+// Is lets errors.Is match the go-sdk's ErrInvalidToken for every class
+// answered 401, so the Verifier also works behind the SDK's own middleware.
+func (e *TokenError) Is(target error) bool {
+	if target == sdkauth.ErrInvalidToken {
+		return e.Status() == http.StatusUnauthorized
+	}
+	t, ok := target.(*TokenError)
+	return ok && t.Class == e.Class && (t.Reason == "" || t.Reason == e.Reason)
+}
+
+// Status is the HTTP status a refusal of this kind is answered with: 403 for
+// a scope shortfall, 400 for a request that carries its token in a way this
+// server never accepts, 401 otherwise.
+func (e *TokenError) Status() int {
+	switch {
+	case e.Class == ClassInsufficientScope:
+		return http.StatusForbidden
+	case e.Reason == ReasonMultipleAuthHeaders || e.Reason == ReasonTokenInQuery:
+		return http.StatusBadRequest
+	default:
+		return http.StatusUnauthorized
+	}
+}
+
+// oauthError is the RFC 6750 error code of the challenge, empty for a
+// request that carried no token at all (RFC 6750 §3.1).
+func (e *TokenError) oauthError() string {
+	switch {
+	case e.Class == ClassNoToken:
+		return ""
+	case e.Class == ClassInsufficientScope:
+		return "insufficient_scope"
+	case e.Status() == http.StatusBadRequest:
+		return "invalid_request"
+	default:
+		return "invalid_token"
+	}
+}

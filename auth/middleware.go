@@ -1,0 +1,213 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+)
+
+// RefusalRecord is the audit line for a refused request. It holds nothing
+// from the token or from any header: not the subject, not the key id.
+type RefusalRecord struct {
+	Event  string    `json:"event"` // always "auth-refused"
+	Class  Class     `json:"class"`
+	Reason string    `json:"reason"`
+	Status int       `json:"status"`
+	Method string    `json:"method"`
+	Path   string    `json:"path"`
+	TS     time.Time `json:"ts"`
+}
+
+// MiddlewareOptions configure Middleware.
+type MiddlewareOptions struct {
+	// ResourceMetadataURL is named in every challenge (see MetadataURL).
+	ResourceMetadataURL string
+	// Scopes are required of every token (on top of what the Verifier
+	// requires) and named in every challenge's scope parameter.
+	Scopes []string
+	// Audit receives one record per refused request; nil for none.
+	Audit func(RefusalRecord)
+	// Logger gets one line per refused request; slog.Default() when nil.
+	Logger *slog.Logger
+	// Now stamps the records; time.Now when nil.
+	Now func() time.Time
+}
+
+// TokenVerifier is what Middleware needs of a Verifier.
+type TokenVerifier interface {
+	Verify(ctx context.Context, token string) (*Caller, error)
+}
+
+// Middleware authenticates every request with verifier.
+//
+// A refused request is answered here: 401 with
+// `WWW-Authenticate: Bearer error="invalid_token", error_description="<class>", resource_metadata="<url>"`
+// (without error and error_description when no token was sent at all,
+// RFC 6750 §3.1), 403 with error="insufficient_scope" for a scope
+// shortfall, 400 with error="invalid_request" for a token sent in the query
+// or in several Authorization headers; every challenge also names the
+// required scope. The body is a short JSON object with the class and
+// reason. One log line and one audit record are written per refusal.
+//
+// An accepted request proceeds with the Caller and the raw access token in
+// its context (CallerFromContext, AccessTokenFromContext) and with the
+// go-sdk's TokenInfo set through the SDK's own RequireBearerToken, so the
+// streamable handler copies it into req.Extra.TokenInfo and binds each
+// session to TokenInfo.UserID (the Caller's ID).
+func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handler) http.Handler {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	scopes := slices.Clone(opts.Scopes)
+	skew := DefaultClockSkew
+	if v, ok := verifier.(interface{ ClockSkew() time.Duration }); ok {
+		skew = v.ClockSkew()
+	}
+
+	refuseRequest := func(w http.ResponseWriter, r *http.Request, te *TokenError) {
+		status := te.Status()
+		w.Header().Set("WWW-Authenticate", challenge(te, opts.ResourceMetadataURL, scopes))
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		body := map[string]string{"class": string(te.Class), "reason": te.Reason}
+		if e := te.oauthError(); e != "" {
+			body["error"] = e
+		}
+		_ = json.NewEncoder(w).Encode(body)
+
+		attrs := []slog.Attr{
+			slog.String("event", "auth-refused"),
+			slog.String("class", string(te.Class)),
+			slog.String("reason", te.Reason),
+			slog.Int("status", status),
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+		}
+		if te.Class == ClassProviderUnavailable && te.cause != nil {
+			// The provider's failure names its URL and the network error,
+			// nothing from the request; the operator needs it.
+			attrs = append(attrs, slog.String("provider_error", te.cause.Error()))
+		}
+		logger.LogAttrs(r.Context(), slog.LevelWarn, "request refused", attrs...)
+		if opts.Audit != nil {
+			opts.Audit(RefusalRecord{
+				Event: "auth-refused", Class: te.Class, Reason: te.Reason, Status: status,
+				Method: r.Method, Path: r.URL.Path, TS: now().UTC().Truncate(time.Second),
+			})
+		}
+	}
+
+	// The SDK's middleware is the only way to put a TokenInfo where the
+	// streamable handler reads it. It runs after the decision is made
+	// here and only hands on what this middleware verified.
+	fromContext := func(ctx context.Context, _ string, _ *http.Request) (*sdkauth.TokenInfo, error) {
+		c, ok := CallerFromContext(ctx)
+		if !ok {
+			return nil, sdkauth.ErrInvalidToken
+		}
+		return &sdkauth.TokenInfo{
+			Scopes:     slices.Clone(c.Scopes),
+			Expiration: c.Expiry,
+			UserID:     c.ID(),
+		}, nil
+	}
+	// The SDK checks the expiry again against the wall clock; the margin
+	// keeps it from disagreeing with the decision just made.
+	sdk := sdkauth.RequireBearerToken(fromContext, &sdkauth.RequireBearerTokenOptions{ClockSkew: skew + time.Minute})
+
+	return func(next http.Handler) http.Handler {
+		inner := sdk(next)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			token, te := bearerToken(r)
+			if te != nil {
+				refuseRequest(w, r, te)
+				return
+			}
+			caller, err := verifier.Verify(r.Context(), token)
+			if err != nil {
+				if !errors.As(err, &te) {
+					te = refuse(ClassInvalid, ReasonVerifierFailed)
+				}
+				refuseRequest(w, r, te)
+				return
+			}
+			for _, s := range scopes {
+				if !slices.Contains(caller.Scopes, s) {
+					refuseRequest(w, r, refuse(ClassInsufficientScope, ReasonScopeMissing))
+					return
+				}
+			}
+			inner.ServeHTTP(w, r.WithContext(ContextWithCaller(r.Context(), caller, token)))
+		})
+	}
+}
+
+// bearerToken takes the token from the one Authorization header, in the
+// form the SDK's middleware reads it too ("Bearer" and the token, nothing
+// else). A request without such a header has no token; a token in the
+// query is never taken (RFC 9700, MCP: header only).
+func bearerToken(r *http.Request) (string, *TokenError) {
+	if r.URL.Query().Has("access_token") {
+		return "", refuse(ClassMalformed, ReasonTokenInQuery)
+	}
+	values := r.Header.Values("Authorization")
+	switch len(values) {
+	case 0:
+		return "", refuse(ClassNoToken, ReasonNoToken)
+	case 1:
+	default:
+		return "", refuse(ClassMalformed, ReasonMultipleAuthHeaders)
+	}
+	fields := strings.Fields(values[0])
+	if len(fields) == 0 || !strings.EqualFold(fields[0], "bearer") {
+		// Another scheme (Basic, DPoP) is no bearer token at all.
+		return "", refuse(ClassNoToken, ReasonNoToken)
+	}
+	if len(fields) != 2 {
+		return "", refuse(ClassMalformed, ReasonBadAuthHeader)
+	}
+	return fields[1], nil
+}
+
+// challenge builds the WWW-Authenticate value for a refusal.
+func challenge(te *TokenError, metadataURL string, scopes []string) string {
+	var params []string
+	if e := te.oauthError(); e != "" {
+		params = append(params, `error=`+quote(e))
+		if te.Class != ClassInsufficientScope {
+			params = append(params, `error_description=`+quote(string(te.Class)))
+		}
+	}
+	if te.Class == ClassInsufficientScope && len(scopes) > 0 {
+		params = append(params, `scope=`+quote(strings.Join(scopes, " ")))
+	}
+	if metadataURL != "" {
+		params = append(params, `resource_metadata=`+quote(metadataURL))
+	}
+	if te.Class != ClassInsufficientScope && len(scopes) > 0 {
+		params = append(params, `scope=`+quote(strings.Join(scopes, " ")))
+	}
+	if len(params) == 0 {
+		return "Bearer"
+	}
+	return "Bearer " + strings.Join(params, ", ")
+}
+
+// quote makes an RFC 7230 quoted-string.
+func quote(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
+}
