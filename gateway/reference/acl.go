@@ -1,0 +1,231 @@
+package reference
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+)
+
+// The ACL and key routes: the gateway checks the body and the scope, then
+// the key server decides. ACL routes check that the caller's entry is live
+// but do not spend its uses; only encrypt and decrypt use a key.
+
+// ttagInScope refuses an empty t-Tag or one outside the session's scope.
+func ttagInScope(s *scopedSession, ttag string) *api.Error {
+	if ttag == "" {
+		return badRequest("ttag is required; name the key")
+	}
+	if !s.inScope(ttag) {
+		return notInScope()
+	}
+	return nil
+}
+
+func (g *Gateway) aclGet(ctx context.Context, c *call) (any, error) {
+	var req api.TTagRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	if e := ttagInScope(c.scoped, req.TTag); e != nil {
+		return nil, e
+	}
+	ans := api.ACLGetResponse{TTag: req.TTag, Entries: []api.ACLEntry{}}
+	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: OpACLGet, ttag: req.TTag, needs: needAnyRight,
+		do: func(tx *sql.Tx, _ *decision) error {
+			entries, err := g.store.entries(ctx, tx, req.TTag)
+			if err != nil {
+				return err
+			}
+			for _, e := range entries {
+				name := ""
+				p, err := g.store.principalByID(ctx, tx, e.SystemID, e.PrincipalID)
+				if err == nil {
+					name = p.Name
+				} else if !errors.Is(err, errNotFound) {
+					return err
+				}
+				ans.Entries = append(ans.Entries, api.ACLEntry{SystemID: e.SystemID, PrincipalID: e.PrincipalID,
+					Principal: name, Rights: e.Rights, EndTime: e.EndTime, Uses: e.Uses})
+			}
+			return nil
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return ans, nil
+}
+
+// checkGrant validates a grant or update body before anything is asked.
+func checkGrant(req *api.ACLGrantRequest, now time.Time) (*aclEntry, *api.Error) {
+	if req.SystemID == 0 || req.PrincipalID == "" {
+		return nil, badRequest("systemId and principalId name the grantee; send both")
+	}
+	if len(req.Rights) == 0 {
+		return nil, badRequest("rights must hold at least one of READ, WRITE and OWNER; name the rights to grant")
+	}
+	set := map[string]bool{}
+	rights := []string{}
+	for _, r := range req.Rights {
+		switch r {
+		case api.RightRead, api.RightWrite, api.RightOwner:
+		default:
+			return nil, badRequest("rights may hold only READ, WRITE and OWNER; fix the rights")
+		}
+		if !set[r] {
+			set[r] = true
+			rights = append(rights, r)
+		}
+	}
+	if req.Uses != nil && *req.Uses <= 0 {
+		return nil, badRequest("uses must be at least 1, or absent for unlimited uses; fix it")
+	}
+	var end *time.Time
+	if req.EndTime != nil {
+		if !req.EndTime.After(now) {
+			return nil, badRequest("endTime is not in the future by the Gateway's clock; send a later time or none")
+		}
+		t := req.EndTime.UTC()
+		end = &t
+	}
+	return &aclEntry{SystemID: req.SystemID, PrincipalID: req.PrincipalID, Rights: rights, EndTime: end, Uses: req.Uses}, nil
+}
+
+func granteeNotFound() *api.Error {
+	return keyServerError(api.CodeNotFound, http.StatusNotFound,
+		"the key server knows no principal with this systemId and principalId; check the grantee's ids")
+}
+
+func ownerOnly() *api.Error {
+	return keyServerError(api.CodeACLDenied, http.StatusForbidden,
+		"only the key's OWNER may grant, change or take away OWNER; ask the owner, do not retry")
+}
+
+func (g *Gateway) aclGrant(ctx context.Context, c *call) (any, error) {
+	var req api.ACLGrantRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	if e := ttagInScope(c.scoped, req.TTag); e != nil {
+		return nil, e
+	}
+	entry, e := checkGrant(&req, c.now)
+	if e != nil {
+		return nil, e
+	}
+	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: OpACLGrant, ttag: req.TTag, role: api.RoleACL, needs: needWrite,
+		do: func(tx *sql.Tx, d *decision) error {
+			if entry.has(api.RightOwner) && !d.entry.has(api.RightOwner) {
+				return ownerOnly()
+			}
+			if _, err := g.store.principalByID(ctx, tx, entry.SystemID, entry.PrincipalID); errors.Is(err, errNotFound) {
+				return granteeNotFound()
+			} else if err != nil {
+				return err
+			}
+			err := g.store.insertEntry(ctx, tx, req.TTag, entry)
+			if errors.Is(err, errConflict) {
+				return keyServerError(api.CodeConflict, http.StatusConflict,
+					"the grantee already has an entry on this key; use update to change it")
+			}
+			return err
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return api.OKResponse{OK: true}, nil
+}
+
+func (g *Gateway) aclUpdate(ctx context.Context, c *call) (any, error) {
+	var req api.ACLGrantRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	if e := ttagInScope(c.scoped, req.TTag); e != nil {
+		return nil, e
+	}
+	entry, e := checkGrant(&req, c.now)
+	if e != nil {
+		return nil, e
+	}
+	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: OpACLUpdate, ttag: req.TTag, role: api.RoleACL, needs: needWrite,
+		do: func(tx *sql.Tx, d *decision) error {
+			old, err := g.store.entry(ctx, tx, req.TTag, entry.SystemID, entry.PrincipalID)
+			if errors.Is(err, errNotFound) {
+				return keyServerError(api.CodeNotFound, http.StatusNotFound,
+					"the principal has no entry on this key to update; use grant to add one")
+			}
+			if err != nil {
+				return err
+			}
+			if (entry.has(api.RightOwner) || old.has(api.RightOwner)) && !d.entry.has(api.RightOwner) {
+				return ownerOnly()
+			}
+			return g.store.updateEntry(ctx, tx, req.TTag, entry)
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return api.OKResponse{OK: true}, nil
+}
+
+func (g *Gateway) aclRevoke(ctx context.Context, c *call) (any, error) {
+	var req api.ACLRevokeRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	if e := ttagInScope(c.scoped, req.TTag); e != nil {
+		return nil, e
+	}
+	if req.SystemID == 0 || req.PrincipalID == "" {
+		return nil, badRequest("systemId and principalId name the entry to revoke; send both")
+	}
+	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: OpACLRevoke, ttag: req.TTag, role: api.RoleACL, needs: needWrite,
+		do: func(tx *sql.Tx, d *decision) error {
+			old, err := g.store.entry(ctx, tx, req.TTag, req.SystemID, req.PrincipalID)
+			if errors.Is(err, errNotFound) {
+				return keyServerError(api.CodeNotFound, http.StatusNotFound,
+					"the principal has no entry on this key; there is nothing to revoke")
+			}
+			if err != nil {
+				return err
+			}
+			if old.has(api.RightOwner) && !d.entry.has(api.RightOwner) {
+				return ownerOnly()
+			}
+			return g.store.deleteEntry(ctx, tx, req.TTag, req.SystemID, req.PrincipalID)
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return api.OKResponse{OK: true}, nil
+}
+
+func (g *Gateway) keyExpire(ctx context.Context, c *call) (any, error) {
+	return g.keyLifecycle(ctx, c, OpKeyExpire, g.store.expireKey)
+}
+
+func (g *Gateway) keyRemove(ctx context.Context, c *call) (any, error) {
+	return g.keyLifecycle(ctx, c, OpKeyRemove, g.store.removeKey)
+}
+
+// keyLifecycle expires or removes a key: OWNER only, and the ACL role.
+func (g *Gateway) keyLifecycle(ctx context.Context, c *call, op string,
+	apply func(ctx context.Context, tx *sql.Tx, ttag string) error) (any, error) {
+	var req api.TTagRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	if e := ttagInScope(c.scoped, req.TTag); e != nil {
+		return nil, e
+	}
+	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: op, ttag: req.TTag, role: api.RoleACL, needs: needOwner,
+		do: func(tx *sql.Tx, _ *decision) error { return apply(ctx, tx, req.TTag) }})
+	if err != nil {
+		return nil, err
+	}
+	return api.OKResponse{OK: true}, nil
+}

@@ -1,0 +1,221 @@
+package reference
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+)
+
+// Faults are failures injected at run time, for tests of a client's
+// behaviour when the Gateway is slow, failing, or out of step. SetFaults
+// replaces them all; the zero value injects nothing. The JSON form is the
+// body of POST /api/v1/admin/test/faults (durations in nanoseconds, as
+// time.Duration marshals).
+type Faults struct {
+	// Delay is waited before answering every request.
+	Delay time.Duration `json:"delay,omitempty"`
+	// FailNext makes the next N requests to a route (its path) fail with
+	// Status and code INJECTED_FAULT, before any check.
+	FailNext map[string]int `json:"failNext,omitempty"`
+	// Status is the 5xx status of FailNext's failures; 0 (or anything
+	// outside 500-599) means 503.
+	Status int `json:"status,omitempty"`
+	// LoseEncryptAnswer makes the next N successful encrypts do all their
+	// work (a minted key, audit rows) and then drop the connection without
+	// an answer.
+	LoseEncryptAnswer int `json:"loseEncryptAnswer,omitempty"`
+	// ClockSkew moves the Gateway's clock: its Date header, session
+	// expiry and proof window all use now+ClockSkew.
+	ClockSkew time.Duration `json:"clockSkew,omitempty"`
+	// IdPUnavailable, while > 0, makes every subject-token mint answer 503
+	// IDP_UNAVAILABLE with this Retry-After.
+	IdPUnavailable time.Duration `json:"idpUnavailable,omitempty"`
+}
+
+// faultState is the current Faults, shared by every request.
+type faultState struct {
+	mu sync.Mutex
+	f  Faults
+}
+
+func (s *faultState) set(f Faults) {
+	f.FailNext = maps.Clone(f.FailNext)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.f = f
+}
+
+func (s *faultState) get() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.f
+	f.FailNext = maps.Clone(f.FailNext)
+	return f
+}
+
+func (s *faultState) clockSkew() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.f.ClockSkew
+}
+
+func (s *faultState) idpUnavailable() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.f.IdPUnavailable
+}
+
+// wait sleeps the injected delay, or until the request is abandoned.
+func (s *faultState) wait(ctx context.Context) error {
+	s.mu.Lock()
+	d := s.f.Delay
+	s.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// takeFailure spends one injected failure of route, if any.
+func (s *faultState) takeFailure(route string) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f.FailNext[route] <= 0 {
+		return 0, false
+	}
+	s.f.FailNext[route]--
+	if s.f.FailNext[route] == 0 {
+		delete(s.f.FailNext, route)
+	}
+	status := s.f.Status
+	if status < 500 || status > 599 {
+		status = http.StatusServiceUnavailable
+	}
+	return status, true
+}
+
+func (s *faultState) takeLoseEncrypt() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f.LoseEncryptAnswer <= 0 {
+		return false
+	}
+	s.f.LoseEncryptAnswer--
+	return true
+}
+
+// SetFaults replaces the injected faults. Safe for concurrent use.
+func (g *Gateway) SetFaults(f Faults) { g.faults.set(f) }
+
+// CurrentFaults are the faults still in force (FailNext and
+// LoseEncryptAnswer count down as they are spent).
+func (g *Gateway) CurrentFaults() Faults { return g.faults.get() }
+
+// DropServiceSessions forgets every service session: the next use of one
+// is 401 SERVICE_SESSION_EXPIRED. Scoped sessions are not touched.
+func (g *Gateway) DropServiceSessions() { g.sessions.dropServiceSessions() }
+
+// counter counts requests per route path, on arrival.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newCounter() *counter { return &counter{n: map[string]int{}} }
+
+func (c *counter) add(route string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[route]++
+}
+
+// Counts is how many requests each route (by path) received since the
+// Gateway opened or ResetCounts, counted on arrival before any check. The
+// test-control routes are not counted.
+func (g *Gateway) Counts() map[string]int {
+	g.counts.mu.Lock()
+	defer g.counts.mu.Unlock()
+	return maps.Clone(g.counts.n)
+}
+
+// Count is Counts()[route].
+func (g *Gateway) Count(route string) int {
+	g.counts.mu.Lock()
+	defer g.counts.mu.Unlock()
+	return g.counts.n[route]
+}
+
+// ResetCounts sets every count to zero.
+func (g *Gateway) ResetCounts() {
+	g.counts.mu.Lock()
+	defer g.counts.mu.Unlock()
+	clear(g.counts.n)
+}
+
+// The same controls over HTTP, for a Gateway run as another process.
+
+// CountsRequest is the body of POST /api/v1/admin/test/counts: Reset
+// zeroes the counts after reading them.
+type CountsRequest struct {
+	Reset bool `json:"reset,omitempty"`
+}
+
+// CountsResponse answers POST /api/v1/admin/test/counts.
+type CountsResponse struct {
+	Counts map[string]int `json:"counts"`
+}
+
+func (g *Gateway) controlFaults(_ context.Context, c *call) (any, error) {
+	var f Faults
+	if err := c.decode(&f); err != nil {
+		return nil, err
+	}
+	if f.Status != 0 && (f.Status < 500 || f.Status > 599) {
+		return nil, badRequest("status must be a 5xx code, or 0 for 503; fix it")
+	}
+	if f.Delay < 0 || f.LoseEncryptAnswer < 0 || f.IdPUnavailable < 0 {
+		return nil, badRequest("delay, loseEncryptAnswer and idpUnavailable may not be negative; fix them")
+	}
+	for _, n := range f.FailNext {
+		if n < 0 {
+			return nil, badRequest("failNext counts may not be negative; fix them")
+		}
+	}
+	g.SetFaults(f)
+	g.log.Info("faults set over HTTP")
+	return g.CurrentFaults(), nil
+}
+
+func (g *Gateway) controlCounts(_ context.Context, c *call) (any, error) {
+	var req CountsRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	g.counts.mu.Lock()
+	defer g.counts.mu.Unlock()
+	ans := CountsResponse{Counts: maps.Clone(g.counts.n)}
+	if req.Reset {
+		clear(g.counts.n)
+	}
+	return ans, nil
+}
+
+func (g *Gateway) controlDrop(_ context.Context, c *call) (any, error) {
+	var req struct{}
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	g.DropServiceSessions()
+	return api.OKResponse{OK: true}, nil
+}
