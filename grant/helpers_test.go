@@ -1,0 +1,107 @@
+package grant
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// copyFixture copies testdata/name into a fresh folder as dstName, mode 0600
+// (a checkout may leave fixtures group-writable, which the loaders refuse).
+func copyFixture(t *testing.T, name, dstName string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), dstName)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// writeJSON writes v as a 0600 JSON file.
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertRefused checks that err matches want and, when field is set, that
+// it arrives in a FieldError for that field.
+func assertRefused(t *testing.T, err, want error, field string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("accepted; want %v", want)
+	}
+	if !errors.Is(err, want) {
+		t.Fatalf("error %q does not match %q", err, want)
+	}
+	if field == "" {
+		return
+	}
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("error %q is not a *FieldError", err)
+	}
+	if fe.Field != field {
+		t.Fatalf("field = %q, want %q (error %q)", fe.Field, field, err)
+	}
+	if !strings.Contains(err.Error(), field) {
+		t.Fatalf("message %q does not name the field %q", err, field)
+	}
+}
+
+// assertNoTempFiles fails if dir holds a leftover temporary file.
+func assertNoTempFiles(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Fatalf("temporary file left behind: %s", filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+func assertMode(t *testing.T, path string, want os.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != want {
+		t.Fatalf("%s is mode %04o, want %04o", path, got, want)
+	}
+}
+
+// wideManifest builds a manifest of n approved single documents, each under
+// its own key, and one destination under a key of its own.
+func wideManifest(n int) *Manifest {
+	m := &Manifest{Version: ManifestVersion, Documents: map[string]Document{}, Destinations: map[string]Destination{
+		"out": {Label: "Out", TTag: "dest-key"},
+	}}
+	for i := range n {
+		id := fmt.Sprintf("doc-%03d", i)
+		m.Documents[id] = Document{
+			Approved: true, Version: 1, Size: 1,
+			Path:   "documents/" + id + ".bin",
+			TTag:   fmt.Sprintf("key-%03d", i),
+			IV:     "AAECAwQFBgcICQoLDA0ODw==",
+			SHA256: strings.Repeat("ab", 32),
+		}
+	}
+	return m
+}

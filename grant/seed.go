@@ -1,0 +1,92 @@
+package grant
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// SeedRecord is what seed created: the agent's and the owner's users, every
+// principal and key to remove at cleanup, and the manifest it wrote. The
+// launcher reads AgentUser for all-approved; protect adds the keys it
+// creates, so cleanup removes them too.
+type SeedRecord struct {
+	AgentUser  string   `json:"agentUser"`
+	OwnerUser  string   `json:"ownerUser"`
+	Principals []string `json:"principals"`
+	Keys       []string `json:"keys"`
+	Manifest   string   `json:"manifest"`
+}
+
+// LoadSeedRecord reads and checks the seed record at path. Like the grant,
+// it is refused when group or others can write it: cleanup deletes the keys
+// it lists.
+func LoadSeedRecord(path string) (*SeedRecord, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("seed record %s: %w", path, err)
+	}
+	data, err := readSecureFile(abs, maxSeedBytes)
+	if err != nil {
+		return nil, fmt.Errorf("seed record: %w", err)
+	}
+	var r SeedRecord
+	if err := decodeStrict(data, &r); err != nil {
+		return nil, fmt.Errorf("seed record %s: %w", abs, err)
+	}
+	if err := r.Check(); err != nil {
+		return nil, fmt.Errorf("seed record %s: %w", abs, err)
+	}
+	return &r, nil
+}
+
+// Save checks r and writes it to path atomically with mode 0600.
+func (r *SeedRecord) Save(path string) error {
+	if err := r.Check(); err != nil {
+		return fmt.Errorf("seed record %s: not saved: %w", path, err)
+	}
+	data, err := marshalFile(r)
+	if err != nil {
+		return fmt.Errorf("seed record %s: %w", path, err)
+	}
+	if err := writeFileAtomic(path, data); err != nil {
+		return fmt.Errorf("seed record: %w", err)
+	}
+	return nil
+}
+
+// Check refuses empty or repeated entries in Principals and Keys, and a
+// user name with a space or control character.
+func (r *SeedRecord) Check() error {
+	for _, f := range []struct{ name, value string }{{"agentUser", r.AgentUser}, {"ownerUser", r.OwnerUser}} {
+		if strings.ContainsFunc(f.value, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+			return fieldErr(f.name, ErrInvalid, "%q holds a space or control character", f.value)
+		}
+	}
+	for _, list := range []struct {
+		name   string
+		values []string
+	}{{"principals", r.Principals}, {"keys", r.Keys}} {
+		for i, v := range list.values {
+			field := fmt.Sprintf("%s[%d]", list.name, i)
+			if v == "" {
+				return &FieldError{Field: field, Err: ErrMissing}
+			}
+			// The value is not quoted: a key's t-Tag stays out of messages.
+			if j := slices.Index(list.values, v); j != i {
+				return fieldErr(field, ErrDuplicate, "same as %s[%d]", list.name, j)
+			}
+		}
+	}
+	return nil
+}
+
+// AddKeys records keys not already recorded, in order.
+func (r *SeedRecord) AddKeys(keys ...string) {
+	for _, k := range keys {
+		if k != "" && !slices.Contains(r.Keys, k) {
+			r.Keys = append(r.Keys, k)
+		}
+	}
+}
