@@ -45,7 +45,8 @@ type LaunchOptions struct {
 	TTL      time.Duration
 	// Out is where the grant is written.
 	Out string
-	// Now is the issue time; zero means the current time.
+	// Now is the issue time (kept to the second); zero means the current
+	// time.
 	Now time.Time
 	// AgentUser is the seed record's agent user.
 	AgentUser string
