@@ -1,0 +1,258 @@
+package audit
+
+import (
+	"strings"
+	"time"
+)
+
+// Line is one kind of audit line: ToolCall, Client, AuthRefused, Startup or
+// Shutdown. The set is closed; Write adds the "event" member.
+type Line interface {
+	event() string
+	// prepare returns the value to encode, with its event, its timestamps
+	// set and in UTC, and its ill-shaped fields cleared; and the JSON names
+	// of the fields cleared.
+	prepare(now time.Time) (any, []string)
+}
+
+// Events, as the "event" member of each line.
+const (
+	EventTool        = "tool"
+	EventClient      = "client"
+	EventAuthRefused = "auth-refused"
+	EventStartup     = "startup"
+	EventShutdown    = "shutdown"
+)
+
+// Outcomes of a tool call, or of one section of a compound read.
+const (
+	OutcomeOK      = "ok"
+	OutcomeRefused = "refused"
+	OutcomeError   = "error"
+)
+
+// Layers that refuse (the same words as gateway/api's Layer constants).
+const (
+	LayerAdapter   = "adapter"
+	LayerGateway   = "gateway"
+	LayerKeyServer = "keyserver"
+)
+
+// ToolCall is the line for one tool call.
+type ToolCall struct {
+	RunID    string `json:"runId"`
+	GrantID  string `json:"grantId"`
+	ActingAs string `json:"actingAs,omitempty"`
+	Caller   string `json:"caller,omitempty"` // the HTTP user id; empty over stdio
+	// JKT is the session holder key's RFC 7638 thumbprint (base64url).
+	JKT string `json:"jkt,omitempty"`
+	// HandleDigest is Digest12 of the session handle, never the handle.
+	HandleDigest string `json:"handleDigest,omitempty"`
+
+	Tool       string `json:"tool"`
+	DocumentID string `json:"documentId,omitempty"`
+	FragmentID string `json:"fragmentId,omitempty"`
+	StepID     string `json:"stepId,omitempty"`
+	Version    int    `json:"version,omitempty"`
+
+	Outcome string `json:"outcome"` // OutcomeOK, OutcomeRefused or OutcomeError
+	Layer   string `json:"layer,omitempty"`
+	Code    string `json:"code,omitempty"`
+	Status  int    `json:"status,omitempty"`
+
+	StartedAt       time.Time `json:"startedAt"`
+	LatencyMs       int64     `json:"latencyMs"`
+	GatewayRequests []Request `json:"gatewayRequests,omitempty"`
+	ServiceRelogin  bool      `json:"serviceRelogin,omitempty"`
+
+	// File tools: the path relative to the file root, the plaintext's
+	// sha256, whether a key was minted, and Digest12 of its hidden link.
+	Path            string `json:"path,omitempty"`
+	PlaintextSHA256 string `json:"plaintextSha256,omitempty"`
+	Minted          bool   `json:"minted,omitempty"`
+	KeyLink         string `json:"keyLink,omitempty"`
+
+	// Sections of a compound document: each one's outcome, never its text.
+	Sections []Section `json:"sections,omitempty"`
+}
+
+// Request is one Gateway request a tool call made.
+type Request struct {
+	Route     string `json:"route"`
+	Status    int    `json:"status"`
+	Code      string `json:"code,omitempty"`
+	LatencyMs int64  `json:"latencyMs"`
+}
+
+// Section is one section's outcome in a compound read.
+type Section struct {
+	ID        string `json:"id"`
+	Outcome   string `json:"outcome"`
+	Layer     string `json:"layer,omitempty"`
+	Code      string `json:"code,omitempty"`
+	LatencyMs int64  `json:"latencyMs"`
+}
+
+// Client is the line written at each initialize: which host connected and
+// whether it said it can elicit.
+type Client struct {
+	RunID           string    `json:"runId"`
+	Caller          string    `json:"caller,omitempty"`
+	Name            string    `json:"name"`
+	Version         string    `json:"version"`
+	Elicitation     bool      `json:"elicitation"`
+	ProtocolVersion string    `json:"protocolVersion"`
+	TS              time.Time `json:"ts"`
+}
+
+// AuthRefused is the line for an HTTP request refused for its token. It
+// carries no header value and nothing from inside the token.
+type AuthRefused struct {
+	Class  string    `json:"class"`  // e.g. "expired", "no-token"
+	Reason string    `json:"reason"` // the server's code, e.g. "TOKEN_EXPIRED"
+	Status int       `json:"status"`
+	Method string    `json:"method"`
+	Path   string    `json:"path"` // the URL path; a query is dropped
+	TS     time.Time `json:"ts"`
+}
+
+// Startup is the line written when the server starts serving.
+type Startup struct {
+	RunID          string    `json:"runId"`
+	ProgramVersion string    `json:"programVersion,omitempty"`
+	Transport      string    `json:"transport"` // "stdio" or "http"
+	GrantID        string    `json:"grantId,omitempty"`
+	TS             time.Time `json:"ts"`
+}
+
+// Shutdown is the line written when the server stops.
+type Shutdown struct {
+	RunID  string    `json:"runId"`
+	Reason string    `json:"reason,omitempty"` // e.g. "SIGTERM", "stdin-closed"
+	TS     time.Time `json:"ts"`
+}
+
+func (ToolCall) event() string    { return EventTool }
+func (Client) event() string      { return EventClient }
+func (AuthRefused) event() string { return EventAuthRefused }
+func (Startup) event() string     { return EventStartup }
+func (Shutdown) event() string    { return EventShutdown }
+
+// The values prepare returns embed a copy of the line under a local type, so
+// the encoder sees the line's own fields after "event".
+
+func (c ToolCall) prepare(now time.Time) (any, []string) {
+	var s sanitizer
+	c.RunID = s.free("runId", c.RunID)
+	c.GrantID = s.free("grantId", c.GrantID)
+	c.ActingAs = s.free("actingAs", c.ActingAs)
+	c.Caller = s.free("caller", c.Caller)
+	c.JKT = s.match("jkt", c.JKT, isThumbprint)
+	c.HandleDigest = s.match("handleDigest", c.HandleDigest, isDigest12)
+	c.Tool = s.match("tool", c.Tool, isToolName)
+	c.DocumentID = s.free("documentId", c.DocumentID)
+	c.FragmentID = s.free("fragmentId", c.FragmentID)
+	c.StepID = s.free("stepId", c.StepID)
+	c.Outcome = s.match("outcome", c.Outcome, isOutcome)
+	c.Layer = s.match("layer", c.Layer, isLayer)
+	c.Code = s.match("code", c.Code, isCode)
+	c.StartedAt = stamp(c.StartedAt, now)
+	c.Path = s.free("path", c.Path)
+	c.PlaintextSHA256 = s.match("plaintextSha256", c.PlaintextSHA256, isSHA256)
+	c.KeyLink = s.match("keyLink", c.KeyLink, isDigest12)
+	if c.GatewayRequests != nil {
+		reqs := make([]Request, len(c.GatewayRequests))
+		for i, r := range c.GatewayRequests {
+			r.Route = s.match("gatewayRequests.route", r.Route, isRoute)
+			r.Code = s.match("gatewayRequests.code", r.Code, isCode)
+			reqs[i] = r
+		}
+		c.GatewayRequests = reqs
+	}
+	if c.Sections != nil {
+		secs := make([]Section, len(c.Sections))
+		for i, sec := range c.Sections {
+			sec.ID = s.free("sections.id", sec.ID)
+			sec.Outcome = s.match("sections.outcome", sec.Outcome, isOutcome)
+			sec.Layer = s.match("sections.layer", sec.Layer, isLayer)
+			sec.Code = s.match("sections.code", sec.Code, isCode)
+			secs[i] = sec
+		}
+		c.Sections = secs
+	}
+	type plain ToolCall
+	return struct {
+		Event string `json:"event"`
+		plain
+	}{EventTool, plain(c)}, s.dropped
+}
+
+func (c Client) prepare(now time.Time) (any, []string) {
+	var s sanitizer
+	c.RunID = s.free("runId", c.RunID)
+	c.Caller = s.free("caller", c.Caller)
+	// Name, version and protocol version are whatever the client sent.
+	c.Name = s.free("name", clip(c.Name, maxClientField))
+	c.Version = s.free("version", clip(c.Version, maxClientField))
+	c.ProtocolVersion = s.free("protocolVersion", clip(c.ProtocolVersion, maxClientField))
+	c.TS = stamp(c.TS, now)
+	type plain Client
+	return struct {
+		Event string `json:"event"`
+		plain
+	}{EventClient, plain(c)}, s.dropped
+}
+
+func (a AuthRefused) prepare(now time.Time) (any, []string) {
+	var s sanitizer
+	a.Class = s.match("class", a.Class, isClass)
+	a.Reason = s.match("reason", a.Reason, isCode)
+	a.Method = s.match("method", clip(a.Method, maxClientField), isMethod)
+	// A query string can carry a token (access_token=...), so only the path
+	// is kept.
+	if i := strings.IndexAny(a.Path, "?#"); i >= 0 {
+		a.Path = a.Path[:i]
+	}
+	a.Path = s.free("path", clip(a.Path, maxClientField))
+	a.TS = stamp(a.TS, now)
+	type plain AuthRefused
+	return struct {
+		Event string `json:"event"`
+		plain
+	}{EventAuthRefused, plain(a)}, s.dropped
+}
+
+func (st Startup) prepare(now time.Time) (any, []string) {
+	var s sanitizer
+	st.RunID = s.free("runId", st.RunID)
+	st.ProgramVersion = s.free("programVersion", st.ProgramVersion)
+	st.Transport = s.match("transport", st.Transport, isClass)
+	st.GrantID = s.free("grantId", st.GrantID)
+	st.TS = stamp(st.TS, now)
+	type plain Startup
+	return struct {
+		Event string `json:"event"`
+		plain
+	}{EventStartup, plain(st)}, s.dropped
+}
+
+func (sd Shutdown) prepare(now time.Time) (any, []string) {
+	var s sanitizer
+	sd.RunID = s.free("runId", sd.RunID)
+	sd.Reason = s.match("reason", sd.Reason, isReason)
+	sd.TS = stamp(sd.TS, now)
+	type plain Shutdown
+	return struct {
+		Event string `json:"event"`
+		plain
+	}{EventShutdown, plain(sd)}, s.dropped
+}
+
+// stamp fills a missing time and normalises it to UTC milliseconds, so
+// lines sort and compare as text.
+func stamp(t, now time.Time) time.Time {
+	if t.IsZero() {
+		t = now
+	}
+	return t.UTC().Truncate(time.Millisecond)
+}
