@@ -205,15 +205,18 @@ func (g *Gateway) aclRevoke(ctx context.Context, c *call) (any, error) {
 }
 
 func (g *Gateway) keyExpire(ctx context.Context, c *call) (any, error) {
-	return g.keyLifecycle(ctx, c, OpKeyExpire, g.store.expireKey)
+	return g.keyLifecycle(ctx, c, OpKeyExpire, false, g.store.expireKey)
 }
 
+// keyRemove deletes a key and its ACL. Unlike every other operation it
+// accepts an expired key: expiry stops all use, and removal is how the
+// owner then cleans up.
 func (g *Gateway) keyRemove(ctx context.Context, c *call) (any, error) {
-	return g.keyLifecycle(ctx, c, OpKeyRemove, g.store.removeKey)
+	return g.keyLifecycle(ctx, c, OpKeyRemove, true, g.store.removeKey)
 }
 
 // keyLifecycle expires or removes a key: OWNER only, and the ACL role.
-func (g *Gateway) keyLifecycle(ctx context.Context, c *call, op string,
+func (g *Gateway) keyLifecycle(ctx context.Context, c *call, op string, onExpired bool,
 	apply func(ctx context.Context, tx *sql.Tx, ttag string) error) (any, error) {
 	var req api.TTagRequest
 	if err := c.decode(&req); err != nil {
@@ -223,7 +226,7 @@ func (g *Gateway) keyLifecycle(ctx context.Context, c *call, op string,
 		return nil, e
 	}
 	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: op, ttag: req.TTag, role: api.RoleACL, needs: needOwner,
-		do: func(tx *sql.Tx, _ *decision) error { return apply(ctx, tx, req.TTag) }})
+		onExpired: onExpired, do: func(tx *sql.Tx, _ *decision) error { return apply(ctx, tx, req.TTag) }})
 	if err != nil {
 		return nil, err
 	}

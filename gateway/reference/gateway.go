@@ -197,8 +197,8 @@ func (g *Gateway) routeTable() map[string]route {
 		api.RouteAdminMapIdentity:     {auth: authAdminOrService, limit: smallBodyLimit, handle: g.mapIdentity},
 		api.RouteAdminUnmapIdentity:   {auth: authAdminOrService, limit: smallBodyLimit, handle: g.unmapIdentity},
 
-		api.RouteAdminTestFaults:               {auth: authAdmin, limit: smallBodyLimit, control: true, handle: g.controlFaults},
-		api.RouteAdminTestCounts:               {auth: authAdmin, limit: smallBodyLimit, control: true, handle: g.controlCounts},
+		api.RouteAdminTestFaults:              {auth: authAdmin, limit: smallBodyLimit, control: true, handle: g.controlFaults},
+		api.RouteAdminTestCounts:              {auth: authAdmin, limit: smallBodyLimit, control: true, handle: g.controlCounts},
 		api.RouteAdminTestDropServiceSessions: {auth: authAdmin, limit: smallBodyLimit, control: true, handle: g.controlDrop},
 	}
 }

@@ -41,6 +41,9 @@ type keyOp struct {
 	needs rightsNeeded
 	// spend takes one use of a limited entry when the operation succeeds.
 	spend bool
+	// onExpired lets the operation run on an expired key (removal: an
+	// expired key can still be deleted by its owner, never used).
+	onExpired bool
 	// do runs inside the decision's transaction once every check passed.
 	// A returned *api.Error is a refusal: its writes are undone and a
 	// FAILED row is kept.
@@ -124,7 +127,7 @@ func (g *Gateway) decide(ctx context.Context, tx *sql.Tx, s *scopedSession, now 
 		return nil, nil, err
 	}
 	d := &decision{key: k}
-	if k.Expired {
+	if k.Expired && !op.onExpired {
 		return d, keyServerError(api.CodeKeyExpired, http.StatusGone,
 			"the key was expired; it can never be used again; do not retry"), nil
 	}
