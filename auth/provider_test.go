@@ -1,0 +1,243 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/lestrrat-go/jwx/v2/jws"
+)
+
+// testProvider is a small OpenID provider over real TLS on 127.0.0.1:
+// discovery, a JWKS it can rotate, and a token endpoint whose answer each
+// test writes. It counts what it serves.
+type testProvider struct {
+	t      *testing.T
+	srv    *httptest.Server
+	caFile string
+
+	mu          sync.Mutex
+	published   []jwk.Key
+	authMethods []string
+	token       http.HandlerFunc
+
+	discoveryFetches atomic.Int64
+	jwksFetches      atomic.Int64
+	tokenRequests    atomic.Int64
+}
+
+func newTestProvider(t *testing.T) *testProvider {
+	t.Helper()
+	p := &testProvider{t: t}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		p.discoveryFetches.Add(1)
+		p.mu.Lock()
+		methods := p.authMethods
+		p.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{
+			"issuer":                                p.issuer(),
+			"jwks_uri":                              p.issuer() + "/jwks",
+			"token_endpoint":                        p.issuer() + "/token",
+			"token_endpoint_auth_methods_supported": methods,
+		})
+	})
+	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, r *http.Request) {
+		p.jwksFetches.Add(1)
+		set := jwk.NewSet()
+		p.mu.Lock()
+		for _, k := range p.published {
+			if err := set.AddKey(k); err != nil {
+				p.mu.Unlock()
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		p.mu.Unlock()
+		writeJSON(w, http.StatusOK, set)
+	})
+	mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
+		p.tokenRequests.Add(1)
+		p.mu.Lock()
+		h := p.token
+		p.mu.Unlock()
+		if h == nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "unsupported_grant_type"})
+			return
+		}
+		h(w, r)
+	})
+	p.srv = httptest.NewUnstartedServer(mux)
+	p.srv.StartTLS()
+	t.Cleanup(p.srv.Close)
+
+	// The provider's CA file: the httptest certificate, and nothing else.
+	p.caFile = filepath.Join(t.TempDir(), "idp-ca.pem")
+	writePEM(t, p.caFile, "CERTIFICATE", p.srv.Certificate().Raw, 0o644)
+	return p
+}
+
+func (p *testProvider) issuer() string { return p.srv.URL }
+
+// publish replaces the JWKS with the public halves of keys.
+func (p *testProvider) publish(keys ...*testKey) {
+	p.t.Helper()
+	var pubs []jwk.Key
+	for _, k := range keys {
+		pub, err := k.key.PublicKey()
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		pubs = append(pubs, pub)
+	}
+	p.mu.Lock()
+	p.published = pubs
+	p.mu.Unlock()
+}
+
+func (p *testProvider) setTokenHandler(h http.HandlerFunc) {
+	p.mu.Lock()
+	p.token = h
+	p.mu.Unlock()
+}
+
+func (p *testProvider) provider(t *testing.T) *Provider {
+	t.Helper()
+	client, err := NewProviderClient(p.caFile, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewProvider(p.issuer(), client)
+}
+
+// testKey is a private signing key with its kid and alg.
+type testKey struct {
+	key jwk.Key
+	alg jwa.SignatureAlgorithm
+}
+
+func newRSAKey(t *testing.T, kid string) *testKey {
+	t.Helper()
+	raw, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wrapKey(t, raw, kid, jwa.RS256)
+}
+
+func newECKey(t *testing.T, kid string) *testKey {
+	t.Helper()
+	raw, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wrapKey(t, raw, kid, jwa.ES256)
+}
+
+func wrapKey(t *testing.T, raw any, kid string, alg jwa.SignatureAlgorithm) *testKey {
+	t.Helper()
+	k, err := jwk.FromRaw(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Set(jwk.KeyIDKey, kid); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Set(jwk.AlgorithmKey, alg); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Set(jwk.KeyUsageKey, jwk.ForSignature); err != nil {
+		t.Fatal(err)
+	}
+	return &testKey{key: k, alg: alg}
+}
+
+// sign makes a compact JWS over claims with exactly the header fields
+// given (plus alg), signed by k with alg.
+func sign(t *testing.T, k *testKey, alg jwa.SignatureAlgorithm, header, claims map[string]any) string {
+	t.Helper()
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := jws.NewHeaders()
+	for name, v := range header {
+		if err := h.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Sign with the raw key so the library adds nothing from the JWK.
+	var raw any
+	if err := k.key.Raw(&raw); err != nil {
+		t.Fatal(err)
+	}
+	out, err := jws.Sign(payload, jws.WithKey(alg, raw, jws.WithProtectedHeaders(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// unsigned builds header.payload. with any header, no signature.
+func unsigned(t *testing.T, header, claims map[string]any) string {
+	t.Helper()
+	return b64JSON(t, header) + "." + b64JSON(t, claims) + "."
+}
+
+func b64JSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// testClock is a clock tests move by hand.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock() *testClock {
+	return &testClock{now: time.Now().Truncate(time.Second)}
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode); err != nil {
+		t.Fatal(err)
+	}
+}
