@@ -1,7 +1,7 @@
 package auth
 
 import (
-		"bytes"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -133,7 +133,9 @@ func TestMiddlewareRefusals(t *testing.T) {
 		}
 		return c
 	}
-	at := func(edit func(map[string]any)) string { return sign(t, f.rsa, jwa.RS256, atHeader("rsa-1"), claims(edit)) }
+	at := func(edit func(map[string]any)) string {
+		return sign(t, f.rsa, jwa.RS256, atHeader("rsa-1"), claims(edit))
+	}
 
 	type want struct {
 		status    int
@@ -406,4 +408,33 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.base.RoundTrip(r)
+}
+
+// TestChallengeLeadsToMetadata follows a host's first step: the 401's
+// resource_metadata URL serves metadata whose resource is exactly the URL
+// that was called, naming the provider.
+func TestChallengeLeadsToMetadata(t *testing.T) {
+	f := newResourceFixture(t, nil)
+	resp, _ := f.do(t, "POST", "/mcp", nil)
+	ch := resp.Header.Get("WWW-Authenticate")
+	_, rest, ok := strings.Cut(ch, `resource_metadata="`)
+	if !ok {
+		t.Fatalf("no resource_metadata in %q", ch)
+	}
+	u, _, _ := strings.Cut(rest, `"`)
+	mresp, err := f.srv.Client().Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mresp.Body.Close()
+	var m struct {
+		Resource             string   `json:"resource"`
+		AuthorizationServers []string `json:"authorization_servers"`
+	}
+	if err := json.NewDecoder(mresp.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Resource != f.srv.URL+"/mcp" || len(m.AuthorizationServers) != 1 || m.AuthorizationServers[0] != f.p.issuer() {
+		t.Errorf("metadata %+v", m)
+	}
 }

@@ -212,8 +212,12 @@ func TestVerifyRefuses(t *testing.T) {
 		}, ClassBadSignature, ReasonSignatureInvalid},
 		{"unknown kid", withHeader(atHeader("rsa-9"), nil), ClassUnknownKey, ReasonKeyUnknown},
 		{"no kid", withHeader(map[string]any{"typ": "at+jwt"}, nil), ClassUnknownKey, ReasonKeyIDMissing},
-		{"alg none", func() string { return unsigned(t, map[string]any{"alg": "none", "typ": "at+jwt", "kid": "rsa-1"}, f.claims()) }, ClassInvalid, ReasonAlgNone},
-		{"alg nOnE", func() string { return unsigned(t, map[string]any{"alg": "nOnE", "typ": "at+jwt", "kid": "rsa-1"}, f.claims()) }, ClassInvalid, ReasonAlgNone},
+		{"alg none", func() string {
+			return unsigned(t, map[string]any{"alg": "none", "typ": "at+jwt", "kid": "rsa-1"}, f.claims())
+		}, ClassInvalid, ReasonAlgNone},
+		{"alg nOnE", func() string {
+			return unsigned(t, map[string]any{"alg": "nOnE", "typ": "at+jwt", "kid": "rsa-1"}, f.claims())
+		}, ClassInvalid, ReasonAlgNone},
 		{"no alg", func() string { return unsigned(t, map[string]any{"typ": "at+jwt", "kid": "rsa-1"}, f.claims()) }, ClassInvalid, ReasonAlgNone},
 		{"HS256 keyed with the provider's public key", hmacWithPublicKey, ClassInvalid, ReasonAlgNotAllowed},
 		{"RS384, not on the allow-list", func() string {

@@ -1,0 +1,233 @@
+package auth
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// configDir copies testdata/mcp-http.json into a fresh folder with the
+// files it names (the secret file mode 600), applies edit to the decoded
+// JSON, and returns the config file's path.
+func configDir(t *testing.T, edit func(m map[string]any)) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "mcp-http.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	writePEM(t, filepath.Join(dir, "idp-ca.pem"), "CERTIFICATE", ca.cert.Raw, 0o644)
+	for name, content := range map[string]string{"mcp-tls.pem": "cert", "mcp-tls.key": "key"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mcp-adapter-client-secret"), []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		edit(m)
+		if raw, err = json.Marshal(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "mcp-http.json")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func sub(m map[string]any, key string) map[string]any { return m[key].(map[string]any) }
+
+func TestLoadHTTPConfig(t *testing.T) {
+	path := configDir(t, nil)
+	c, err := LoadHTTPConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(path)
+	for got, want := range map[string]string{
+		c.TLS.Certificate:                   filepath.Join(dir, "mcp-tls.pem"),
+		c.TLS.Key:                           filepath.Join(dir, "mcp-tls.key"),
+		c.Provider.CAFile:                   filepath.Join(dir, "idp-ca.pem"),
+		c.Exchange.ClientSecretFile:         filepath.Join(dir, "mcp-adapter-client-secret"),
+		c.Audience:                          "mcp-adapter",
+		c.Resource:                          "https://127.0.0.1:8443/mcp",
+		c.ResourceMetadataURL():             "https://127.0.0.1:8443/.well-known/oauth-protected-resource/mcp",
+		c.MetadataPath():                    "/.well-known/oauth-protected-resource/mcp",
+		c.ListenAddr():                      "127.0.0.1:8443",
+		c.Provider.Issuer:                   "https://idp.example/realms/main",
+		strings.Join(c.RequiredScopes, " "): "openid",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	if c.MaxCallers != 8 || c.JWKSRefreshMin().Seconds() != 5 {
+		t.Errorf("maxCallers %d, refresh %s", c.MaxCallers, c.JWKSRefreshMin())
+	}
+	if s, err := c.ClientSecret(); err != nil || s != "the-secret" {
+		t.Errorf("secret: %v", err)
+	}
+	p, err := c.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.NewVerifier(p); err != nil {
+		t.Error(err)
+	}
+	if _, err := c.NewExchanger(p); err != nil {
+		t.Error(err)
+	}
+
+	// Explicit audience and resource are kept; the refresh default applies.
+	c, err = LoadHTTPConfig(configDir(t, func(m map[string]any) {
+		m["audience"] = "https://127.0.0.1:8443/mcp"
+		m["resource"] = "https://localhost:9443/tools/mcp"
+		delete(sub(m, "provider"), "jwksRefreshMinSeconds")
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Audience != "https://127.0.0.1:8443/mcp" || c.Resource != "https://localhost:9443/tools/mcp" ||
+		c.ResourceMetadataURL() != "https://localhost:9443/.well-known/oauth-protected-resource/tools/mcp" || c.JWKSRefreshMin() != DefaultJWKSRefreshMin {
+		t.Errorf("got %+v", c)
+	}
+}
+
+func TestLoadHTTPConfigRefuses(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(m map[string]any)
+		// prepare changes the folder after the file is written.
+		prepare func(t *testing.T, dir string)
+		want    string
+	}{
+		{"unknown top-level field", func(m map[string]any) { m["listenPort"] = 1 }, nil, `unknown field "listenPort"`},
+		{"unknown nested field", func(m map[string]any) { sub(m, "provider")["jwksUri"] = "x" }, nil, `unknown field "jwksUri"`},
+		{"listen on 0.0.0.0", func(m map[string]any) { sub(m, "listen")["host"] = "0.0.0.0" }, nil, `listen.host is "0.0.0.0"`},
+		{"listen on localhost", func(m map[string]any) { sub(m, "listen")["host"] = "localhost" }, nil, `listen.host is "localhost"`},
+		{"listen on ::1", func(m map[string]any) { sub(m, "listen")["host"] = "::1" }, nil, `listen.host is "::1"`},
+		{"no port", func(m map[string]any) { delete(sub(m, "listen"), "port") }, nil, "listen.port 0"},
+		{"port too large", func(m map[string]any) { sub(m, "listen")["port"] = 70000 }, nil, "listen.port 70000"},
+		{"no certificate", func(m map[string]any) { delete(sub(m, "tls"), "certificate") }, nil, "tls.certificate is missing"},
+		{"key file absent", func(m map[string]any) { sub(m, "tls")["key"] = "absent.key" }, nil, "tls.key"},
+		{"http issuer", func(m map[string]any) { sub(m, "provider")["issuer"] = "http://idp.example/realms/main" }, nil, "not an https URL"},
+		{"issuer with a fragment", func(m map[string]any) { sub(m, "provider")["issuer"] = "https://idp.example/realms/main#x" }, nil, "query or fragment"},
+		{"CA file not PEM", nil, func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "idp-ca.pem"), []byte("junk"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "holds no PEM certificate"},
+		{"alg none", func(m map[string]any) { sub(m, "provider")["allowedAlgs"] = []string{"RS256", "none"} }, nil, `allowedAlgs names "none"`},
+		{"alg HS256", func(m map[string]any) { sub(m, "provider")["allowedAlgs"] = []string{"HS256"} }, nil, `allowedAlgs names "HS256": HMAC`},
+		{"alg unknown", func(m map[string]any) { sub(m, "provider")["allowedAlgs"] = []string{"RS1"} }, nil, `allowedAlgs names "RS1"`},
+		{"no algs", func(m map[string]any) { sub(m, "provider")["allowedAlgs"] = []string{} }, nil, "allowedAlgs is empty"},
+		{"negative refresh", func(m map[string]any) { sub(m, "provider")["jwksRefreshMinSeconds"] = -1 }, nil, "jwksRefreshMinSeconds is -1"},
+		{"secret file readable by group", nil, func(t *testing.T, dir string) {
+			if err := os.Chmod(filepath.Join(dir, "mcp-adapter-client-secret"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}, "has mode 0640"},
+		{"secret file readable by all", nil, func(t *testing.T, dir string) {
+			if err := os.Chmod(filepath.Join(dir, "mcp-adapter-client-secret"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "has mode 0644: group and others must have no access"},
+		{"secret file empty", nil, func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "mcp-adapter-client-secret"), []byte("\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "is empty"},
+		{"no client id", func(m map[string]any) { delete(sub(m, "exchange"), "clientId") }, nil, "exchange.clientId is missing"},
+		{"no gateway audience", func(m map[string]any) { delete(sub(m, "exchange"), "gatewayAudience") }, nil, "exchange.gatewayAudience is missing"},
+		{"maxCallers 0", func(m map[string]any) { m["maxCallers"] = 0 }, nil, "maxCallers is 0"},
+		{"scope with a space", func(m map[string]any) { m["requiredScopes"] = []string{"openid profile"} }, nil, "requiredScopes has"},
+		{"resource over http", func(m map[string]any) { m["resource"] = "http://127.0.0.1:8443/mcp" }, nil, "not an https URL"},
+		{"resource with a query", func(m map[string]any) { m["resource"] = "https://127.0.0.1:8443/mcp?x=1" }, nil, "query or fragment"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := configDir(t, tc.edit)
+			if tc.prepare != nil {
+				tc.prepare(t, filepath.Dir(path))
+			}
+			_, err := LoadHTTPConfig(path)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+
+	t.Run("trailing data", func(t *testing.T) {
+		path := configDir(t, nil)
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = f.WriteString(`{"again":1}`)
+		f.Close()
+		if _, err := LoadHTTPConfig(path); err == nil || !strings.Contains(err.Error(), "data after") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+func TestMetadataHandler(t *testing.T) {
+	const resource = "https://127.0.0.1:8443/mcp"
+	mp, err := MetadataPath(resource)
+	if err != nil || mp != "/.well-known/oauth-protected-resource/mcp" {
+		t.Fatalf("path %q %v", mp, err)
+	}
+	srv := httptest.NewUnstartedServer(MetadataHandler(resource, "https://idp.example/realms/main", []string{"openid"}))
+	srv.StartTLS()
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"resource":                 resource,
+		"authorization_servers":    []any{"https://idp.example/realms/main"},
+		"scopes_supported":         []any{"openid"},
+		"bearer_methods_supported": []any{"header"},
+		"resource_name":            "pdmcp",
+	}
+	got, _ := json.Marshal(m)
+	exp, _ := json.Marshal(want)
+	if string(got) != string(exp) {
+		t.Errorf("metadata\n got %s\nwant %s", got, exp)
+	}
+
+	for _, bad := range []string{"http://127.0.0.1/mcp", "https://127.0.0.1/mcp#f", "https://127.0.0.1/mcp?q", ""} {
+		if _, err := MetadataURL(bad); err == nil {
+			t.Errorf("resource %q accepted", bad)
+		}
+	}
+	if u, _ := MetadataURL("https://127.0.0.1:8443/"); u != "https://127.0.0.1:8443/.well-known/oauth-protected-resource" {
+		t.Errorf("root resource: %q", u)
+	}
+}
