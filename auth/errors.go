@@ -95,7 +95,9 @@ func (e *TokenError) Error() string {
 func (e *TokenError) Unwrap() error { return e.cause }
 
 // Is lets errors.Is match the go-sdk's ErrInvalidToken for every class
-// answered 401, so the Verifier also works behind the SDK's own middleware.
+// answered 401, so the Verifier also works behind the SDK's own middleware;
+// and a *TokenError target of the same class (and reason, when the target
+// names one), e.g. errors.Is(err, &TokenError{Class: ClassExpired}).
 func (e *TokenError) Is(target error) bool {
 	if target == sdkauth.ErrInvalidToken {
 		return e.Status() == http.StatusUnauthorized

@@ -31,15 +31,18 @@ const DefaultClockSkew = 30 * time.Second
 // provider's keys when the configuration names none.
 const DefaultJWKSRefreshMin = 5 * time.Second
 
-// asymmetricAlgs are the only signing algorithms a configuration may allow.
-// HMAC algorithms are excluded outright: a resource server holds no secret
-// shared with the provider, and accepting them invites signing with the
-// provider's public key as the MAC key.
-var asymmetricAlgs = []string{
-	"RS256", "RS384", "RS512",
-	"PS256", "PS384", "PS512",
-	"ES256", "ES384", "ES512",
-	"EdDSA",
+// asymmetricAlgs lists the only signing algorithms a configuration may
+// allow. HMAC algorithms are excluded outright: a resource server holds no
+// secret shared with the provider, and accepting them invites signing with
+// the provider's public key as the MAC key.
+const asymmetricAlgs = "RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA"
+
+func isAsymmetricAlg(a string) bool {
+	switch a {
+	case "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA":
+		return true
+	}
+	return false
 }
 
 // CheckAlgs refuses an allow-list that is empty or names an algorithm
@@ -53,9 +56,9 @@ func CheckAlgs(algs []string) error {
 		case strings.EqualFold(a, "none"):
 			return fmt.Errorf("allowedAlgs names %q: unsigned tokens are never accepted", a)
 		case strings.HasPrefix(strings.ToUpper(a), "HS"):
-			return fmt.Errorf("allowedAlgs names %q: HMAC algorithms are never accepted (only asymmetric ones: %s)", a, strings.Join(asymmetricAlgs, ", "))
-		case !slices.Contains(asymmetricAlgs, a):
-			return fmt.Errorf("allowedAlgs names %q, which is not one of %s", a, strings.Join(asymmetricAlgs, ", "))
+			return fmt.Errorf("allowedAlgs names %q: HMAC algorithms are never accepted (only asymmetric ones: %s)", a, asymmetricAlgs)
+		case !isAsymmetricAlg(a):
+			return fmt.Errorf("allowedAlgs names %q, which is not one of %s", a, asymmetricAlgs)
 		}
 	}
 	return nil
@@ -463,6 +466,10 @@ func keyFits(k jwk.Key, alg string) bool {
 // fetch reads the provider's key set (discovering jwks_uri first if need
 // be) and records the attempt, successful or not, for the rate limit.
 func (v *Verifier) fetch(ctx context.Context) error {
+	// The fetch serves every waiting request, so one client hanging up must
+	// not cut it short (and spend the rate limit); the provider client's
+	// own timeout bounds it.
+	ctx = context.WithoutCancel(ctx)
 	v.mu.Lock()
 	v.lastFetch = v.now()
 	v.mu.Unlock()
