@@ -231,7 +231,7 @@ func TestOfflineAccessRefused(t *testing.T) {
 	}
 }
 
-func TestPKCERequired(t *testing.T) {
+func TestAuthorizationRefusals(t *testing.T) {
 	e := startEnv(t, "", nil)
 	cases := []struct {
 		name  string
@@ -240,6 +240,7 @@ func TestPKCERequired(t *testing.T) {
 	}{
 		{"no challenge", func(q url.Values) { q.Del("code_challenge"); q.Del("code_challenge_method") }, "invalid_request"},
 		{"no method", func(q url.Values) { q.Del("code_challenge_method") }, "invalid_request"},
+		{"prompt none", func(q url.Values) { q.Set("prompt", "none") }, "login_required"},
 		{"plain", func(q url.Values) {
 			q.Set("code_challenge", "plain-verifier-plain-verifier-plain-verifier-x")
 			q.Set("code_challenge_method", "plain")

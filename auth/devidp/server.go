@@ -39,8 +39,9 @@ func (s *server) VerifyAuthRequest(ctx context.Context, r *op.Request[oidc.AuthR
 }
 
 // Authorize requires PKCE S256 (the library also lets plain and no PKCE
-// through) and refuses offline_access. The redirect URI is checked by now, so
-// these refusals go back to the client as RFC 6749 error redirects.
+// through) and refuses offline_access and prompt=none. The redirect URI is
+// checked by now, so these refusals go back to the client as RFC 6749 error
+// redirects.
 func (s *server) Authorize(ctx context.Context, r *op.ClientRequest[oidc.AuthRequest]) (*op.Redirect, error) {
 	switch {
 	case r.Data.CodeChallenge == "":
@@ -49,6 +50,9 @@ func (s *server) Authorize(ctx context.Context, r *op.ClientRequest[oidc.AuthReq
 		return nil, oidc.ErrInvalidRequest().WithDescription("code_challenge_method must be S256")
 	case slices.Contains(r.Data.Scopes, oidc.ScopeOfflineAccess):
 		return nil, oidc.ErrInvalidScope().WithDescription("offline_access is not offered")
+	case slices.Contains(r.Data.Prompt, oidc.PromptNone):
+		// No sign-in session is kept, so every sign-in needs the form.
+		return nil, oidc.ErrLoginRequired().WithDescription("no session is kept; sign in with the form")
 	}
 	return s.LegacyServer.Authorize(ctx, r)
 }
