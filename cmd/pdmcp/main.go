@@ -30,6 +30,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd())
+	root.AddCommand(newVersionCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
+		newBootstrapCmd(), newSeedCmd(), newGrantCmd())
 	return root
 }

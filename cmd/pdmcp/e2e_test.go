@@ -1,0 +1,370 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/grant"
+)
+
+// buildOnce builds the pdmcp binary once for every end-to-end test.
+var buildOnce = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "pdmcp-e2e-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "pdmcp")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", &buildError{out: string(out), err: err}
+	}
+	return bin, nil
+})
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
+
+func binary(t *testing.T) string {
+	t.Helper()
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatalf("build pdmcp: %v", err)
+	}
+	return bin
+}
+
+// cleanEnv is what a host would pass through pdmcp clean-env: no model
+// credentials, whatever the test runner's environment holds.
+func cleanEnv() []string {
+	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}
+}
+
+// run runs pdmcp with args and returns its stdout; it fails the test on a
+// non-zero exit.
+func run(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	cmd.Env = cleanEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pdmcp %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
+}
+
+// stack is a reference Gateway with a registered service, the seed's data
+// set and a grant, all made by the pdmcp binary as an operator would.
+type stack struct {
+	env      *reftest.Env
+	dir      string
+	config   string
+	manifest string
+	grant    string
+	audit    string
+}
+
+func newStack(t *testing.T, grantArgs ...string) *stack {
+	t.Helper()
+	s := &stack{env: reftest.Start(t, reference.Config{}), dir: t.TempDir()}
+	s.config = filepath.Join(s.dir, "config.json")
+	out := run(t, "bootstrap", "--endpoint", s.env.URL, "--trust-file", s.env.CAFile, "--admin-user", reftest.AdminUser,
+		"--admin-password-file", s.env.AdminPasswordFile, "--allow-scoped", "--config-out", s.config)
+	if !strings.HasSuffix(strings.TrimSpace(out), "BOOTSTRAP: OK") {
+		t.Fatalf("bootstrap did not end BOOTSTRAP: OK:\n%s", out)
+	}
+	data := filepath.Join(s.dir, "task-data")
+	out = run(t, "seed", "--config", s.config, "--out-dir", data)
+	if !strings.Contains(out, "SEED: OK") {
+		t.Fatalf("seed: %s", out)
+	}
+	s.manifest = filepath.Join(data, "manifest.json")
+	s.grant = filepath.Join(data, "grant.json")
+	s.audit = filepath.Join(data, "audit.jsonl")
+	args := append([]string{"grant", "--manifest", s.manifest, "--out", s.grant}, grantArgs...)
+	if len(grantArgs) == 0 {
+		args = append(args, "--all-approved", "--ttl-seconds", "900")
+	}
+	run(t, args...)
+	return s
+}
+
+// connect starts `pdmcp serve` as a host would and connects the go-sdk
+// client to it over stdio.
+func (s *stack) connect(t *testing.T, extraEnv ...string) *mcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant,
+		"--audit", s.audit)
+	cmd.Env = append(cleanEnv(), extraEnv...)
+	cmd.Stderr = &testLog{t: t}
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-host", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to pdmcp serve: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+type testLog struct {
+	t  *testing.T
+	mu sync.Mutex
+}
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.t.Logf("serve: %s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// call calls a tool and returns its structured content as a map.
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (map[string]any, bool) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: protocol error %v", name, err)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("call %s: structured content %s: %v", name, b, err)
+	}
+	return m, res.IsError
+}
+
+// wantRefused asserts a refusal's layer and code.
+func wantRefused(t *testing.T, m map[string]any, isError bool, layer, code string) {
+	t.Helper()
+	if !isError || m["refused"] != true || m["layer"] != layer || m["code"] != code {
+		t.Fatalf("got isError=%v %v, want %s %s", isError, m, layer, code)
+	}
+	if d, _ := m["detail"].(string); d == "" {
+		t.Errorf("refusal %s has no detail", code)
+	}
+}
+
+// quiet asserts that fn sends nothing to the Gateway.
+func (s *stack) quiet(t *testing.T, what string, fn func()) {
+	t.Helper()
+	before := s.env.Gateway.Counts()
+	fn()
+	if after := s.env.Gateway.Counts(); !maps.Equal(before, after) {
+		t.Errorf("%s reached the Gateway: before %v, after %v", what, before, after)
+	}
+}
+
+func seedText(t *testing.T, id string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "server", "operator", "seeddata", id+".txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestStdioEndToEnd(t *testing.T) {
+	s := newStack(t)
+	cs := s.connect(t)
+	ctx := context.Background()
+
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"list_approved_documents", "read_protected_document", "save_protected_result"}; !slices.Equal(names, want) {
+		t.Fatalf("tools/list = %v, want %v", names, want)
+	}
+
+	list, isErr := call(t, cs, "list_approved_documents", map[string]any{})
+	if isErr {
+		t.Fatalf("list refused: %v", list)
+	}
+	docs := list["documents"].([]any)
+	var ids []string
+	for _, d := range docs {
+		ids = append(ids, d.(map[string]any)["documentId"].(string))
+	}
+	if len(ids) != 5 || slices.Contains(ids, "proposal-equinox") {
+		t.Fatalf("listed %v: want the four approved proposals and the criteria", ids)
+	}
+
+	read, isErr := call(t, cs, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
+	if isErr {
+		t.Fatalf("read refused: %v", read)
+	}
+	want := seedText(t, "proposal-aurora")
+	sum := sha256.Sum256(want)
+	prov := read["provenance"].(map[string]any)
+	if read["text"] != string(want) || prov["sha256"] != hex.EncodeToString(sum[:]) || read["untrusted"] != true {
+		t.Fatalf("read returned %v", read)
+	}
+
+	s.quiet(t, "adapter refusals", func() {
+		m, e := call(t, cs, "read_protected_document", map[string]any{"documentId": "proposal-equinox"})
+		wantRefused(t, m, e, "adapter", "DOCUMENT_NOT_IN_GRANT")
+		m, e = call(t, cs, "read_protected_document", map[string]any{"documentId": "proposal-aurora", "ttag": "x"})
+		wantRefused(t, m, e, "adapter", "UNEXPECTED_ARGUMENT")
+		m, e = call(t, cs, "save_protected_result", map[string]any{"destinationId": "elsewhere", "text": "t", "idempotencyKey": "k"})
+		wantRefused(t, m, e, "adapter", "DESTINATION_NOT_IN_GRANT")
+		m, e = call(t, cs, "save_protected_result", map[string]any{"destinationId": "evaluation-summary",
+			"text": strings.Repeat("x", 64*1024+1), "idempotencyKey": "big"})
+		wantRefused(t, m, e, "adapter", "RESULT_TOO_LARGE")
+		m, e = call(t, cs, "encrypt_file", map[string]any{"path": "a.txt"})
+		wantRefused(t, m, e, "adapter", "TOOL_NOT_IN_GRANT")
+	})
+
+	before := s.env.Gateway.Count(api.RouteEncrypt)
+	first, isErr := call(t, cs, "save_protected_result", map[string]any{"destinationId": "evaluation-summary",
+		"text": "Aurora scores best on delivery.", "idempotencyKey": "summary-1"})
+	if isErr || first["version"] != float64(1) || first["replayed"] != false {
+		t.Fatalf("save: %v", first)
+	}
+	again, isErr := call(t, cs, "save_protected_result", map[string]any{"destinationId": "evaluation-summary",
+		"text": "Aurora scores best on delivery.", "idempotencyKey": "summary-1"})
+	if isErr || again["version"] != first["version"] || again["savedAt"] != first["savedAt"] || again["replayed"] != true {
+		t.Fatalf("retry returned %v, first was %v", again, first)
+	}
+	if n := s.env.Gateway.Count(api.RouteEncrypt) - before; n != 1 {
+		t.Errorf("Gateway encrypts for a save and its retry: %d, want 1", n)
+	}
+	s.quiet(t, "an idempotency conflict", func() {
+		m, e := call(t, cs, "save_protected_result", map[string]any{"destinationId": "evaluation-summary",
+			"text": "Different text.", "idempotencyKey": "summary-1"})
+		wantRefused(t, m, e, "adapter", "IDEMPOTENCY_CONFLICT")
+	})
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(s.manifest), "results", "*"))
+	if len(files) != 1 {
+		t.Errorf("result files %v, want exactly one", files)
+	}
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := m.Destinations["evaluation-summary"].Versions; len(v) != 1 || v[0].Version != 1 {
+		t.Errorf("manifest versions %+v", v)
+	}
+
+	_ = cs.Close()
+	checkAudit(t, s.audit, string(want))
+}
+
+// checkAudit reads the audit file: mode 0600, one JSON object a line, a
+// client line, tool lines; never the document text.
+func checkAudit(t *testing.T, path, secretText string) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("audit file mode %04o, want 0600", fi.Mode().Perm())
+	}
+	b, _ := os.ReadFile(path)
+	if strings.Contains(string(b), secretText[:40]) {
+		t.Error("the audit file holds document text")
+	}
+	var sawClient, sawRead bool
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("audit line is not JSON: %q", line)
+		}
+		switch {
+		case m["event"] == "client" && m["name"] == "e2e-host":
+			sawClient = true
+		case m["tool"] == "read_protected_document" && m["outcome"] == "ok":
+			sawRead = true
+			if h, _ := m["handleDigest"].(string); len(h) != 12 {
+				t.Errorf("read line without a handle digest: %v", m)
+			}
+			if reqs, _ := m["gatewayRequests"].([]any); len(reqs) == 0 {
+				t.Errorf("read line lists no Gateway request: %v", m)
+			}
+		}
+	}
+	if !sawClient || !sawRead {
+		t.Errorf("audit lacks the client line (%v) or a read line (%v):\n%s", sawClient, sawRead, b)
+	}
+}
+
+func TestStdioKeyServerRefusesUnapprovedDocument(t *testing.T) {
+	s := newStack(t)
+	// The launcher refuses to name an unapproved document, so write this
+	// grant directly: the key server must still refuse it.
+	g, err := grant.Load(s.grant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Documents = append(g.Documents, "proposal-equinox")
+	if err := g.Save(s.grant); err != nil {
+		t.Fatal(err)
+	}
+	cs := s.connect(t)
+	m, e := call(t, cs, "read_protected_document", map[string]any{"documentId": "proposal-equinox"})
+	wantRefused(t, m, e, "keyserver", "ACL_DENIED")
+	if m["status"] != float64(403) {
+		t.Errorf("status %v", m["status"])
+	}
+}
+
+func TestStdioGrantExpiry(t *testing.T) {
+	s := newStack(t, "--all-approved", "--ttl-seconds", "3")
+	cs := s.connect(t)
+	if m, e := call(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"}); e {
+		t.Fatalf("read before expiry: %v", m)
+	}
+	g, _ := grant.Load(s.grant)
+	time.Sleep(time.Until(g.NotAfter) + 100*time.Millisecond)
+	revokes := s.env.Gateway.Count(api.RouteRevoke)
+	decrypts := s.env.Gateway.Count(api.RouteDecrypt)
+	m, e := call(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"})
+	wantRefused(t, m, e, "adapter", "GRANT_EXPIRED")
+	if s.env.Gateway.Count(api.RouteDecrypt) != decrypts {
+		t.Error("a call after expiry reached the crypto routes")
+	}
+	if s.env.Gateway.Count(api.RouteRevoke) != revokes+1 {
+		t.Error("the first call after expiry did not revoke the session")
+	}
+}
+
+func TestServeRefusesModelCredential(t *testing.T) {
+	s := newStack(t)
+	cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant, "--audit", s.audit)
+	cmd.Env = append(cleanEnv(), "ANTHROPIC_API_KEY=sk-ant-do-not-print")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatal("serve started with a model credential in its environment")
+	}
+	if !strings.Contains(string(out), "ANTHROPIC_API_KEY") || strings.Contains(string(out), "do-not-print") {
+		t.Fatalf("refusal must name the variable and not its value: %s", out)
+	}
+}

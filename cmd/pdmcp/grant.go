@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pdmcp/pdmcp/grant"
+)
+
+func newGrantCmd() *cobra.Command {
+	var o grant.LaunchOptions
+	var ttl int
+	var seedRecord string
+	cmd := &cobra.Command{
+		Use:   "grant",
+		Short: "Write a task grant (the trusted launcher)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.TTL = time.Duration(ttl) * time.Second
+			if o.AllApproved && o.LocalUser == "" && !o.CallerIdentity {
+				path := seedRecord
+				if path == "" {
+					path = filepath.Join(filepath.Dir(o.ManifestPath), "seed-record.json")
+				}
+				rec, err := grant.LoadSeedRecord(path)
+				if err != nil {
+					return fmt.Errorf("--all-approved without --local-user takes the seed's agent user: %w", err)
+				}
+				o.AgentUser = rec.AgentUser
+			}
+			g, err := grant.Launch(o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "grant %s written to %s: tools %v, %d documents, %d destinations, until %s\n",
+				g.ID, o.Out, g.AllowedTools, len(g.Documents), len(g.Destinations), g.NotAfter.UTC().Format(time.RFC3339))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.ManifestPath, "manifest", "", "the manifest the grant is for")
+	f.BoolVar(&o.AllApproved, "all-approved", false, "every approved document and every destination")
+	f.StringVar(&o.LocalUser, "local-user", "", "the principal a stdio task acts as")
+	f.BoolVar(&o.CallerIdentity, "caller-identity", false, "HTTP: act as each signed-in caller")
+	f.StringSliceVar(&o.Documents, "documents", nil, "document ids (comma-separated)")
+	f.StringSliceVar(&o.Destinations, "destinations", nil, "destination ids (comma-separated)")
+	f.StringSliceVar(&o.Tools, "tools", nil, "tools to allow (comma-separated)")
+	f.StringSliceVar(&o.Steps, "steps", nil, "hand-off steps (comma-separated)")
+	f.StringVar(&o.FileRoot, "file-root", "", "the one folder the file tools may use")
+	f.IntVar(&ttl, "ttl-seconds", 900, "how long the grant lasts")
+	f.StringVar(&o.Out, "out", "", "where to write the grant (mode 600)")
+	f.StringVar(&seedRecord, "seed-record", "", "the seed record (default: beside the manifest)")
+	_ = cmd.MarkFlagRequired("manifest")
+	_ = cmd.MarkFlagRequired("out")
+	return cmd
+}

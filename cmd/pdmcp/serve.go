@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pdmcp/pdmcp/server"
+)
+
+// crashEnv names the test hook that kills the server at one step of a save
+// (see server.Config.CrashPoint). It exists for the crash-recovery tests.
+const crashEnv = "PDMCP_TEST_KILL_AT"
+
+func newServeCmd() *cobra.Command {
+	var o server.StdioOptions
+	var transport string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the grant's tools to an MCP host (stdio)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if transport != "stdio" {
+				return errors.New("--transport: only stdio is available in this build")
+			}
+			o.Version = versionString()
+			o.Environ = os.Environ()
+			o.Logger = newLogger()
+			if at := os.Getenv(crashEnv); at != "" {
+				o.CrashPoint = func(point string) {
+					if point == at {
+						_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					}
+				}
+			}
+			return server.RunStdio(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&transport, "transport", "stdio", "stdio")
+	f.StringVar(&o.ConfigPath, "config", "", "the service's config.json (from pdmcp bootstrap)")
+	f.StringVar(&o.ManifestPath, "manifest", "", "the operator's manifest.json")
+	f.StringVar(&o.GrantPath, "grant", "", "the task grant (from pdmcp grant)")
+	f.StringVar(&o.AuditPath, "audit", "", "the audit file, appended (mode 600)")
+	f.StringVar(&o.JournalPath, "journal", "", "the journal (default <manifest>.journal.sqlite)")
+	for _, name := range []string{"config", "manifest", "grant", "audit"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
+// newLogger logs to stderr: over stdio, stdout is the JSON-RPC channel.
+func newLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}

@@ -1,0 +1,259 @@
+package operator
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/grant"
+)
+
+//go:embed seeddata/*.txt
+var seedFiles embed.FS
+
+// seedDoc is one synthetic document of the seed set.
+type seedDoc struct {
+	id, label, category string
+	approved            bool
+}
+
+// seedSet is the synthetic set: five supplier proposals, one of them not
+// approved to the agent's user (and given no access at the key server),
+// and the evaluation criteria.
+var seedSet = []seedDoc{
+	{"proposal-aurora", "Proposal: Aurora Components", "proposal", true},
+	{"proposal-borealis", "Proposal: Borealis Industrial", "proposal", true},
+	{"proposal-cirrus", "Proposal: Cirrus Precision", "proposal", true},
+	{"proposal-doldrum", "Proposal: Doldrum Trading", "proposal", true},
+	{"proposal-equinox", "Proposal: Equinox Bearings (under legal review)", "proposal", false},
+	{"evaluation-criteria", "Evaluation criteria", "criteria", true},
+}
+
+// SeedDestination is the seed's one save destination.
+const SeedDestination = "evaluation-summary"
+
+// SeedOptions are `pdmcp seed`'s inputs.
+type SeedOptions struct {
+	Config *gateway.ServiceConfig
+	OutDir string
+	// Tag names this seed's principals: <prefix><tag>.owner and
+	// <prefix><tag>.agent. Random when empty.
+	Tag string
+	// Users are extra principals created beside the agent, each granted
+	// READ on Approved documents (all approved ones when nil), for
+	// multi-user setups such as pdmcp dev.
+	Users []SeedUser
+}
+
+// SeedUser is an extra user of the seed.
+type SeedUser struct {
+	Name      string   // the local part; the principal is <prefix><tag>.<name>
+	Documents []string // documents granted READ; nil: none
+	Save      bool     // READ on the destination's key too
+}
+
+// Seed creates the synthetic set through the Gateway, as the registered
+// service: the owner and agent principals, one key per document (owned by
+// the owner), the destination's key, the agent's READ entries, the
+// ciphertexts, the manifest and the seed record.
+func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
+	if o.Config == nil || o.OutDir == "" {
+		return nil, errors.New("seed: --config and --out-dir are required")
+	}
+	manifestPath := filepath.Join(o.OutDir, "manifest.json")
+	if _, err := os.Stat(manifestPath); err == nil {
+		return nil, fmt.Errorf("seed: %s exists; seed into an empty folder", manifestPath)
+	}
+	if o.Tag == "" {
+		b := make([]byte, 3)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		o.Tag = "seed" + hex.EncodeToString(b)
+	}
+	c, err := gateway.New(o.Config.ClientConfig())
+	if err != nil {
+		return nil, err
+	}
+	if err := c.SignIn(ctx); err != nil {
+		return nil, fmt.Errorf("seed: sign in: %w", err)
+	}
+	prefix := c.Prefix()
+	rec := &grant.SeedRecord{
+		OwnerUser: prefix + o.Tag + ".owner",
+		AgentUser: prefix + o.Tag + ".agent",
+		Manifest:  abs(manifestPath),
+	}
+	for _, name := range []string{rec.OwnerUser, rec.AgentUser} {
+		if _, err := c.CreatePrincipal(ctx, api.PrincipalRequest{Name: name}); err != nil {
+			return nil, fmt.Errorf("seed: create principal %s: %w", name, err)
+		}
+		rec.Principals = append(rec.Principals, name)
+	}
+	extra := map[string]*api.Principal{}
+	for _, u := range o.Users {
+		name := prefix + o.Tag + "." + u.Name
+		p, err := c.CreatePrincipal(ctx, api.PrincipalRequest{Name: name})
+		if err != nil {
+			return nil, fmt.Errorf("seed: create principal %s: %w", name, err)
+		}
+		rec.Principals = append(rec.Principals, name)
+		extra[u.Name] = p
+	}
+	agent, err := c.GetPrincipal(ctx, rec.AgentUser)
+	if err != nil {
+		return nil, fmt.Errorf("seed: read principal %s: %w", rec.AgentUser, err)
+	}
+	// The owner's session starts empty: each key it mints joins its scope.
+	owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, TTL: api.MaxScopedTTL})
+	if err != nil {
+		return nil, fmt.Errorf("seed: owner session: %w", err)
+	}
+	defer owner.Revoke(context.WithoutCancel(ctx))
+
+	m := &grant.Manifest{Version: grant.ManifestVersion, Documents: map[string]grant.Document{},
+		Destinations: map[string]grant.Destination{}}
+	if err := os.MkdirAll(filepath.Join(o.OutDir, "documents"), 0o700); err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
+	}
+	for _, d := range seedSet {
+		text, err := seedFiles.ReadFile("seeddata/" + d.id + ".txt")
+		if err != nil {
+			return nil, err
+		}
+		iv := make([]byte, api.IVBytes)
+		if _, err := rand.Read(iv); err != nil {
+			return nil, err
+		}
+		enc, err := owner.Encrypt(ctx, gateway.EncryptInput{IV: iv, Plaintext: text})
+		if err != nil {
+			return nil, fmt.Errorf("seed: encrypt %s: %w", d.id, err)
+		}
+		rec.Keys = append(rec.Keys, enc.TTag)
+		rel := "documents/" + d.id + ".v1.bin"
+		if err := os.WriteFile(filepath.Join(o.OutDir, filepath.FromSlash(rel)), enc.Ciphertext, 0o600); err != nil {
+			return nil, fmt.Errorf("seed: %w", err)
+		}
+		sum := sha256.Sum256(text)
+		m.Documents[d.id] = grant.Document{Label: d.label, Category: d.category, Approved: d.approved,
+			ContentType: "text/plain; charset=utf-8", Version: 1, Path: rel, TTag: enc.TTag,
+			IV: base64.StdEncoding.EncodeToString(enc.IV), SHA256: hex.EncodeToString(sum[:]), Size: int64(len(text))}
+		if d.approved {
+			if err := grantRead(ctx, owner, enc.TTag, agent); err != nil {
+				return nil, err
+			}
+		}
+		for _, u := range o.Users {
+			if slices.Contains(u.Documents, d.id) {
+				if err := grantRead(ctx, owner, enc.TTag, extra[u.Name]); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	// The destination's key: minted by an encrypt whose output is dropped.
+	anchor, err := owner.Encrypt(ctx, gateway.EncryptInput{Plaintext: []byte(SeedDestination)})
+	if err != nil {
+		return nil, fmt.Errorf("seed: destination key: %w", err)
+	}
+	rec.Keys = append(rec.Keys, anchor.TTag)
+	m.Destinations[SeedDestination] = grant.Destination{Label: "Evaluation summary", TTag: anchor.TTag}
+	// READ is enough for a user to encrypt a new result under the key.
+	if err := grantRead(ctx, owner, anchor.TTag, agent); err != nil {
+		return nil, err
+	}
+	for _, u := range o.Users {
+		if u.Save {
+			if err := grantRead(ctx, owner, anchor.TTag, extra[u.Name]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := m.Save(manifestPath); err != nil {
+		return nil, err
+	}
+	if err := rec.Save(filepath.Join(o.OutDir, "seed-record.json")); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// grantRead gives p READ on ttag and reads the entry back.
+func grantRead(ctx context.Context, owner *gateway.Session, ttag string, p *api.Principal) error {
+	err := owner.ACLGrant(ctx, api.ACLGrantRequest{TTag: ttag, SystemID: p.SystemID, PrincipalID: p.PrincipalID,
+		Rights: []string{api.RightRead}})
+	if err != nil {
+		return fmt.Errorf("seed: grant READ to %s: %w", p.Name, err)
+	}
+	entries, err := owner.ACLGet(ctx, ttag)
+	if err != nil {
+		return fmt.Errorf("seed: read back ACL: %w", err)
+	}
+	for _, e := range entries {
+		if e.SystemID == p.SystemID && e.PrincipalID == p.PrincipalID && slices.Contains(e.Rights, api.RightRead) {
+			return nil
+		}
+	}
+	return fmt.Errorf("seed: READ for %s did not read back", p.Name)
+}
+
+// Cleanup removes every key of a seed record, reading each back absent, then
+// its principals. It returns what it could not remove.
+func Cleanup(ctx context.Context, cfg *gateway.ServiceConfig, recordPath string) error {
+	rec, err := grant.LoadSeedRecord(recordPath)
+	if err != nil {
+		return err
+	}
+	c, err := gateway.New(cfg.ClientConfig())
+	if err != nil {
+		return err
+	}
+	var problems []string
+	if len(rec.Keys) > 0 {
+		owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, Objects: rec.Keys, TTL: api.MaxScopedTTL})
+		if err != nil {
+			return fmt.Errorf("cleanup: owner session: %w", err)
+		}
+		for _, k := range rec.Keys {
+			if err := owner.RemoveKey(ctx, k); err != nil && !errors.Is(err, &api.Error{Code: api.CodeKeyNotFound}) {
+				problems = append(problems, fmt.Sprintf("key %s…: %v", short(k), err))
+				continue
+			}
+			if _, err := owner.ACLGet(ctx, k); !errors.Is(err, &api.Error{Code: api.CodeKeyNotFound}) {
+				problems = append(problems, fmt.Sprintf("key %s… still reads back (%v)", short(k), err))
+			}
+		}
+		_ = owner.Revoke(ctx)
+	}
+	for _, p := range rec.Principals {
+		if err := c.DeletePrincipal(ctx, p); err != nil && !errors.Is(err, &api.Error{Code: api.CodeNotFound}) {
+			problems = append(problems, fmt.Sprintf("principal %s: %v", p, err))
+			continue
+		}
+		if _, err := c.GetPrincipal(ctx, p); !errors.Is(err, &api.Error{Code: api.CodeNotFound}) {
+			problems = append(problems, fmt.Sprintf("principal %s still reads back (%v)", p, err))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("cleanup: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func short(ttag string) string {
+	if len(ttag) > 8 {
+		return ttag[:8]
+	}
+	return ttag
+}

@@ -1,0 +1,284 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/journal"
+)
+
+// fixture is a real reference Gateway, a manifest of documents encrypted
+// through it, and a server built from a grant over that manifest, reached
+// by a go-sdk client over in-memory transports.
+type fixture struct {
+	env      *reftest.Env
+	dir      string
+	manifest string
+	auditLog string
+	cs       *mcp.ClientSession
+	texts    map[string][]byte
+}
+
+type doc struct {
+	id, contentType string
+	text            []byte
+	approved        bool
+	inGrant         bool
+}
+
+func newFixture(t *testing.T, docs []doc, mutate func(*grant.Grant, *grant.Manifest)) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	f := &fixture{env: reftest.Start(t, reference.Config{}), dir: t.TempDir(), texts: map[string][]byte{}}
+	svc := f.env.Service(t, "svc", true)
+	c := f.env.ServiceClient(t, svc)
+	owner := reftest.Principal(t, c, svc.Prefix+"owner")
+	agent := reftest.Principal(t, c, svc.Prefix+"agent")
+	owner_ := mustSession(t, c, owner.Name)
+	m := &grant.Manifest{Version: grant.ManifestVersion, Documents: map[string]grant.Document{}, Destinations: map[string]grant.Destination{}}
+	g := &grant.Grant{ID: "0123456789abcdef", Version: grant.GrantVersion, LocalUser: agent.Name,
+		AllowedTools: grant.DocumentTools(), IssuedAt: time.Now().Add(-time.Minute).Truncate(time.Second),
+		NotAfter: time.Now().Add(time.Hour).Truncate(time.Second)}
+	if err := os.MkdirAll(filepath.Join(f.dir, "documents"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	readGrant := func(ttag string) {
+		if err := owner_.ACLGrant(ctx, api.ACLGrantRequest{TTag: ttag, SystemID: agent.SystemID, PrincipalID: agent.PrincipalID,
+			Rights: []string{api.RightRead}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range docs {
+		iv := bytes.Repeat([]byte{9}, 16)
+		enc, err := owner_.Encrypt(ctx, gateway.EncryptInput{IV: iv, Plaintext: d.text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		readGrant(enc.TTag)
+		rel := "documents/" + d.id + ".bin"
+		if err := os.WriteFile(filepath.Join(f.dir, rel), enc.Ciphertext, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(d.text)
+		m.Documents[d.id] = grant.Document{Label: d.id, Category: "test", Approved: d.approved, ContentType: d.contentType,
+			Version: 1, Path: rel, TTag: enc.TTag, IV: base64.StdEncoding.EncodeToString(iv), SHA256: hex.EncodeToString(sum[:]),
+			Size: int64(len(d.text))}
+		f.texts[d.id] = d.text
+		if d.inGrant {
+			g.Documents = append(g.Documents, d.id)
+		}
+	}
+	dest, err := owner_.Encrypt(ctx, gateway.EncryptInput{Plaintext: []byte("anchor")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readGrant(dest.TTag)
+	m.Destinations["summary"] = grant.Destination{Label: "Summary", TTag: dest.TTag}
+	m.Destinations["keyless"] = grant.Destination{Label: "No key yet"}
+	g.Destinations = []string{"summary", "keyless"}
+	if mutate != nil {
+		mutate(g, m)
+	}
+	f.manifest = filepath.Join(f.dir, "manifest.json")
+	if err := m.Save(f.manifest); err != nil {
+		t.Fatal(err)
+	}
+	m, err = grant.LoadManifest(f.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Manifest = f.manifest
+	j, err := journal.Open(ctx, journal.DefaultPath(f.manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	f.auditLog = filepath.Join(f.dir, "audit.jsonl")
+	a, err := audit.Open(f.auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	sessions := server.NewGrantSessions(c, g.LocalUser, grant.Keys(g, m), g.NotAfter, nil, nil)
+	srv, err := server.New(server.Config{Grant: g, Manifest: m, ManifestPath: f.manifest, Journal: j, Audit: a,
+		Sessions: sessions, Version: "test", RunID: "run-test"})
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := srv.MCP().Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "unit-host", Version: "0"},
+		&mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}}})
+	f.cs, err = client.Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.cs.Close(); sessions.EndAll(context.Background()) })
+	return f
+}
+
+func mustSession(t *testing.T, c *gateway.Client, who string) *gateway.Session {
+	t.Helper()
+	s, err := c.Mint(context.Background(), gateway.MintRequest{ActingAs: who, TTL: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (f *fixture) call(t *testing.T, name string, args map[string]any) (map[string]any, bool) {
+	t.Helper()
+	res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m, res.IsError
+}
+
+var basicDocs = []doc{
+	{id: "notes", contentType: "text/plain", text: []byte("plain synthetic notes"), approved: true, inGrant: true},
+	{id: "scan", contentType: "application/octet-stream", text: []byte{0, 1, 2, 3}, approved: true, inGrant: true},
+	{id: "huge", contentType: "text/plain", text: bytes.Repeat([]byte("z"), server.MaxTextBytes+1), approved: true, inGrant: true},
+	{id: "latin1", contentType: "text/plain", text: []byte{'c', 'a', 'f', 0xe9}, approved: true, inGrant: true},
+	{id: "other", contentType: "text/plain", text: []byte("not in grant"), approved: true, inGrant: false},
+}
+
+func TestAdapterRefusalsSendNothing(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	tests := []struct {
+		name string
+		tool string
+		args map[string]any
+		code string
+	}{
+		{"document not in grant", "read_protected_document", map[string]any{"documentId": "other"}, server.CodeDocumentNotInGrant},
+		{"undeclared argument", "read_protected_document", map[string]any{"documentId": "notes", "path": "/etc/passwd"}, server.CodeUnexpectedArgument},
+		{"missing argument", "read_protected_document", map[string]any{}, server.CodeMissingArgument},
+		{"wrong type", "read_protected_document", map[string]any{"documentId": 5}, server.CodeInvalidArgument},
+		{"not text", "read_protected_document", map[string]any{"documentId": "scan"}, server.CodeNotText},
+		{"too large to read", "read_protected_document", map[string]any{"documentId": "huge"}, server.CodeResultTooLarge},
+		{"destination not in grant", "save_protected_result", map[string]any{"destinationId": "nope", "text": "x", "idempotencyKey": "k"}, server.CodeDestinationNotGrant},
+		{"destination has no key", "save_protected_result", map[string]any{"destinationId": "keyless", "text": "x", "idempotencyKey": "k"}, server.CodeDestinationHasNoKey},
+		{"result too large", "save_protected_result", map[string]any{"destinationId": "summary", "text": strings.Repeat("r", server.MaxTextBytes+1), "idempotencyKey": "k"}, server.CodeResultTooLarge},
+		{"empty idempotency key", "save_protected_result", map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": ""}, server.CodeInvalidArgument},
+		{"tool not in grant", "hand_off", map[string]any{"stepId": "s"}, server.CodeToolNotInGrant},
+		{"category of wrong type", "list_approved_documents", map[string]any{"category": true}, server.CodeInvalidArgument},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := f.env.Gateway.Counts()
+			m, isErr := f.call(t, tc.tool, tc.args)
+			if !isErr || m["layer"] != "adapter" || m["code"] != tc.code || m["refused"] != true {
+				t.Fatalf("got %v (isError %v), want adapter %s", m, isErr, tc.code)
+			}
+			if after := f.env.Gateway.Counts(); !maps.Equal(before, after) {
+				t.Fatalf("refusal reached the Gateway: %v -> %v", before, after)
+			}
+		})
+	}
+}
+
+func TestReadChecksUTF8AfterDecrypt(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "latin1"})
+	if !isErr || m["code"] != server.CodeNotText {
+		t.Fatalf("got %v", m)
+	}
+}
+
+func TestReadDetectsTamperedManifest(t *testing.T) {
+	f := newFixture(t, basicDocs, func(_ *grant.Grant, m *grant.Manifest) {
+		d := m.Documents["notes"]
+		d.SHA256 = strings.Repeat("0", 64)
+		m.Documents["notes"] = d
+	})
+	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"})
+	if !isErr || m["code"] != server.CodeIntegrityMismatch {
+		t.Fatalf("got %v", m)
+	}
+	if strings.Contains(jsonOf(m), "synthetic notes") {
+		t.Fatal("text of a mismatching document was returned")
+	}
+}
+
+func TestListFiltersByCategoryAndGrant(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	m, isErr := f.call(t, "list_approved_documents", map[string]any{})
+	if isErr {
+		t.Fatal(m)
+	}
+	if n := len(m["documents"].([]any)); n != 4 {
+		t.Errorf("listed %d documents, want the 4 in the grant", n)
+	}
+	m, _ = f.call(t, "list_approved_documents", map[string]any{"category": "none-such"})
+	if n := len(m["documents"].([]any)); n != 0 {
+		t.Errorf("category filter listed %d", n)
+	}
+}
+
+func TestAuditClientLineAndNoSecrets(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	if _, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
+		t.Fatal("read refused")
+	}
+	b, err := os.ReadFile(f.auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"event":"client"`) || !strings.Contains(string(b), `"elicitation":true`) ||
+		!strings.Contains(string(b), `"name":"unit-host"`) {
+		t.Errorf("no client line with the host's name and elicitation:\n%s", b)
+	}
+	if strings.Contains(string(b), "synthetic notes") {
+		t.Error("document text in the audit file")
+	}
+}
+
+func TestToolSchemasAreClosed(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	res, err := f.cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tools) != 3 {
+		t.Fatalf("tools %d, want the grant's 3", len(res.Tools))
+	}
+	for _, tl := range res.Tools {
+		schema := tl.InputSchema.(map[string]any)
+		if schema["additionalProperties"] != false {
+			t.Errorf("%s: input schema is not closed: %v", tl.Name, schema)
+		}
+		if len(tl.Description) < 80 {
+			t.Errorf("%s: description too thin for a model: %q", tl.Name, tl.Description)
+		}
+	}
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

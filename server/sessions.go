@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+)
+
+// Minter mints scoped Gateway sessions; *gateway.Client is one.
+type Minter interface {
+	Mint(ctx context.Context, req gateway.MintRequest) (*gateway.Session, error)
+}
+
+// refreshMargin is how long before its end a session is replaced, so a call
+// never starts on a session about to lapse.
+const refreshMargin = 30 * time.Second
+
+// GrantSessions keeps the one scoped session of a stdio task: acting as the
+// grant's user, covering exactly the grant's keys, never past the grant's
+// notAfter and never longer than the Gateway's five minutes. A fresh one is
+// minted on demand while the grant is valid; the old one is revoked.
+type GrantSessions struct {
+	minter   Minter
+	actingAs string
+	objects  []string
+	notAfter time.Time
+	now      func() time.Time
+	log      *slog.Logger
+
+	mu  sync.Mutex
+	cur *gateway.Session
+}
+
+// NewGrantSessions is the session source for one stdio grant.
+func NewGrantSessions(m Minter, actingAs string, objects []string, notAfter time.Time, now func() time.Time, log *slog.Logger) *GrantSessions {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &GrantSessions{minter: m, actingAs: actingAs, objects: objects, notAfter: notAfter, now: now, log: log}
+}
+
+// Session returns the live session, minting a fresh one when there is none
+// or the current one is near its end. The caller must be "" (stdio).
+func (g *GrantSessions) Session(ctx context.Context, caller string) (Session, error) {
+	if caller != "" {
+		return nil, refuse(CodeInternal, 500, "a stdio task serves one user only")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	if !now.Before(g.notAfter) {
+		g.endLocked(ctx)
+		return nil, refuse(CodeGrantExpired, 403, "this task's grant has ended; nothing was sent; ask the operator for a new grant")
+	}
+	if g.cur != nil && g.cur.ExpiresAt().Sub(now) > refreshMargin {
+		return g.cur, nil
+	}
+	ttl := g.notAfter.Sub(now)
+	if ttl > api.MaxScopedTTL {
+		ttl = api.MaxScopedTTL
+	}
+	if ttl < time.Second {
+		ttl = time.Second
+	}
+	next, err := g.minter.Mint(ctx, gateway.MintRequest{Objects: g.objects, ActingAs: g.actingAs, TTL: ttl})
+	if err != nil {
+		return nil, err
+	}
+	g.endLocked(ctx)
+	g.cur = next
+	g.log.Info("scoped session minted", "actingAs", next.ActingAs(), "jkt", next.JKT(),
+		"objects", len(g.objects), "expiresAt", next.ExpiresAt().UTC().Format(time.RFC3339))
+	return next, nil
+}
+
+// EndAll revokes the current session and destroys its key.
+func (g *GrantSessions) EndAll(ctx context.Context) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.endLocked(ctx)
+}
+
+func (g *GrantSessions) endLocked(ctx context.Context) {
+	if g.cur == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := g.cur.Revoke(ctx); err != nil {
+		g.log.Warn("scoped session revoke failed", "jkt", g.cur.JKT(), "err", err)
+	} else {
+		g.log.Info("scoped session revoked", "jkt", g.cur.JKT())
+	}
+	g.cur = nil
+}

@@ -1,0 +1,150 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/gateway"
+)
+
+// tool is one tool this build offers; New registers those the grant allows.
+type tool struct {
+	name     string
+	def      *mcp.Tool
+	register func(*mcp.Server)
+}
+
+// call is one tool call in flight: who asked, the Gateway session it used,
+// and what its audit line records.
+type call struct {
+	caller  string
+	session Session
+	line    audit.ToolCall
+}
+
+// contenter lets a result choose its own text content (a document read is
+// framed as untrusted text); other results are shown as their JSON.
+type contenter interface {
+	content() []mcp.Content
+}
+
+// newTool wraps a typed handler with what every call gets: the grant's
+// expiry check, closed argument decoding, the Gateway request recorder, one
+// audit line, and refusals rendered as isError results.
+func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call, In) (Out, error)) tool {
+	in, err := inputSchema[In]()
+	if err != nil {
+		// The input types are this package's own; a failure here is a
+		// programming error caught by every test that builds a server.
+		panic(err)
+	}
+	def.InputSchema = in
+	if out, err := jsonschema.For[Out](&jsonschema.ForOptions{}); err == nil {
+		def.OutputSchema = out
+	}
+	d := def
+	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		start := s.cfg.Now()
+		c := &call{caller: callerOf(req), line: audit.ToolCall{Tool: d.Name}}
+		rec := &gateway.Recorder{}
+		ctx = gateway.WithRecorder(ctx, rec)
+		out, err := runTool(ctx, s, c, start, req.Params.Arguments, in, h)
+		if err != nil {
+			r, internal := asRefusal(err)
+			if internal {
+				s.log.Error("tool call failed", "tool", d.Name, "err", err)
+				s.cfg.Sessions.EndAll(context.WithoutCancel(ctx))
+			}
+			s.writeAudit(c.line, c.caller, start, r, rec, c.session)
+			return r.result(), nil
+		}
+		s.writeAudit(c.line, c.caller, start, nil, rec, c.session)
+		res := &mcp.CallToolResult{StructuredContent: out}
+		if cc, ok := any(out).(contenter); ok {
+			res.Content = cc.content()
+		} else {
+			res.Content = []mcp.Content{&mcp.TextContent{Text: jsonText(out)}}
+		}
+		return res, nil
+	}
+	return tool{name: d.Name, def: &d, register: func(ms *mcp.Server) { ms.AddTool(&d, handler) }}
+}
+
+// runTool does what comes before the handler: a call after the grant's
+// notAfter is refused GRANT_EXPIRED and ends the task's Gateway sessions,
+// then the arguments are decoded against the closed schema.
+func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Time, raw json.RawMessage,
+	schema *jsonschema.Schema, h func(context.Context, *call, In) (Out, error)) (Out, error) {
+	var zero Out
+	if s.cfg.Grant.Expired(start) {
+		s.cfg.Sessions.EndAll(context.WithoutCancel(ctx))
+		return zero, refuse(CodeGrantExpired, 403,
+			"this task's grant ended at %s; nothing was sent; ask the operator for a new grant",
+			s.cfg.Grant.NotAfter.UTC().Format(time.RFC3339))
+	}
+	in, r := decodeArgs[In](raw, schema)
+	if r != nil {
+		return zero, r
+	}
+	return h(ctx, c, in)
+}
+
+// writeAudit writes one tool-call line. r is nil for a call that succeeded.
+func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time, r *Refusal, rec *gateway.Recorder, sess Session) {
+	line.RunID = s.cfg.RunID
+	line.GrantID = s.cfg.Grant.ID
+	line.Caller = caller
+	line.StartedAt = start.UTC()
+	line.LatencyMs = s.cfg.Now().Sub(start).Milliseconds()
+	if sess != nil {
+		line.ActingAs, line.JKT, line.HandleDigest = sess.ActingAs(), sess.JKT(), sess.HandleDigest()
+	}
+	line.Outcome = "ok"
+	if r != nil {
+		line.Outcome = "refused"
+		if r.Code == CodeInternal {
+			line.Outcome = "error"
+		}
+		line.Layer, line.Code, line.Status = r.Layer, r.Code, r.Status
+	}
+	if rec != nil {
+		for _, q := range rec.Requests() {
+			line.GatewayRequests = append(line.GatewayRequests, audit.Request{
+				Route: q.Route, Status: q.Status, Code: q.Code, LatencyMs: q.Latency.Milliseconds()})
+			if q.ServiceRelogin {
+				line.ServiceRelogin = true
+			}
+		}
+	}
+	if err := s.cfg.Audit.Write(line); err != nil {
+		s.log.Error("audit write failed", "tool", line.Tool, "err", err)
+	}
+}
+
+// session gets the caller's Gateway session and remembers it for the audit
+// line.
+func (s *Server) session(ctx context.Context, c *call) (Session, error) {
+	sess, err := s.cfg.Sessions.Session(ctx, c.caller)
+	if err != nil {
+		return nil, err
+	}
+	c.session = sess
+	return sess, nil
+}
+
+// callerOf is the verified user id of an HTTP request; "" over stdio, where
+// the grant names the one user.
+func callerOf(req mcp.Request) string {
+	if req == nil {
+		return ""
+	}
+	if ex := req.GetExtra(); ex != nil && ex.TokenInfo != nil {
+		return ex.TokenInfo.UserID
+	}
+	return ""
+}
