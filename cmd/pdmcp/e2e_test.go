@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -366,5 +367,104 @@ func TestServeRefusesModelCredential(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "ANTHROPIC_API_KEY") || strings.Contains(string(out), "do-not-print") {
 		t.Fatalf("refusal must name the variable and not its value: %s", out)
+	}
+}
+
+// TestSaveSurvivesKillAtEachStep kills the server (SIGKILL, through the
+// test hook) at each step between the journal reservation and the journal
+// commit, then retries the same save on a fresh server: one receipt, one
+// result file, one Gateway encrypt, and a manifest that names no missing
+// file.
+func TestSaveSurvivesKillAtEachStep(t *testing.T) {
+	for _, point := range []string{"save:reserved", "save:encrypted", "save:file-written", "save:manifest-committed"} {
+		t.Run(point, func(t *testing.T) {
+			s := newStack(t)
+			args := map[string]any{"destinationId": "evaluation-summary", "text": "Cirrus: best quality.", "idempotencyKey": "crash-1"}
+			encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+
+			doomed := s.connect(t, crashEnv+"="+point)
+			if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result", Arguments: args}); err == nil {
+				t.Fatalf("the server answered instead of dying at %s", point)
+			}
+
+			cs := s.connect(t)
+			first, isErr := call(t, cs, "save_protected_result", args)
+			if isErr || first["version"] != float64(1) {
+				t.Fatalf("retry after the kill: %v", first)
+			}
+			again, isErr := call(t, cs, "save_protected_result", args)
+			if isErr || again["replayed"] != true || again["savedAt"] != first["savedAt"] {
+				t.Fatalf("second retry %v, first %v", again, first)
+			}
+			if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {
+				t.Errorf("Gateway encrypts: %d, want 1", n)
+			}
+			files, _ := filepath.Glob(filepath.Join(filepath.Dir(s.manifest), "results", "*"))
+			if len(files) != 1 {
+				t.Errorf("result files %v, want one", files)
+			}
+			m, err := grant.LoadManifest(s.manifest)
+			if err != nil {
+				t.Fatalf("manifest after the kill: %v", err)
+			}
+			versions := m.Destinations["evaluation-summary"].Versions
+			if len(versions) != 1 {
+				t.Fatalf("manifest versions %+v, want one", versions)
+			}
+			for _, v := range versions {
+				p, err := m.Resolve(v.Path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := os.Stat(p); err != nil {
+					t.Errorf("the manifest names a missing file: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestHostConfigStartsTheServer runs the launch that host-config writes as
+// a host would, with a model credential in the host's environment: the
+// clean-env launch must drop it, and the server must answer.
+func TestHostConfigStartsTheServer(t *testing.T) {
+	s := newStack(t)
+	out := run(t, "host-config", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant, "--audit", s.audit)
+	var doc struct {
+		MCPServers map[string]struct {
+			Command string   `json:"command"`
+			Args    []string `json:"args"`
+		} `json:"mcpServers"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("host-config output is not JSON: %v\n%s", err, out)
+	}
+	srv, ok := doc.MCPServers["protected-documents"]
+	if !ok || !filepath.IsAbs(srv.Command) {
+		t.Fatalf("host-config: %s", out)
+	}
+	cmd := exec.Command(srv.Command, srv.Args...)
+	cmd.Env = append(cleanEnv(), "ANTHROPIC_API_KEY=sk-ant-host-key", "OPENAI_API_KEY=sk-host-key")
+	cmd.Stderr = &testLog{t: t}
+	c := mcp.NewClient(&mcp.Implementation{Name: "by-hand", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("the host-config launch did not start the server: %v", err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil || len(tools.Tools) != 3 {
+		t.Fatalf("tools/list through the host-config launch: %v", err)
+	}
+
+	tomlText := run(t, "host-config", "--format", "codex-toml", "--config", s.config, "--manifest", s.manifest,
+		"--grant", s.grant, "--audit", s.audit)
+	var codex map[string]map[string]map[string]any
+	if _, err := toml.Decode(tomlText, &codex); err != nil {
+		t.Fatalf("codex TOML does not parse: %v\n%s", err, tomlText)
+	}
+	entry := codex["mcp_servers"]["protected-documents"]
+	if entry["command"] != srv.Command || entry["required"] != true {
+		t.Errorf("codex entry %v", entry)
 	}
 }
