@@ -468,3 +468,90 @@ func TestHostConfigStartsTheServer(t *testing.T) {
 		t.Errorf("codex entry %v", entry)
 	}
 }
+
+// startDevGateway runs `pdmcp dev gateway` and returns its URL and CA file
+// once it prints them; the process is stopped (SIGTERM) at test end.
+func startDevGateway(t *testing.T, state string) (url, ca, pwFile string, stop func()) {
+	t.Helper()
+	cmd := exec.Command(binary(t), "dev", "gateway", "--state", state)
+	cmd.Env = cleanEnv()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = &testLog{t: t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	buf := make([]byte, 4096)
+	var got strings.Builder
+	for !strings.Contains(got.String(), "admin password file:") || !strings.HasSuffix(got.String(), "\n") {
+		n, err := stdout.Read(buf)
+		if err != nil {
+			t.Fatalf("dev gateway ended before printing its URL: %v (%s)", err, got.String())
+		}
+		got.Write(buf[:n])
+	}
+	for _, line := range strings.Split(got.String(), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		switch k {
+		case "gateway":
+			url = v
+		case "ca":
+			ca = v
+		case "admin password file":
+			pwFile = v
+		}
+	}
+	return url, ca, pwFile, stop
+}
+
+// TestDevGatewayStandalone runs the reference Gateway as its own process,
+// bootstraps and seeds against it, restarts it on the same state, and reads
+// a seeded document through a new session.
+func TestDevGatewayStandalone(t *testing.T) {
+	state := t.TempDir()
+	url, ca, pw, stop := startDevGateway(t, state)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	out := run(t, "bootstrap", "--endpoint", url, "--trust-file", ca, "--admin-user", "admin",
+		"--admin-password-file", pw, "--allow-scoped", "--config-out", cfg)
+	if !strings.Contains(out, "BOOTSTRAP: OK") {
+		t.Fatal(out)
+	}
+	data := filepath.Join(dir, "task-data")
+	run(t, "seed", "--config", cfg, "--out-dir", data)
+	stop()
+
+	url2, _, _, _ := startDevGateway(t, state)
+	s := &stack{dir: dir, config: cfg, manifest: filepath.Join(data, "manifest.json"),
+		grant: filepath.Join(data, "grant.json"), audit: filepath.Join(data, "audit.jsonl")}
+	// The restarted Gateway listens on another port: point the config at it.
+	b, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(string(b), url, url2)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "grant", "--manifest", s.manifest, "--all-approved", "--out", s.grant)
+	cs := s.connect(t)
+	m, isErr := call(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"})
+	if isErr || !strings.HasPrefix(m["text"].(string), "Evaluation criteria") {
+		t.Fatalf("read after the Gateway restarted: %v", m)
+	}
+	out = run(t, "seed", "--config", cfg, "--cleanup", filepath.Join(data, "seed-record.json"))
+	if !strings.Contains(out, "SEED CLEANUP: OK") {
+		t.Fatalf("cleanup: %s", out)
+	}
+	m, isErr = call(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"})
+	if !isErr || m["layer"] != "keyserver" || m["code"] != "KEY_NOT_FOUND" {
+		t.Fatalf("read after cleanup removed the key: %v", m)
+	}
+}
