@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -553,5 +554,66 @@ func TestDevGatewayStandalone(t *testing.T) {
 	m, isErr = call(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"})
 	if !isErr || m["layer"] != "keyserver" || m["code"] != "KEY_NOT_FOUND" {
 		t.Fatalf("read after cleanup removed the key: %v", m)
+	}
+}
+
+// waitFor polls cond until it holds or a generous deadline passes; it
+// asserts an outcome, not a duration.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSessionRevokedWhenTheHostLeaves(t *testing.T) {
+	for _, how := range []string{"stdin closed", "SIGTERM", "SIGINT"} {
+		t.Run(how, func(t *testing.T) {
+			s := newStack(t)
+			cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant, "--audit", s.audit)
+			cmd.Env = cleanEnv()
+			cmd.Stderr = &testLog{t: t}
+			c := mcp.NewClient(&mcp.Implementation{Name: "leaving-host", Version: "1"}, nil)
+			cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, isErr := call(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"}); isErr {
+				t.Fatal(m)
+			}
+			revokes := s.env.Gateway.Count(api.RouteRevoke)
+			switch how {
+			case "stdin closed":
+				_ = cs.Close()
+			case "SIGTERM":
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			case "SIGINT":
+				_ = cmd.Process.Signal(syscall.SIGINT)
+			}
+			waitFor(t, "the session's revoke", func() bool { return s.env.Gateway.Count(api.RouteRevoke) == revokes+1 })
+			_ = cs.Close()
+		})
+	}
+}
+
+func TestCleanEnvPassesOnlyWhatItKeeps(t *testing.T) {
+	cmd := exec.Command(binary(t), "clean-env", "--keep", "KEEP_ME", "--", "env")
+	cmd.Env = append(cleanEnv(), "KEEP_ME=1", "ANTHROPIC_API_KEY=sk-x", "OTHER=2")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, _, _ := strings.Cut(line, "=")
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	if want := []string{"HOME", "KEEP_ME", "PATH", "TMPDIR"}; !slices.Equal(names, want) {
+		t.Fatalf("environment after clean-env: %v, want %v", names, want)
 	}
 }
