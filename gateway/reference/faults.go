@@ -16,7 +16,10 @@ import (
 // body of POST /api/v1/admin/test/faults (durations in nanoseconds, as
 // time.Duration marshals).
 type Faults struct {
-	// Delay is waited before answering every request.
+	// Delay is waited before answering every request. Changing the faults
+	// (or closing the Gateway) ends the waits under way; a test should
+	// lift a long Delay before closing an httptest.Server, whose Close
+	// waits for the requests it holds.
 	Delay time.Duration `json:"delay,omitempty"`
 	// FailNext makes the next N requests to a route (its path) fail with
 	// Status and code INJECTED_FAULT, before any check.
@@ -40,13 +43,34 @@ type Faults struct {
 type faultState struct {
 	mu sync.Mutex
 	f  Faults
+	// changed is closed (and replaced) whenever the faults change, and
+	// for good when the Gateway closes, so that requests held by a Delay
+	// are let go then rather than holding a test's server open.
+	changed chan struct{}
+	closed  bool
 }
+
+func newFaultState() *faultState { return &faultState{changed: make(chan struct{})} }
 
 func (s *faultState) set(f Faults) {
 	f.FailNext = maps.Clone(f.FailNext)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.f = f
+	if !s.closed {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+}
+
+// close lets every held request go, now and later.
+func (s *faultState) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.changed)
+	}
 }
 
 func (s *faultState) get() Faults {
@@ -69,10 +93,11 @@ func (s *faultState) idpUnavailable() time.Duration {
 	return s.f.IdPUnavailable
 }
 
-// wait sleeps the injected delay, or until the request is abandoned.
+// wait sleeps the injected delay, or until the request is abandoned, the
+// faults change or the Gateway closes.
 func (s *faultState) wait(ctx context.Context) error {
 	s.mu.Lock()
-	d := s.f.Delay
+	d, changed := s.f.Delay, s.changed
 	s.mu.Unlock()
 	if d <= 0 {
 		return nil
@@ -81,6 +106,8 @@ func (s *faultState) wait(ctx context.Context) error {
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return nil
+	case <-changed:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -121,7 +121,7 @@ func Open(ctx context.Context, cfg Config) (*Gateway, error) {
 		store:     st,
 		sessions:  newSessionTable(),
 		replay:    newReplayCache(),
-		faults:    &faultState{},
+		faults:    newFaultState(),
 		counts:    newCounter(),
 		providers: newProviderCache(cfg.IdPHTTPTimeout),
 	}
@@ -129,8 +129,10 @@ func Open(ctx context.Context, cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
-// Close closes the database. In-memory sessions are forgotten.
+// Close closes the database and lets go of requests held by an injected
+// Delay. In-memory sessions are forgotten.
 func (g *Gateway) Close() error {
+	g.faults.close()
 	return g.store.close()
 }
 

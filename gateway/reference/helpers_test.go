@@ -86,6 +86,11 @@ func (e *env) start() {
 }
 
 func (e *env) stop() {
+	if e.gw != nil {
+		// Let go of any request an injected Delay still holds, which
+		// the server's Close would otherwise wait for.
+		e.gw.SetFaults(Faults{})
+	}
 	if e.srv != nil {
 		e.srv.Close()
 		e.srv = nil
