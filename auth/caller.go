@@ -58,3 +58,35 @@ func AccessTokenFromContext(ctx context.Context) (string, bool) {
 	t, ok := ctx.Value(accessTokenKey{}).(string)
 	return t, ok && t != ""
 }
+
+// tokenInfoKey is where the Middleware puts the Credential in the go-sdk's
+// TokenInfo.Extra, so a tool handler (which sees TokenInfo, not the HTTP
+// request's context) can exchange the caller's token.
+const tokenInfoKey = "pdmcp.credential"
+
+// Credential is a verified caller with the access token it was verified
+// from. It prints as redacted: the token leaves it only through
+// AccessToken, for the exchange.
+type Credential struct {
+	Caller *Caller
+	token  string
+}
+
+// AccessToken is the raw access token, for the token exchange only.
+func (c Credential) AccessToken() string { return c.token }
+
+// String keeps the token out of any %v.
+func (c Credential) String() string { return "credential(redacted)" }
+
+// GoString keeps the token out of %#v.
+func (c Credential) GoString() string { return c.String() }
+
+// LogValue keeps the token out of slog.
+func (c Credential) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// CredentialFromExtra returns the Credential the Middleware stored in a
+// go-sdk TokenInfo's Extra map.
+func CredentialFromExtra(extra map[string]any) (Credential, bool) {
+	c, ok := extra[tokenInfoKey].(Credential)
+	return c, ok && c.Caller != nil && c.token != ""
+}

@@ -115,13 +115,15 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 	// here and only hands on what this middleware verified.
 	fromContext := func(ctx context.Context, _ string, _ *http.Request) (*sdkauth.TokenInfo, error) {
 		c, ok := CallerFromContext(ctx)
-		if !ok {
+		token, tok := AccessTokenFromContext(ctx)
+		if !ok || !tok {
 			return nil, sdkauth.ErrInvalidToken
 		}
 		return &sdkauth.TokenInfo{
 			Scopes:     slices.Clone(c.Scopes),
 			Expiration: c.Expiry,
 			UserID:     c.ID(),
+			Extra:      map[string]any{tokenInfoKey: Credential{Caller: c, token: token}},
 		}, nil
 	}
 	// The SDK checks the expiry again against the wall clock; the margin

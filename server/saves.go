@@ -82,7 +82,7 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	}
 	sum := sha256.Sum256([]byte(in.Text))
 	textSHA := hex.EncodeToString(sum[:])
-	key := journal.SaveKey{Caller: c.caller, Destination: in.DestinationID, IdempotencyKey: in.IdempotencyKey}
+	key := journal.SaveKey{Caller: c.caller.ID, Destination: in.DestinationID, IdempotencyKey: in.IdempotencyKey}
 
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/journal"
@@ -34,10 +35,22 @@ type Session interface {
 	HandleDigest() string
 }
 
-// Sessions hands out the Gateway session for a caller ("" over stdio) and
-// ends them when the grant expires or the server fails.
+// Caller is who a tool call acts for: over stdio the grant's one user (an
+// empty Caller), over HTTP the verified user of the request.
+type Caller struct {
+	// ID is the verified user id ("" over stdio). Saves and files are kept
+	// apart by it.
+	ID string
+	// Credential is the verified caller and their access token (HTTP only),
+	// for the token exchange.
+	Credential auth.Credential
+}
+
+// Sessions hands out the Gateway session for a caller, and ends sessions:
+// one caller's after an internal failure, everyone's when the grant ends.
 type Sessions interface {
-	Session(ctx context.Context, caller string) (Session, error)
+	Session(ctx context.Context, c Caller) (Session, error)
+	End(ctx context.Context, c Caller)
 	EndAll(ctx context.Context)
 }
 
@@ -146,7 +159,7 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 			res, err := next(ctx, method, req)
 			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && err == nil {
 				if p := ss.InitializeParams(); p != nil {
-					s.auditClient(p, callerOf(req))
+					s.auditClient(p, callerOf(req).ID)
 				}
 			}
 			return res, err
@@ -160,7 +173,7 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		start := s.cfg.Now()
 		r := refuse(CodeToolNotInGrant, 403, "this task's grant does not allow the tool %q; use only the tools listed", p.Name)
-		s.writeAudit(audit.ToolCall{Tool: p.Name}, callerOf(req), start, r, nil, nil)
+		s.writeAudit(audit.ToolCall{Tool: p.Name}, callerOf(req).ID, start, r, nil, nil)
 		return r.result(), nil
 	}
 }

@@ -47,9 +47,10 @@ func NewGrantSessions(m Minter, actingAs string, objects []string, notAfter time
 }
 
 // Session returns the live session, minting a fresh one when there is none
-// or the current one is near its end. The caller must be "" (stdio).
-func (g *GrantSessions) Session(ctx context.Context, caller string) (Session, error) {
-	if caller != "" {
+// or the current one is near its end. The caller must be the empty Caller
+// (stdio).
+func (g *GrantSessions) Session(ctx context.Context, caller Caller) (Session, error) {
+	if caller.ID != "" {
 		return nil, refuse(CodeInternal, 500, "a stdio task serves one user only")
 	}
 	g.mu.Lock()
@@ -79,6 +80,9 @@ func (g *GrantSessions) Session(ctx context.Context, caller string) (Session, er
 		"objects", len(g.objects), "expiresAt", next.ExpiresAt().UTC().Format(time.RFC3339))
 	return next, nil
 }
+
+// End revokes the one session (there is one caller over stdio).
+func (g *GrantSessions) End(ctx context.Context, _ Caller) { g.EndAll(ctx) }
 
 // EndAll revokes the current session and destroys its key.
 func (g *GrantSessions) EndAll(ctx context.Context) {

@@ -36,11 +36,11 @@ func TestGrantSessionsRenewBeforeFiveMinutes(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	gs := server.NewGrantSessions(c, agent.Name, []string{"tag-a"}, clk.Now().Add(time.Hour), clk.Now, nil)
 
-	s1, err := gs.Session(ctx, "")
+	s1, err := gs.Session(ctx, server.Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := gs.Session(ctx, "")
+	again, _ := gs.Session(ctx, server.Caller{})
 	if again.JKT() != s1.JKT() {
 		t.Fatal("a live session was replaced")
 	}
@@ -49,7 +49,7 @@ func TestGrantSessionsRenewBeforeFiveMinutes(t *testing.T) {
 	}
 	clk.Add(api.MaxScopedTTL - 20*time.Second)
 	revokes := env.Gateway.Count(api.RouteRevoke)
-	s2, err := gs.Session(ctx, "")
+	s2, err := gs.Session(ctx, server.Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 	notAfter := time.Now().Add(40 * time.Second)
 	clk := &clock{now: time.Now()}
 	gs := server.NewGrantSessions(c, agent.Name, []string{"tag-a"}, notAfter, clk.Now, nil)
-	s, err := gs.Session(ctx, "")
+	s, err := gs.Session(ctx, server.Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 	}
 	clk.Add(41 * time.Second)
 	mints := env.Gateway.Count(api.RouteScoped)
-	_, err = gs.Session(ctx, "")
+	_, err = gs.Session(ctx, server.Caller{})
 	var r *server.Refusal
 	if !errors.As(err, &r) || r.Code != server.CodeGrantExpired {
 		t.Fatalf("after the grant: %v", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
 )
 
@@ -22,7 +23,7 @@ type tool struct {
 // call is one tool call in flight: who asked, the Gateway session it used,
 // and what its audit line records.
 type call struct {
-	caller  string
+	caller  Caller
 	session Session
 	line    audit.ToolCall
 }
@@ -58,12 +59,12 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 			r, internal := asRefusal(err)
 			if internal {
 				s.log.Error("tool call failed", "tool", d.Name, "err", err)
-				s.cfg.Sessions.EndAll(context.WithoutCancel(ctx))
+				s.cfg.Sessions.End(context.WithoutCancel(ctx), c.caller)
 			}
-			s.writeAudit(c.line, c.caller, start, r, rec, c.session)
+			s.writeAudit(c.line, c.caller.ID, start, r, rec, c.session)
 			return r.result(), nil
 		}
-		s.writeAudit(c.line, c.caller, start, nil, rec, c.session)
+		s.writeAudit(c.line, c.caller.ID, start, nil, rec, c.session)
 		res := &mcp.CallToolResult{StructuredContent: out}
 		if cc, ok := any(out).(contenter); ok {
 			res.Content = cc.content()
@@ -137,14 +138,19 @@ func (s *Server) session(ctx context.Context, c *call) (Session, error) {
 	return sess, nil
 }
 
-// callerOf is the verified user id of an HTTP request; "" over stdio, where
-// the grant names the one user.
-func callerOf(req mcp.Request) string {
+// callerOf is the verified caller of an HTTP request; the empty Caller over
+// stdio, where the grant names the one user.
+func callerOf(req mcp.Request) Caller {
 	if req == nil {
-		return ""
+		return Caller{}
 	}
-	if ex := req.GetExtra(); ex != nil && ex.TokenInfo != nil {
-		return ex.TokenInfo.UserID
+	ex := req.GetExtra()
+	if ex == nil || ex.TokenInfo == nil {
+		return Caller{}
 	}
-	return ""
+	c := Caller{ID: ex.TokenInfo.UserID}
+	if cred, ok := auth.CredentialFromExtra(ex.TokenInfo.Extra); ok {
+		c.Credential = cred
+	}
+	return c
 }

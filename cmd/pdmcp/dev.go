@@ -1,11 +1,8 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,50 +10,94 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/auth/devpki"
-	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/server/devstack"
 )
 
 func newDevCmd() *cobra.Command {
+	var state string
 	dev := &cobra.Command{
 		Use:   "dev",
-		Short: "Development stack on loopback",
+		Short: "Run the whole stack on loopback: Gateway, key server, OpenID provider and the MCP server over HTTPS",
+		Long: "dev runs a development CA, the reference Gateway and key server, a development OpenID provider with " +
+			"three users (alice: every document, bob: some, carol: none), seeds synthetic documents, and serves the " +
+			"MCP server over Streamable HTTP on 127.0.0.1 with TLS. Its state is kept in --state and reused. " +
+			"Ctrl-C revokes every session and stops everything.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return devstack.Run(cmd.Context(), devstack.Options{State: state, Version: versionString(), Logger: newLogger(),
+				Ready: func(info *devstack.Info) { printDevInfo(cmd.OutOrStdout(), state, info) }})
+		},
 	}
-	dev.AddCommand(newDevGatewayCmd())
+	dev.PersistentFlags().StringVar(&state, "state", ".pdmcp-dev", "the state folder (reused by a second run)")
+	dev.AddCommand(newDevGatewayCmd(&state), newDevTokenCmd(&state))
 	return dev
+}
+
+func newDevTokenCmd(state *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "token USER",
+		Short: "Print an access token for a development user (authorization code + PKCE, as a host does)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tok, err := devstack.Token(cmd.Context(), *state, args[0])
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), tok)
+			return err
+		},
+	}
+}
+
+// printDevInfo tells a person how to reach the stack from each host.
+func printDevInfo(w io.Writer, state string, i *devstack.Info) {
+	self := "go run ./cmd/pdmcp"
+	if exe, err := os.Executable(); err == nil && !strings.Contains(exe, "go-build") {
+		self = exe
+	}
+	fmt.Fprintf(w, `
+pdmcp dev is running.
+
+  MCP URL:        %[1]s
+  CA to trust:    %[2]s
+  OpenID issuer:  %[3]s
+  users:          alice (every document), bob (some), carol (none); passwords in %[4]s
+  state:          %[4]s
+
+Claude Code:
+  NODE_EXTRA_CA_CERTS=%[2]s claude mcp add --transport http --client-id %[5]s --callback-port %[6]d %[7]s %[1]s
+
+Codex (~/.codex/config.toml; start codex with SSL_CERT_FILE=%[2]s):
+  [mcp_servers.%[7]s]
+  url = "%[1]s"
+  scopes = ["openid"]
+  [mcp_servers.%[7]s.oauth]
+  client_id = "%[5]s"
+  callback_port = %[6]d
+
+curl (a token for alice, then tools/list):
+  TOKEN=$(%[8]s dev token alice --state %[9]s)
+  curl --cacert %[2]s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json'     -H 'Accept: application/json, text/event-stream' -H 'Mcp-Protocol-Version: 2025-11-25'     -d '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}' %[1]s
+
+Ctrl-C stops everything and revokes every session.
+`, i.MCPURL, i.CAFile, i.Issuer, devstack.InfoPath(state), i.HostClientID, i.CallbackPort, i.ServerName, self, state)
 }
 
 // newDevGatewayCmd runs the reference Gateway and key server on its own,
 // with its state (SQLite, CA, certificate, admin password) in a folder that
 // a second run reuses.
-func newDevGatewayCmd() *cobra.Command {
-	var state, listen string
+func newDevGatewayCmd(state *string) *cobra.Command {
+	var port int
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the reference Gateway and key server over TLS on 127.0.0.1",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir := filepath.Join(state, "gateway")
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return err
-			}
-			ca, err := devpki.LoadOrCreateCA(filepath.Join(state, "ca"), "pdmcp")
+			ca, err := devpki.LoadOrCreateCA(filepath.Join(*state, "ca"), "pdmcp dev")
 			if err != nil {
 				return err
 			}
-			cert, key, err := ca.Issue(dir, "gateway-tls")
-			if err != nil {
-				return err
-			}
-			pwFile := filepath.Join(dir, "admin-password")
-			pw, err := adminPassword(pwFile)
-			if err != nil {
-				return err
-			}
-			srv, err := reference.Serve(cmd.Context(), reference.ServeConfig{
-				Config:   reference.Config{DBPath: filepath.Join(dir, "gateway.sqlite"), AdminUser: "admin", AdminPassword: pw, Logger: newLogger()},
-				Addr:     listen,
-				CertFile: cert, KeyFile: key,
-			})
+			srv, pwFile, err := devstack.ServeGateway(cmd.Context(), *state, ca, port, newLogger())
 			if err != nil {
 				return err
 			}
@@ -66,24 +107,6 @@ func newDevGatewayCmd() *cobra.Command {
 			return srv.Close()
 		},
 	}
-	cmd.Flags().StringVar(&state, "state", ".pdmcp-dev", "the state folder (reused by a second run)")
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "the loopback address to serve on")
+	cmd.Flags().IntVar(&port, "port", 0, "the loopback port to serve on (0: any free port)")
 	return cmd
-}
-
-// adminPassword reads the dev admin password, or creates one (mode 600).
-func adminPassword(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err == nil {
-		return strings.TrimSpace(string(b)), nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	r := make([]byte, 18)
-	if _, err := rand.Read(r); err != nil {
-		return "", err
-	}
-	pw := hex.EncodeToString(r)
-	return pw, os.WriteFile(path, []byte(pw+"\n"), 0o600)
 }

@@ -16,15 +16,20 @@ import (
 const crashEnv = "PDMCP_TEST_KILL_AT"
 
 func newServeCmd() *cobra.Command {
-	var o server.StdioOptions
+	var o server.Options
 	var transport string
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve the grant's tools to an MCP host (stdio)",
+		Short: "Serve the grant's tools to an MCP host (stdio, or Streamable HTTP over TLS)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if transport != "stdio" {
-				return errors.New("--transport: only stdio is available in this build")
+			switch {
+			case transport == "http" && o.HTTPConfigPath == "":
+				return errors.New("--transport http needs --http-config mcp-http.json")
+			case transport == "stdio" && o.HTTPConfigPath != "":
+				return errors.New("--http-config is for --transport http")
+			case transport != "http" && transport != "stdio":
+				return errors.New("--transport: use stdio or http")
 			}
 			o.Version = versionString()
 			o.Environ = os.Environ()
@@ -36,11 +41,12 @@ func newServeCmd() *cobra.Command {
 					}
 				}
 			}
-			return server.RunStdio(cmd.Context(), o)
+			return server.Run(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&transport, "transport", "stdio", "stdio")
+	f.StringVar(&transport, "transport", "stdio", "stdio, or http (Streamable HTTP over TLS on 127.0.0.1)")
+	f.StringVar(&o.HTTPConfigPath, "http-config", "", "mcp-http.json, for --transport http")
 	f.StringVar(&o.ConfigPath, "config", "", "the service's config.json (from pdmcp bootstrap)")
 	f.StringVar(&o.ManifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&o.GrantPath, "grant", "", "the task grant (from pdmcp grant)")

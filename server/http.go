@@ -1,0 +1,200 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/auth"
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/grant"
+)
+
+// MaxRequestBytes bounds one HTTP request body: a save's text is at most
+// 64 KiB, so 1 MiB leaves room for JSON escaping and nothing else.
+const MaxRequestBytes = 1 << 20
+
+// newestProtocol is the first protocol revision without sessions; requests
+// that speak it are served by the stateless handler.
+const newestProtocol = "2026-07-28"
+
+// poolSessions gives each HTTP caller their own Gateway session, minted
+// from their exchanged token.
+type poolSessions struct {
+	pool *gateway.Pool
+	ex   *auth.Exchanger
+}
+
+func (p *poolSessions) Session(ctx context.Context, c Caller) (Session, error) {
+	if c.ID == "" || c.Credential.Caller == nil {
+		return nil, refuse(CodeInternal, 500, "no verified caller on this request")
+	}
+	return p.pool.Session(ctx, c.ID, func(ctx context.Context) (gateway.SubjectToken, error) {
+		t, err := p.ex.Exchange(ctx, c.Credential.Caller, c.Credential.AccessToken())
+		if err != nil {
+			return gateway.SubjectToken{}, err
+		}
+		return gateway.SubjectToken{Token: t.AccessToken, Expiry: t.Expiry}, nil
+	})
+}
+
+func (p *poolSessions) End(ctx context.Context, c Caller) { p.pool.End(ctx, c.ID) }
+func (p *poolSessions) EndAll(ctx context.Context)        { p.pool.EndAll(ctx) }
+
+// HTTPHandler is the whole HTTPS surface: the MCP endpoint behind the
+// token check, and the protected-resource metadata.
+type HTTPHandler struct {
+	http.Handler
+	Resource string
+}
+
+// NewHTTPHandler builds the handler for srv as cfg describes. origin is
+// the server's own origin (https://127.0.0.1:port): a browser request from
+// anywhere else is refused.
+func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifier, a *audit.Log, log *slog.Logger) *HTTPHandler {
+	getServer := func(*http.Request) *mcp.Server { return srv.MCP() }
+	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, SessionTimeout: 30 * time.Minute,
+	})
+	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, Stateless: true,
+	})
+	mcpHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Protocol 2026-07-28 has no sessions and is served statelessly;
+		// earlier revisions keep their session, bound to the verified user.
+		if v := r.Header.Get("Mcp-Protocol-Version"); v >= newestProtocol {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		stateful.ServeHTTP(w, r)
+	})
+	resource := cfg.Resource
+	mw := auth.Middleware(verifier, auth.MiddlewareOptions{
+		ResourceMetadataURL: cfg.ResourceMetadataURL(),
+		Scopes:              cfg.RequiredScopes,
+		Logger:              log,
+		Audit: func(r auth.RefusalRecord) {
+			if err := a.Write(audit.AuthRefused{Class: string(r.Class), Reason: r.Reason, Status: r.Status,
+				Method: r.Method, Path: r.Path, TS: r.TS}); err != nil {
+				log.Error("audit write failed", "event", "auth-refused", "err", err)
+			}
+		},
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mw(mcpHandler))
+	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))
+	origin := originOf(resource)
+	return &HTTPHandler{Resource: resource, Handler: hygiene(origin, mux)}
+}
+
+// hygiene applies what the MCP transport rules ask of a local server before
+// anything else: a browser page from another origin is refused (DNS
+// rebinding, cross-site requests), and request bodies are bounded.
+func hygiene(origin string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" && !strings.EqualFold(o, origin) {
+			http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
+			return
+		}
+		if r.ContentLength > MaxRequestBytes {
+			http.Error(w, "Request Entity Too Large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func originOf(resource string) string {
+	if i := strings.Index(resource, "://"); i >= 0 {
+		if j := strings.Index(resource[i+3:], "/"); j >= 0 {
+			return resource[:i+3+j]
+		}
+	}
+	return resource
+}
+
+func runHTTP(ctx context.Context, o Options) error {
+	cfg, err := auth.LoadHTTPConfig(o.HTTPConfigPath)
+	if err != nil {
+		return err
+	}
+	if err := auth.CheckServerCertificate(cfg.TLS.Certificate); err != nil {
+		return err
+	}
+	pair, err := tls.LoadX509KeyPair(cfg.TLS.Certificate, cfg.TLS.Key)
+	if err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	d, err := open(ctx, &o, true)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	provider, err := cfg.NewProvider()
+	if err != nil {
+		return err
+	}
+	verifier, err := cfg.NewVerifier(provider)
+	if err != nil {
+		return err
+	}
+	ex, err := cfg.NewExchanger(provider)
+	if err != nil {
+		return err
+	}
+	pool, err := gateway.NewPool(gateway.PoolConfig{Minter: d.client, Objects: grant.Keys(d.grant, d.manifest),
+		MaxCallers: cfg.MaxCallers, Now: o.Now, Logger: o.Logger})
+	if err != nil {
+		return err
+	}
+	sessions := &poolSessions{pool: pool, ex: ex}
+	defer sessions.EndAll(context.WithoutCancel(ctx))
+	srv, err := d.server(&o, sessions)
+	if err != nil {
+		return err
+	}
+	h := NewHTTPHandler(srv, cfg, verifier, d.audit, o.Logger)
+	ln := o.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.ListenAddr()); err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.ListenAddr(), err)
+		}
+	}
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}},
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.ServeTLS(ln, "", "") }()
+	o.Logger.Info("serving Streamable HTTP over TLS", "url", h.Resource, "grant", d.grant.ID,
+		"maxCallers", cfg.MaxCallers, "notAfter", d.grant.NotAfter.UTC().Format(time.RFC3339))
+	if o.Ready != nil {
+		o.Ready(h.Resource)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(shutdown)
+	o.Logger.Info("stopped; revoking every caller's Gateway session")
+	return nil
+}

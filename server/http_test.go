@@ -1,0 +1,492 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/auth/devidp"
+	"github.com/pdmcp/pdmcp/auth/devpki"
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/operator"
+)
+
+// httpStack is the HTTP transport end to end in one process: a reference
+// Gateway, the development OpenID provider, the seeded data with users
+// alice (every document), bob (aurora and the criteria) and carol (nothing),
+// and server.Run serving Streamable HTTP over TLS on 127.0.0.1.
+type httpStack struct {
+	env     *reftest.Env
+	idp     *devidp.Provider
+	issuer  string
+	caFile  string
+	hc      *http.Client // trusts the dev CA only
+	url     string
+	audit   string
+	stderr  *syncBuffer
+	cancel  context.CancelFunc
+	done    chan error
+	svc     *gateway.ServiceConfig
+	tokens  sync.Map
+	manifst string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newHTTPStack(t *testing.T, maxCallers int) *httpStack {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	hs := &httpStack{env: reftest.Start(t, reference.Config{}), stderr: &syncBuffer{}}
+	ca, err := devpki.LoadOrCreateCA(filepath.Join(dir, "ca"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.caFile = ca.CertPEM
+	hs.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+
+	// The provider, on its own TLS listener with a certificate from the CA.
+	idpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.issuer = "https://" + idpLn.Addr().String()
+	hs.idp, err = devidp.New(ctx, devidp.Config{Issuer: hs.issuer, AdapterClientSecret: "adapter-secret", Users: []devidp.User{
+		{Username: "alice", Password: "pw-a"}, {Username: "bob", Password: "pw-b"}, {Username: "carol", Password: "pw-c"},
+		{Username: "dave", Password: "pw-d"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idpCert, idpKey, err := ca.Issue(filepath.Join(dir, "ca"), "idp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idpSrv := &http.Server{Handler: hs.idp}
+	go func() { _ = idpSrv.ServeTLS(idpLn, idpCert, idpKey) }()
+	t.Cleanup(func() { idpSrv.Close() })
+
+	// The service, the seed with three users, the provider binding and the
+	// identity mappings (dave is never mapped).
+	hs.svc = hs.env.Service(t, "svc", true)
+	data := filepath.Join(dir, "task-data")
+	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: hs.svc, OutDir: data, Tag: "t", Users: []operator.SeedUser{
+		{Name: "alice", Documents: []string{"proposal-aurora", "proposal-borealis", "proposal-cirrus", "proposal-doldrum", "evaluation-criteria"}, Save: true},
+		{Name: "bob", Documents: []string{"proposal-aurora", "evaluation-criteria"}},
+		{Name: "carol"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rec
+	caPEM, _ := os.ReadFile(ca.CertPEM)
+	admin := hs.env.Client(t).Admin(reftest.AdminUser, reftest.AdminPassword)
+	if err := admin.BindProvider(ctx, api.BindProviderRequest{ServiceID: hs.svc.ServiceID, Issuer: hs.issuer,
+		Audience: devidp.DefaultGatewayAudience, AllowedClient: devidp.DefaultAdapterClientID, CAPEM: string(caPEM)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"alice", "bob", "carol"} {
+		if err := admin.MapIdentity(ctx, api.MapIdentityRequest{ServiceID: hs.svc.ServiceID, Issuer: hs.issuer, Subject: u,
+			Principal: hs.svc.Prefix + "t." + u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs.manifst = filepath.Join(data, "manifest.json")
+	grantPath := filepath.Join(data, "grant.json")
+	if _, err := grant.Launch(grant.LaunchOptions{ManifestPath: hs.manifst, AllApproved: true, CallerIdentity: true,
+		TTL: time.Hour, Out: grantPath}); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := gateway.WriteServiceConfig(cfgPath, hs.svc); err != nil {
+		t.Fatal(err)
+	}
+
+	// mcp-http.json, on a port bound now.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	mcpCert, mcpKey, err := ca.Issue(filepath.Join(dir, "ca"), "mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("adapter-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	httpCfg := fmt.Sprintf(`{"listen":{"host":"127.0.0.1","port":%d},"tls":{"certificate":%q,"key":%q},
+		"provider":{"issuer":%q,"caFile":%q,"allowedAlgs":["ES256","RS256"],"jwksRefreshMinSeconds":1},
+		"exchange":{"clientId":"mcp-adapter","clientSecretFile":"secret","gatewayAudience":"gateway-api"},
+		"requiredScopes":["openid"],"maxCallers":%d}`, port, mcpCert, mcpKey, hs.issuer, ca.CertPEM, maxCallers)
+	httpCfgPath := filepath.Join(dir, "mcp-http.json")
+	if err := os.WriteFile(httpCfgPath, []byte(httpCfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hs.audit = filepath.Join(data, "audit.jsonl")
+	runCtx, cancel := context.WithCancel(ctx)
+	hs.cancel, hs.done = cancel, make(chan error, 1)
+	ready := make(chan string, 1)
+	go func() {
+		hs.done <- server.Run(runCtx, server.Options{ConfigPath: cfgPath, ManifestPath: hs.manifst, GrantPath: grantPath,
+			AuditPath: hs.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln,
+			Logger: slogTo(hs.stderr), Ready: func(u string) { ready <- u }})
+	}()
+	select {
+	case hs.url = <-ready:
+	case err := <-hs.done:
+		t.Fatalf("server.Run: %v", err)
+	}
+	t.Cleanup(hs.stop)
+	return hs
+}
+
+func (hs *httpStack) stop() {
+	if hs.cancel != nil {
+		hs.cancel()
+		<-hs.done
+		hs.cancel = nil
+	}
+}
+
+// token gets a user's access token through the real code flow.
+func (hs *httpStack) token(t *testing.T, user, password string) string {
+	t.Helper()
+	tok, err := devidp.Login(context.Background(), hs.hc, devidp.LoginParams{Issuer: hs.issuer, ClientID: devidp.DefaultHostClientID,
+		RedirectURL: "http://127.0.0.1:18124/callback", Username: user, Password: password, Resource: hs.url})
+	if err != nil {
+		t.Fatalf("login %s: %v", user, err)
+	}
+	return tok.AccessToken
+}
+
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+// connect connects the go-sdk client with a bearer token.
+func (hs *httpStack) connect(t *testing.T, token string) *mcp.ClientSession {
+	t.Helper()
+	hc := &http.Client{Transport: &bearer{token: token, base: hs.hc.Transport}}
+	c := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func callOn(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (map[string]any, bool) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m, res.IsError
+}
+
+func TestHTTPUsersEachActAsThemselves(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
+	carol := hs.connect(t, hs.token(t, "carol", "pw-c"))
+
+	var wg sync.WaitGroup
+	type result struct {
+		m     map[string]any
+		isErr bool
+	}
+	results := map[string]result{}
+	var mu sync.Mutex
+	for name, cs := range map[string]*mcp.ClientSession{"alice": alice, "bob": bob, "carol": carol} {
+		for _, doc := range []string{"proposal-aurora", "proposal-cirrus"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m, e := callOn(t, cs, "read_protected_document", map[string]any{"documentId": doc})
+				mu.Lock()
+				results[name+"/"+doc] = result{m, e}
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	want := map[string]string{
+		"alice/proposal-aurora": "", "alice/proposal-cirrus": "",
+		"bob/proposal-aurora": "", "bob/proposal-cirrus": "ACL_DENIED",
+		"carol/proposal-aurora": "ACL_DENIED", "carol/proposal-cirrus": "ACL_DENIED",
+	}
+	for k, code := range want {
+		r := results[k]
+		if code == "" {
+			if r.isErr || !strings.Contains(r.m["text"].(string), "Supplier proposal") {
+				t.Errorf("%s: %v", k, r.m)
+			}
+			continue
+		}
+		if !r.isErr || r.m["layer"] != "keyserver" || r.m["code"] != code {
+			t.Errorf("%s: got %v, want keyserver %s", k, r.m, code)
+		}
+	}
+	// Each user's own session and key: three distinct holder keys, each
+	// acting as that user's principal, in the audit.
+	b, _ := os.ReadFile(hs.audit)
+	jkts := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m map[string]any
+		_ = json.Unmarshal([]byte(line), &m)
+		if m["tool"] == "read_protected_document" && m["jkt"] != nil {
+			actingAs := m["actingAs"].(string)
+			if prev, ok := jkts[actingAs]; ok && prev != m["jkt"] {
+				t.Errorf("%s used two holder keys", actingAs)
+			}
+			jkts[actingAs] = m["jkt"].(string)
+		}
+	}
+	if len(jkts) != 3 {
+		t.Errorf("holder keys by principal: %v, want three", jkts)
+	}
+	seen := map[string]bool{}
+	for _, j := range jkts {
+		if seen[j] {
+			t.Error("two users share a holder key")
+		}
+		seen[j] = true
+	}
+}
+
+func TestHTTPSavesAreKeptApartPerUser(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	args := map[string]any{"destinationId": "evaluation-summary", "text": "alice's summary", "idempotencyKey": "same-key"}
+	a, isErr := callOn(t, alice, "save_protected_result", args)
+	if isErr {
+		t.Fatal(a)
+	}
+	// bob has no entry on the destination's key: his save with the same
+	// key is his own call, refused by the key server, not alice's receipt.
+	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
+	b, isErr := callOn(t, bob, "save_protected_result", args)
+	if !isErr || b["layer"] != "keyserver" {
+		t.Fatalf("bob's save with alice's idempotencyKey: %v", b)
+	}
+	again, isErr := callOn(t, alice, "save_protected_result", args)
+	if isErr || again["replayed"] != true || again["version"] != a["version"] {
+		t.Fatalf("alice's retry: %v", again)
+	}
+}
+
+func TestHTTPSessionIDWithAnotherUsersTokenIsRefused(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	alice, bob := hs.token(t, "alice", "pw-a"), hs.token(t, "bob", "pw-b")
+	post := func(token, session, body string) *http.Response {
+		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := hs.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := post(alice, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d, session %q", resp.StatusCode, sid)
+	}
+	resp = post(bob, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("bob on alice's session: %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestHTTPRefusedRequestsAndMetadata(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	resp, err := hs.hc.Post(hs.url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	challenge := resp.Header.Get("WWW-Authenticate")
+	if resp.StatusCode != 401 || !strings.Contains(challenge, `resource_metadata="`) {
+		t.Fatalf("no token: %d %q", resp.StatusCode, challenge)
+	}
+	metaURL := challenge[strings.Index(challenge, `resource_metadata="`)+len(`resource_metadata="`):]
+	metaURL = metaURL[:strings.Index(metaURL, `"`)]
+	mresp, err := hs.hc.Get(metaURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta map[string]any
+	_ = json.NewDecoder(mresp.Body).Decode(&meta)
+	mresp.Body.Close()
+	if meta["resource"] != hs.url {
+		t.Errorf("metadata resource %v, want %s", meta["resource"], hs.url)
+	}
+	if servers, _ := meta["authorization_servers"].([]any); len(servers) != 1 || servers[0] != hs.issuer {
+		t.Errorf("authorization_servers %v, want [%s]", meta["authorization_servers"], hs.issuer)
+	}
+
+	// An ID token is not an access token; a tampered token is refused.
+	tok := hs.token(t, "alice", "pw-a")
+	for name, bad := range map[string]string{"tampered": tok[:len(tok)-4] + "AAAA", "garbage": "not-a-token"} {
+		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+bad)
+		resp, err := hs.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `error="invalid_token"`) {
+			t.Errorf("%s token: %d %q", name, resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	hs.stop()
+	b, _ := os.ReadFile(hs.audit)
+	if !strings.Contains(string(b), `"event":"auth-refused","class":"no-token"`) ||
+		!strings.Contains(string(b), `"class":"bad-signature"`) || !strings.Contains(string(b), `"class":"malformed"`) {
+		t.Errorf("audit lacks auth-refused lines:\n%s", b)
+	}
+	for _, where := range []string{string(b), hs.stderr.String()} {
+		if strings.Contains(where, tok[20:60]) {
+			t.Error("a token reached the audit file or the log")
+		}
+	}
+}
+
+func TestHTTPOriginAndHost(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	tok := hs.token(t, "alice", "pw-a")
+	do := func(mutate func(*http.Request)) int {
+		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		mutate(req)
+		resp, err := hs.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := do(func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }); got != 403 {
+		t.Errorf("foreign Origin: %d, want 403", got)
+	}
+	if got := do(func(r *http.Request) { r.Host = "evil.example" }); got != 403 {
+		t.Errorf("foreign Host: %d, want 403", got)
+	}
+	if got := do(func(r *http.Request) { r.Body = io.NopCloser(bytes.NewReader(make([]byte, server.MaxRequestBytes+1))); r.ContentLength = server.MaxRequestBytes + 1 }); got != 413 {
+		t.Errorf("oversized body: %d, want 413", got)
+	}
+}
+
+func TestHTTPEvictionReloginAndIdPUnavailable(t *testing.T) {
+	hs := newHTTPStack(t, 2)
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
+	carol := hs.connect(t, hs.token(t, "carol", "pw-c"))
+	read := func(cs *mcp.ClientSession) (map[string]any, bool) {
+		return callOn(t, cs, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
+	}
+	if m, e := read(alice); e {
+		t.Fatal(m)
+	}
+	if m, e := read(bob); e {
+		t.Fatal(m)
+	}
+	revokes := hs.env.Gateway.Count(api.RouteRevoke)
+	read(carol) // a third caller: alice, the least recent, is evicted
+	if hs.env.Gateway.Count(api.RouteRevoke) != revokes+1 {
+		t.Errorf("no session was revoked when a third caller came with maxCallers 2")
+	}
+	mints := hs.env.Gateway.Count(api.RouteScoped)
+	if m, e := read(alice); e {
+		t.Fatalf("alice after eviction: %v", m)
+	}
+	if hs.env.Gateway.Count(api.RouteScoped) != mints+1 {
+		t.Error("alice was not served by a new session on her return")
+	}
+
+	// The Gateway dropped the service session: one sign-in, then on.
+	hs.env.Gateway.DropServiceSessions()
+	dave := hs.connect(t, hs.token(t, "dave", "pw-d"))
+	m, e := read(dave)
+	if !e || m["code"] != "IDENTITY_NOT_MAPPED" || m["layer"] != "gateway" {
+		t.Fatalf("an unmapped user: %v", m)
+	}
+	if m, e := read(alice); e {
+		t.Fatalf("alice after dave's refusal: %v", m)
+	}
+	b, _ := os.ReadFile(hs.audit)
+	if !strings.Contains(string(b), `"serviceRelogin":true`) {
+		t.Error("no audit line says serviceRelogin: true")
+	}
+
+	// A long IDP_UNAVAILABLE is returned with retryAfter for a fresh mint.
+	hs.env.Gateway.SetFaults(reference.Faults{IdPUnavailable: 30 * time.Second})
+	bob2 := hs.connect(t, hs.token(t, "bob", "pw-b"))
+	_ = bob2
+	m, e = read(dave)
+	if !e || m["code"] != "IDP_UNAVAILABLE" {
+		t.Fatalf("IDP_UNAVAILABLE: %v", m)
+	}
+	if ra, _ := m["retryAfter"].(float64); ra < 1 {
+		t.Errorf("no retryAfter in %v", m)
+	}
+	hs.env.Gateway.SetFaults(reference.Faults{})
+}
+
+func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

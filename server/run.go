@@ -1,0 +1,169 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/journal"
+)
+
+// Options are `pdmcp serve`'s inputs.
+type Options struct {
+	ConfigPath   string // config.json (the registered service)
+	ManifestPath string
+	GrantPath    string
+	AuditPath    string
+	JournalPath  string // default: <manifest>.journal.sqlite
+	// HTTPConfigPath, when set, serves Streamable HTTP over TLS on
+	// 127.0.0.1 as described by mcp-http.json; otherwise stdio.
+	HTTPConfigPath string
+	Version        string
+	Environ        []string // checked for model credentials
+	Logger         *slog.Logger
+	Now            func() time.Time
+	CrashPoint     func(string)
+	// StdioTransport defaults to the process's stdin and stdout.
+	StdioTransport mcp.Transport
+	// Ready, when set, is called with the served URL once HTTP listens.
+	Ready func(url string)
+	// Listener, when set, is the HTTP listener (bound to the configured
+	// port by the caller); otherwise Run binds it.
+	Listener net.Listener
+}
+
+// deps is what both transports open before serving.
+type deps struct {
+	service  *gateway.ServiceConfig
+	grant    *grant.Grant
+	manifest *grant.Manifest
+	journal  *journal.Journal
+	audit    *audit.Log
+	client   *gateway.Client
+}
+
+func (d *deps) close() {
+	d.journal.Close()
+	d.audit.Close()
+}
+
+// open loads and checks everything a server needs and signs in as the
+// service. httpMode selects which kind of grant is acceptable.
+func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if err := CheckEnvironment(o.Environ); err != nil {
+		return nil, err
+	}
+	sc, err := gateway.LoadServiceConfig(o.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	g, err := grant.Load(o.GrantPath)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case httpMode && !g.CallerIdentity:
+		return nil, fmt.Errorf("this grant names the local user %q; over HTTP each caller acts as themselves: "+
+			"write the grant with --caller-identity", g.LocalUser)
+	case !httpMode && g.LocalUser == "":
+		return nil, errors.New("this grant names no local user (it was written with --caller-identity for HTTP); " +
+			"over stdio write the grant with --local-user")
+	}
+	m, err := grant.LoadManifest(o.ManifestPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := grant.Validate(g, m); err != nil {
+		return nil, err
+	}
+	if g.Expired(o.Now()) {
+		return nil, fmt.Errorf("the grant ended at %s; write a new one with `pdmcp grant`", g.NotAfter.UTC().Format(time.RFC3339))
+	}
+	jpath := o.JournalPath
+	if jpath == "" {
+		jpath = journal.DefaultPath(o.ManifestPath)
+	}
+	j, err := journal.Open(ctx, jpath)
+	if err != nil {
+		return nil, err
+	}
+	a, err := audit.Open(o.AuditPath)
+	if err != nil {
+		j.Close()
+		return nil, err
+	}
+	d := &deps{service: sc, grant: g, manifest: m, journal: j, audit: a}
+	cc := sc.ClientConfig()
+	cc.Logger = o.Logger
+	if d.client, err = gateway.New(cc); err != nil {
+		d.close()
+		return nil, err
+	}
+	if err := d.client.SignIn(ctx); err != nil {
+		d.close()
+		return nil, fmt.Errorf("service sign-in: %w", err)
+	}
+	return d, nil
+}
+
+func (d *deps) server(o *Options, sessions Sessions) (*Server, error) {
+	return New(Config{
+		Grant: d.grant, Manifest: d.manifest, ManifestPath: o.ManifestPath, Journal: d.journal, Audit: d.audit,
+		Sessions: sessions, Version: o.Version, RunID: newRunID(), Now: o.Now, Logger: o.Logger, CrashPoint: o.CrashPoint,
+	})
+}
+
+// Run serves until the host leaves (stdin closes) or ctx ends (SIGTERM,
+// SIGINT); either way every Gateway session is revoked before it returns.
+func Run(ctx context.Context, o Options) error {
+	if o.HTTPConfigPath != "" {
+		return runHTTP(ctx, o)
+	}
+	d, err := open(ctx, &o, false)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	sessions := NewGrantSessions(d.client, d.grant.LocalUser, grant.Keys(d.grant, d.manifest), d.grant.NotAfter, o.Now, o.Logger)
+	defer sessions.EndAll(context.WithoutCancel(ctx))
+	srv, err := d.server(&o, sessions)
+	if err != nil {
+		return err
+	}
+	t := o.StdioTransport
+	if t == nil {
+		t = &mcp.StdioTransport{}
+	}
+	o.Logger.Info("serving over stdio", "grant", d.grant.ID, "tools", len(d.grant.AllowedTools),
+		"notAfter", d.grant.NotAfter.UTC().Format(time.RFC3339))
+	err = srv.MCP().Run(ctx, t)
+	if ctx.Err() != nil {
+		// Ended by a signal: a normal stop.
+		return nil
+	}
+	return err
+}
+
+func newRunID() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "run-unknown"
+	}
+	return hex.EncodeToString(b)
+}
