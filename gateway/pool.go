@@ -1,0 +1,495 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+)
+
+// Pool limits and defaults.
+const (
+	// DefaultMaxCallers is PoolConfig.MaxCallers when it is zero.
+	DefaultMaxCallers = 8
+	// DefaultMaxRetryWait is PoolConfig.MaxRetryWait when it is zero.
+	DefaultMaxRetryWait = 3 * time.Second
+	// PoolReuseMargin: a caller's session is reused only while more than
+	// this remains of it, so that it does not run out in the middle of a
+	// tool call.
+	PoolReuseMargin = 30 * time.Second
+	// PoolRevokeTimeout bounds each revoke the pool sends, so that ending
+	// one user's session can never hold up another user for long.
+	PoolRevokeTimeout = 5 * time.Second
+)
+
+// subjectTTLMargin is kept between a session's end and its subject
+// token's: the Gateway starts the session's clock when the mint arrives,
+// a little after we computed the TTL.
+const subjectTTLMargin = time.Second
+
+// ErrPoolClosed is returned by Pool.Session after Pool.EndAll.
+var ErrPoolClosed = errors.New("gateway session pool is closed: the server is shutting down")
+
+// ErrSubjectTokenExpired is the cause when a caller's subject token has
+// expired, or expires too soon to bind a session to it.
+var ErrSubjectTokenExpired = errors.New("the subject token has expired; the user must sign in again")
+
+// SubjectToken is a token the provider issued to the Gateway's audience for
+// one user, and when it expires. It prints and logs without the token.
+type SubjectToken struct {
+	Token  string
+	Expiry time.Time
+}
+
+// String names the token without revealing it.
+func (t SubjectToken) String() string {
+	return "SubjectToken{redacted, expiry " + t.Expiry.UTC().Format(time.RFC3339) + "}"
+}
+
+// GoString is String, so that %#v prints no token either.
+func (t SubjectToken) GoString() string { return t.String() }
+
+// Format makes every fmt verb print String: a struct printed with, say,
+// %d would otherwise show its fields.
+func (t SubjectToken) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(t.String())) }
+
+// LogValue keeps the token out of structured logs.
+func (t SubjectToken) LogValue() slog.Value {
+	return slog.GroupValue(slog.Time("expiry", t.Expiry))
+}
+
+// SubjectSource gives the calling user's subject token, typically by token
+// exchange (package auth), which caches. The pool asks it each time it
+// mints a session for that user.
+type SubjectSource func(ctx context.Context) (SubjectToken, error)
+
+// Minter mints scoped sessions; *Client is one.
+type Minter interface {
+	Mint(ctx context.Context, m MintRequest) (*Session, error)
+}
+
+// PoolConfig configures a Pool.
+type PoolConfig struct {
+	// Minter mints the sessions: the service's *Client.
+	Minter Minter
+	// Objects are the grant's t-Tags; every session covers exactly these.
+	// At least one, at most api.MaxObjects, none empty.
+	Objects []string
+	// MaxCallers is how many users may hold a session at once
+	// (DefaultMaxCallers when zero).
+	MaxCallers int
+	// MaxRetryWait: an IDP_UNAVAILABLE whose Retry-After is at most this is
+	// waited out once and the mint tried again (DefaultMaxRetryWait when
+	// zero). A longer one is returned as it is.
+	MaxRetryWait time.Duration
+	// Now is the clock that decides when a session is renewed (time.Now
+	// when nil).
+	Now func() time.Time
+	// Logger gets the pool's events; callers appear only as a 12-hex
+	// digest of their id. Nil discards.
+	Logger *slog.Logger
+}
+
+// Pool keeps one scoped session per user for the HTTP transport: each
+// minted from that user's subject token with its own holder key, renewed
+// before it runs out, and never shared. It is safe for concurrent use.
+//
+// Concurrent calls of one user wait for each other, so that they mint at
+// most one session; no lock is held across a Gateway request that another
+// user's call needs. When more than MaxCallers users hold a session, the
+// user who called least recently is ended: their session revoked, its
+// holder key destroyed. They get a new session when they call again.
+type Pool struct {
+	minter       Minter
+	objects      []string
+	maxCallers   int
+	maxRetryWait time.Duration
+	now          func() time.Time
+	log          *slog.Logger
+
+	mu      sync.Mutex
+	callers map[string]*poolEntry
+	tick    uint64 // orders calls, for least-recently-calling eviction
+	closed  bool
+}
+
+// poolEntry is one user's place in the pool.
+type poolEntry struct {
+	id     string
+	digest string // names the user in logs
+	// lock is held by the one call of this user that checks, renews or
+	// mints its session. A channel so that a waiter can give up with its
+	// context, and so that eviction can try it without waiting.
+	lock chan struct{}
+
+	// Guarded by Pool.mu.
+	sess     *Session
+	deadline time.Time // on the pool's clock; the session is not used past it
+	lastCall uint64
+	gone     bool // taken out of the pool; whoever holds lock starts over
+}
+
+func (e *poolEntry) acquire(ctx context.Context) error {
+	select {
+	case e.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for this user's session: %w", ctx.Err())
+	}
+}
+
+func (e *poolEntry) tryAcquire() bool {
+	select {
+	case e.lock <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *poolEntry) release() { <-e.lock }
+
+// taken is a session taken out of the pool, to revoke.
+type taken struct {
+	entry *poolEntry
+	sess  *Session
+}
+
+// NewPool checks cfg and returns an empty pool. It sends nothing.
+func NewPool(cfg PoolConfig) (*Pool, error) {
+	if cfg.Minter == nil {
+		return nil, errors.New("session pool: no minter; give the service's gateway client")
+	}
+	if len(cfg.Objects) == 0 {
+		return nil, errors.New("session pool: no objects; a scoped session must cover at least one of the grant's keys")
+	}
+	if len(cfg.Objects) > api.MaxObjects {
+		return nil, fmt.Errorf("session pool: %d objects, but a scoped session covers at most %d", len(cfg.Objects), api.MaxObjects)
+	}
+	if slices.Contains(cfg.Objects, "") {
+		return nil, errors.New("session pool: an object is empty; list only the grant's t-Tags")
+	}
+	if cfg.MaxCallers < 0 {
+		return nil, fmt.Errorf("session pool: MaxCallers %d is negative", cfg.MaxCallers)
+	}
+	if cfg.MaxRetryWait < 0 {
+		return nil, fmt.Errorf("session pool: MaxRetryWait %s is negative", cfg.MaxRetryWait)
+	}
+	p := &Pool{
+		minter:       cfg.Minter,
+		objects:      slices.Clone(cfg.Objects),
+		maxCallers:   cmp.Or(cfg.MaxCallers, DefaultMaxCallers),
+		maxRetryWait: cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait),
+		now:          cfg.Now,
+		log:          cfg.Logger,
+		callers:      map[string]*poolEntry{},
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	return p, nil
+}
+
+// Session returns the scoped session of the user callerID (their verified
+// identity, for example auth.Caller.ID()): the one they hold while more
+// than PoolReuseMargin of it remains, or a new one minted from subject,
+// living min(api.MaxScopedTTL, the subject token's remaining life). The
+// session it replaces is revoked first.
+//
+// A mint refused IDP_UNAVAILABLE with a Retry-After of at most MaxRetryWait
+// is tried once more after that wait; any other failure is returned as it
+// is and leaves nothing cached for the user. Refusals are *api.Error.
+func (p *Pool) Session(ctx context.Context, callerID string, subject SubjectSource) (*Session, error) {
+	if callerID == "" {
+		return nil, errors.New("session pool: empty caller id")
+	}
+	if subject == nil {
+		return nil, errors.New("session pool: no subject token source")
+	}
+	for {
+		e, err := p.entry(callerID)
+		if err != nil {
+			return nil, err
+		}
+		if err := e.acquire(ctx); err != nil {
+			return nil, err
+		}
+		s, again, err := p.serve(ctx, e, subject)
+		e.release()
+		if !again {
+			return s, err
+		}
+		// The entry left the pool while this call waited for it or
+		// minted: start over with the user's current entry.
+	}
+}
+
+// entry is the user's entry, made when they have none, marked as called now.
+func (p *Pool) entry(id string) (*poolEntry, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrPoolClosed
+	}
+	e := p.callers[id]
+	if e == nil {
+		e = &poolEntry{id: id, digest: callerDigest(id), lock: make(chan struct{}, 1)}
+		p.callers[id] = e
+	}
+	p.tick++
+	e.lastCall = p.tick
+	return e, nil
+}
+
+// serve runs with e.lock held: it reuses, or renews, the user's session.
+// again says the entry left the pool meanwhile and the call must start over.
+func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (_ *Session, again bool, _ error) {
+	p.mu.Lock()
+	if e.gone {
+		p.mu.Unlock()
+		return nil, true, nil
+	}
+	if s := e.sess; s != nil && s.Live() && p.now().Add(PoolReuseMargin).Before(e.deadline) {
+		p.mu.Unlock()
+		return s, false, nil
+	}
+	old := e.sess
+	e.sess = nil
+	p.mu.Unlock()
+	if old != nil {
+		// Revoked before the next is minted, so that a user never holds
+		// two sessions.
+		p.revoke(ctx, taken{e, old}, "renewed")
+	}
+
+	s, deadline, err := p.mint(ctx, e, subject)
+
+	p.mu.Lock()
+	if err != nil {
+		if !e.gone {
+			delete(p.callers, e.id)
+			e.gone = true
+		}
+		p.mu.Unlock()
+		return nil, false, err
+	}
+	if e.gone {
+		// End or EndAll took the user out while this session was being
+		// minted: it must not outlive them.
+		p.mu.Unlock()
+		p.revoke(ctx, taken{e, s}, "ended")
+		return nil, true, nil
+	}
+	e.sess, e.deadline = s, deadline
+	p.tick++
+	e.lastCall = p.tick
+	victims := p.evictable(e)
+	p.mu.Unlock()
+
+	p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: session minted",
+		slog.String("caller", e.digest), slog.String("session", s.HandleDigest()),
+		slog.Time("expiresAt", s.ExpiresAt()), slog.Int("evicting", len(victims)))
+	for _, v := range victims {
+		p.revoke(ctx, v, "evicted")
+		v.entry.release()
+	}
+	return s, false, nil
+}
+
+// evictable takes out of the pool, least recent caller first, as many
+// users as hold a session beyond MaxCallers, never keep. A user whose own
+// call is busy with their entry is passed over: their session is being
+// renewed, so they hold none (or are about to use it). Each entry returned
+// is locked; the caller revokes and releases it. p.mu is held.
+func (p *Pool) evictable(keep *poolEntry) []taken {
+	held := 0
+	var candidates []*poolEntry
+	for _, e := range p.callers {
+		if e.sess == nil {
+			continue
+		}
+		held++
+		if e != keep {
+			candidates = append(candidates, e)
+		}
+	}
+	if held <= p.maxCallers {
+		return nil
+	}
+	slices.SortFunc(candidates, func(a, b *poolEntry) int { return cmp.Compare(a.lastCall, b.lastCall) })
+	var out []taken
+	for _, e := range candidates {
+		if held <= p.maxCallers {
+			break
+		}
+		if !e.tryAcquire() {
+			continue
+		}
+		out = append(out, taken{e, e.sess})
+		delete(p.callers, e.id)
+		e.gone, e.sess = true, nil
+		held--
+	}
+	return out
+}
+
+// mint gets the user's subject token and mints a session from it, waiting
+// out one short IDP_UNAVAILABLE. It returns the session and the time, on
+// the pool's clock, past which it is not used.
+func (p *Pool) mint(ctx context.Context, e *poolEntry, subject SubjectSource) (*Session, time.Time, error) {
+	tok, err := subject(ctx)
+	if err != nil {
+		p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: no subject token",
+			slog.String("caller", e.digest), slog.String("code", refusalCode(err)))
+		return nil, time.Time{}, fmt.Errorf("subject token for the Gateway: %w", err)
+	}
+	if tok.Token == "" {
+		return nil, time.Time{}, errors.New("subject token for the Gateway: the source gave an empty token")
+	}
+	s, deadline, err := p.mintOnce(ctx, tok)
+	var ae *api.Error
+	if err == nil || !errors.As(err, &ae) || !isRefusal(err, api.CodeIdPUnavailable) ||
+		ae.RetryAfter <= 0 || ae.RetryAfter > p.maxRetryWait {
+		p.logOutcome(ctx, e, err)
+		return s, deadline, err
+	}
+	p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: waiting out IDP_UNAVAILABLE once",
+		slog.String("caller", e.digest), slog.Duration("retryAfter", ae.RetryAfter))
+	t := time.NewTimer(ae.RetryAfter)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, time.Time{}, fmt.Errorf("%w (gave up waiting for its Retry-After: %w)", err, ctx.Err())
+	}
+	s, deadline, err = p.mintOnce(ctx, tok)
+	p.logOutcome(ctx, e, err)
+	return s, deadline, err
+}
+
+// mintOnce asks for one session bound to tok, living no longer than tok.
+func (p *Pool) mintOnce(ctx context.Context, tok SubjectToken) (*Session, time.Time, error) {
+	start := p.now()
+	ttl := min(api.MaxScopedTTL, tok.Expiry.Sub(start)-subjectTTLMargin).Truncate(time.Second)
+	if tok.Expiry.IsZero() || ttl < time.Second {
+		return nil, time.Time{}, fmt.Errorf("subject token for the Gateway: %w", ErrSubjectTokenExpired)
+	}
+	s, err := p.minter.Mint(ctx, MintRequest{Objects: slices.Clone(p.objects), SubjectToken: tok.Token, TTL: ttl})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return s, start.Add(ttl), nil
+}
+
+func (p *Pool) logOutcome(ctx context.Context, e *poolEntry, err error) {
+	if err == nil {
+		return
+	}
+	p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: mint failed",
+		slog.String("caller", e.digest), slog.String("code", refusalCode(err)))
+}
+
+// revoke ends a session taken out of the pool. It is bounded and runs even
+// when ctx is already cancelled: the session must end either way, and
+// Session.Revoke destroys the holder key even when the Gateway cannot be
+// told.
+func (p *Pool) revoke(ctx context.Context, v taken, why string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PoolRevokeTimeout)
+	defer cancel()
+	attrs := []slog.Attr{slog.String("caller", v.entry.digest), slog.String("session", v.sess.HandleDigest()),
+		slog.String("why", why)}
+	if err := v.sess.Revoke(rctx); err != nil {
+		p.log.LogAttrs(ctx, slog.LevelWarn, "gateway session pool: revoke not confirmed; holder key destroyed",
+			append(attrs, slog.String("code", refusalCode(err)))...)
+		return
+	}
+	p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: session revoked", attrs...)
+}
+
+// End revokes the user's session, if they hold one, and destroys its
+// holder key. A session being minted for them as End runs is revoked as
+// soon as it arrives. Their next call is served by a new session.
+func (p *Pool) End(ctx context.Context, callerID string) {
+	p.mu.Lock()
+	e := p.callers[callerID]
+	if e == nil {
+		p.mu.Unlock()
+		return
+	}
+	delete(p.callers, callerID)
+	e.gone = true
+	s := e.sess
+	e.sess = nil
+	p.mu.Unlock()
+	if s != nil {
+		p.revoke(ctx, taken{e, s}, "ended")
+	}
+}
+
+// EndAll closes the pool (on SIGTERM or SIGINT): every session is revoked,
+// in parallel, and every holder key destroyed; later calls of Session get
+// ErrPoolClosed. It then waits, until ctx ends, for mints still in flight,
+// which revoke what they minted.
+func (p *Pool) EndAll(ctx context.Context) {
+	p.mu.Lock()
+	p.closed = true
+	var held []taken
+	entries := make([]*poolEntry, 0, len(p.callers))
+	for id, e := range p.callers {
+		delete(p.callers, id)
+		e.gone = true
+		entries = append(entries, e)
+		if e.sess != nil {
+			held = append(held, taken{e, e.sess})
+			e.sess = nil
+		}
+	}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, v := range held {
+		wg.Go(func() { p.revoke(ctx, v, "shutdown") })
+	}
+	wg.Wait()
+	for _, e := range entries {
+		if e.acquire(ctx) != nil {
+			return
+		}
+		e.release()
+	}
+}
+
+// Len is how many users hold a session now.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, e := range p.callers {
+		if e.sess != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// callerDigest names a user in logs: the first 12 hex digits of the
+// sha256 of their id, as HandleDigest names a session.
+func callerDigest(id string) string { return handleDigest(id) }
+
+// refusalCode is the refusal code behind err, for logs; "" when it is not
+// a refusal.
+func refusalCode(err error) string {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return ""
+}
