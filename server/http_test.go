@@ -428,7 +428,10 @@ func TestHTTPOriginAndHost(t *testing.T) {
 	if got := do(func(r *http.Request) { r.Host = "evil.example" }); got != 403 {
 		t.Errorf("foreign Host: %d, want 403", got)
 	}
-	if got := do(func(r *http.Request) { r.Body = io.NopCloser(bytes.NewReader(make([]byte, server.MaxRequestBytes+1))); r.ContentLength = server.MaxRequestBytes + 1 }); got != 413 {
+	if got := do(func(r *http.Request) {
+		r.Body = io.NopCloser(bytes.NewReader(make([]byte, server.MaxRequestBytes+1)))
+		r.ContentLength = server.MaxRequestBytes + 1
+	}); got != 413 {
 		t.Errorf("oversized body: %d, want 413", got)
 	}
 }
