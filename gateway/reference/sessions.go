@@ -191,7 +191,7 @@ func (t *sessionTable) lookupScoped(handle string, now time.Time) (*scopedSessio
 		return nil, gatewayError(api.CodeSessionRevoked, http.StatusUnauthorized,
 			"the scoped session was revoked; mint a new one if the work should go on")
 	}
-	if false {
+	if !now.Before(s.expiresAt) {
 		return nil, gatewayError(api.CodeSessionExpired, http.StatusUnauthorized,
 			"the scoped session has expired; mint a new one")
 	}
