@@ -75,9 +75,13 @@ Codex (~/.codex/config.toml; start codex with SSL_CERT_FILE=%[2]s):
   client_id = "%[5]s"
   callback_port = %[6]d
 
-curl (a token for alice, then tools/list):
+curl (a token for alice; initialize; then tools/list on the session):
   TOKEN=$(%[8]s dev token alice --state %[9]s)
-  curl --cacert %[2]s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json'     -H 'Accept: application/json, text/event-stream' -H 'Mcp-Protocol-Version: 2025-11-25'     -d '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}' %[1]s
+  H=(--cacert %[2]s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
+  SID=$(curl -s -o /dev/null -D - "${H[@]}" -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}' %[1]s | tr -d '\r' | awk -F': ' 'tolower($1)=="mcp-session-id"{print $2}')
+  H+=(-H "Mcp-Session-Id: $SID" -H 'Mcp-Protocol-Version: 2025-11-25')
+  curl -s "${H[@]}" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' %[1]s
+  curl -s "${H[@]}" -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' %[1]s
 
 Ctrl-C stops everything and revokes every session.
 `, i.MCPURL, i.CAFile, i.Issuer, devstack.InfoPath(state), i.HostClientID, i.CallbackPort, i.ServerName, self, state)

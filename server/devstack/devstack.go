@@ -126,8 +126,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	info := &Info{ServerName: ServerName, CallbackPort: CallbackPort, HostClientID: devidp.DefaultHostClientID}
-	if old, err := LoadInfo(state); err == nil {
-		info.Ports = old.Ports
+	portsFile := filepath.Join(state, "ports.json")
+	if b, err := os.ReadFile(portsFile); err == nil {
+		_ = json.Unmarshal(b, &info.Ports)
 	}
 	ca, err := devpki.LoadOrCreateCA(filepath.Join(state, "ca"), "pdmcp dev")
 	if err != nil {
@@ -219,6 +220,9 @@ func Run(ctx context.Context, o Options) error {
 		ConfigPath: info.ServiceConfig, ManifestPath: info.Manifest, GrantPath: info.Grant, AuditPath: info.Audit,
 		HTTPConfigPath: info.HTTPConfig, Version: o.Version, Environ: nil, Logger: o.Logger.With("component", "mcp"),
 		Ready: func(string) {
+			if err := writeJSON(portsFile, info.Ports); err != nil {
+				o.Logger.Error("write ports.json", "err", err)
+			}
 			if err := writeJSON(InfoPath(state), info); err != nil {
 				o.Logger.Error("write dev.json", "err", err)
 			}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// devRun is a running `pdmcp dev`.
+type devRun struct {
+	cmd   *exec.Cmd
+	state string
+	info  map[string]any
+}
+
+func startDev(t *testing.T, state string) *devRun {
+	t.Helper()
+	_ = os.Remove(filepath.Join(state, "dev.json"))
+	cmd := exec.Command(binary(t), "dev", "--state", state)
+	cmd.Env = cleanEnv()
+	cmd.Stderr = &testLog{t: t}
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &devRun{cmd: cmd, state: state}
+	t.Cleanup(func() { d.stop(t) })
+	waitFor(t, "dev.json", func() bool {
+		b, err := os.ReadFile(filepath.Join(state, "dev.json"))
+		return err == nil && json.Unmarshal(b, &d.info) == nil
+	})
+	waitFor(t, "the printed instructions", func() bool { return strings.Contains(out.String(), "claude mcp add --transport http") })
+	return d
+}
+
+func (d *devRun) stop(t *testing.T) {
+	if d.cmd.ProcessState != nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("pdmcp dev did not stop cleanly on Ctrl-C: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = d.cmd.Process.Kill()
+		t.Error("pdmcp dev did not stop on Ctrl-C")
+	}
+}
+
+// curl runs the real curl and returns headers and body.
+func curl(t *testing.T, args ...string) (headers, body string) {
+	t.Helper()
+	dir := t.TempDir()
+	hfile := filepath.Join(dir, "headers")
+	out, err := exec.Command("curl", append([]string{"-sS", "-D", hfile}, args...)...).Output()
+	if err != nil {
+		// The arguments hold a token: name only the URL.
+		t.Fatalf("curl %s: %v", args[len(args)-1], err)
+	}
+	h, _ := os.ReadFile(hfile)
+	return string(h), string(out)
+}
+
+func header(headers, name string) string {
+	for _, line := range strings.Split(headers, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && strings.EqualFold(k, name) {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// TestDevWithCurl runs `pdmcp dev` on a fresh state folder and drives it
+// as the README says: a token from `pdmcp dev token`, then curl.
+func TestDevWithCurl(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	d := startDev(t, state)
+	url := d.info["mcpUrl"].(string)
+	ca := d.info["caFile"].(string)
+
+	h, _ := curl(t, "--cacert", ca, "-H", "Content-Type: application/json", "-d", `{}`, url)
+	challenge := header(h, "WWW-Authenticate")
+	if !strings.HasPrefix(h, "HTTP/2 401") && !strings.HasPrefix(h, "HTTP/1.1 401") || !strings.Contains(challenge, "resource_metadata=") {
+		t.Fatalf("no token: %s", h)
+	}
+	_, meta := curl(t, "--cacert", ca, strings.TrimSuffix(url, "/mcp")+"/.well-known/oauth-protected-resource/mcp")
+	var md map[string]any
+	if err := json.Unmarshal([]byte(meta), &md); err != nil {
+		t.Fatal(err)
+	}
+	if md["resource"] != url || md["authorization_servers"].([]any)[0] != d.info["issuer"] {
+		t.Fatalf("metadata %v", md)
+	}
+
+	token := strings.TrimSpace(run(t, "dev", "token", "alice", "--state", state))
+	base := []string{"--cacert", ca, "-H", "Authorization: Bearer " + token, "-H", "Content-Type: application/json",
+		"-H", "Accept: application/json, text/event-stream"}
+	h, _ = curl(t, append(base, "-d", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`, url)...)
+	sid := header(h, "Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("initialize gave no session: %s", h)
+	}
+	sess := append(base, "-H", "Mcp-Session-Id: "+sid, "-H", "Mcp-Protocol-Version: 2025-11-25")
+	curl(t, append(sess, "-d", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, url)...)
+	_, body := curl(t, append(sess, "-d", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, url)...)
+	if !strings.Contains(body, "read_protected_document") {
+		t.Fatalf("tools/list: %s", body)
+	}
+	_, body = curl(t, append(sess, "-d", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_protected_document","arguments":{"documentId":"proposal-cirrus"}}}`, url)...)
+	if !strings.Contains(body, "Cirrus Precision") {
+		t.Fatalf("alice's read: %s", body)
+	}
+	h, _ = curl(t, append(sess, "-X", "DELETE", url)...)
+	if !strings.Contains(strings.SplitN(h, "\n", 2)[0], "20") {
+		t.Fatalf("DELETE: %s", h)
+	}
+
+	bob := strings.TrimSpace(run(t, "dev", "token", "bob", "--state", state))
+	_, body = curl(t, "--cacert", ca, "-H", "Authorization: Bearer "+bob, "-H", "Content-Type: application/json",
+		"-H", "Accept: application/json, text/event-stream", "-H", "Mcp-Protocol-Version: 2025-11-25",
+		"-d", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`, url)
+	if !strings.Contains(body, `"serverInfo"`) || !strings.Contains(body, `"pdmcp"`) {
+		t.Fatalf("bob's initialize: %s", body)
+	}
+
+	// A second run reuses the state: same CA, same URL, same service.
+	d.stop(t)
+	cfgBefore, _ := os.ReadFile(filepath.Join(state, "config.json"))
+	d2 := startDev(t, state)
+	if d2.info["caFile"] != ca || d2.info["mcpUrl"] != url {
+		t.Errorf("second run: %v, first: %s %s", d2.info, ca, url)
+	}
+	cfgAfter, _ := os.ReadFile(filepath.Join(state, "config.json"))
+	if string(cfgAfter) != string(cfgBefore) && !strings.Contains(string(cfgAfter), `"serviceId"`) {
+		t.Error("the service registration was not reused")
+	}
+	token = strings.TrimSpace(run(t, "dev", "token", "alice", "--state", state))
+	_, body = curl(t, "--cacert", ca, "-H", "Authorization: Bearer "+token, "-H", "Content-Type: application/json",
+		"-H", "Accept: application/json, text/event-stream",
+		"-d", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`, url)
+	if !strings.Contains(body, `"serverInfo"`) {
+		t.Fatalf("second run initialize: %s", body)
+	}
+}
