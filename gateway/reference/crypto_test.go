@@ -257,6 +257,18 @@ func TestKeyServerRefusals(t *testing.T) {
 		err := w.grant(sess, w.key.TTag, w.carol, []string{api.RightRead}, nil, nil)
 		wantRefusal(t, "grant", err, api.LayerKeyServer, api.CodeAccessDenied, http.StatusForbidden)
 	})
+	t.Run("ACCESS_DENIED once the principal is disabled", func(t *testing.T) {
+		p := w.principal(w.svc, "suspended")
+		wantOK(t, "grant", w.grant(w.owner, w.key.TTag, p, []string{api.RightRead}, nil, nil))
+		sess := w.scoped(w.svc, p, w.key.TTag)
+		// No route disables a principal after creation; an operator of
+		// the key server would, so the test does it in the store.
+		if _, err := w.gw.store.db.Exec(`UPDATE principals SET disabled = 1 WHERE name = ?`, p.Name); err != nil {
+			t.Fatal(err)
+		}
+		_, err := w.decrypt(sess, w.decryptReq())
+		wantRefusal(t, "decrypt", err, api.LayerKeyServer, api.CodeAccessDenied, http.StatusForbidden)
+	})
 	t.Run("ACCESS_DENIED once the principal is deleted", func(t *testing.T) {
 		p := w.principal(w.svc, "leaver")
 		wantOK(t, "grant", w.grant(w.owner, w.key.TTag, p, []string{api.RightRead}, nil, nil))

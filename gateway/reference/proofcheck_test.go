@@ -198,6 +198,12 @@ func TestServiceLogin(t *testing.T) {
 		wantRefusal(t, "old assertion", e.decode(r.route, e.do(r), nil),
 			api.LayerGateway, api.CodeServiceLoginRefused, http.StatusUnauthorized)
 	})
+	t.Run("certificate past its validity", func(t *testing.T) {
+		late := newEnv(t)
+		s := late.newService(true, "")
+		late.clock.Advance(49 * time.Hour) // the test certificates last 48 hours
+		wantRefusal(t, "expired certificate", late.login(s), api.LayerGateway, api.CodeServiceLoginRefused, http.StatusUnauthorized)
+	})
 	t.Run("no assertion", func(t *testing.T) {
 		r := request{route: api.RouteServiceLogin, body: api.ServiceLoginRequest{}, key: s.sender}
 		wantRefusal(t, "empty body", e.decode(r.route, e.do(r), nil),

@@ -1,6 +1,7 @@
 package reference
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -178,6 +179,24 @@ func TestMintRefusals(t *testing.T) {
 			wantRefusal(t, c.name, err, api.LayerGateway, api.CodeActingAsRefused, http.StatusForbidden)
 		})
 	}
+	t.Run("SCOPE_TOO_WIDE for a mint in a full session", func(t *testing.T) {
+		objs := make([]string, 64)
+		for i := range objs {
+			objs[i] = fmt.Sprintf("full-%02d", i)
+		}
+		sess := e.scoped(s, alice, objs...)
+		before, _ := e.gw.KeyServerAudit(context.Background())
+		_, err := e.encrypt(sess, api.EncryptRequest{Plaintext: b64("one key too many")})
+		wantRefusal(t, "mint at 64 objects", err, api.LayerGateway, api.CodeScopeTooWide, http.StatusBadRequest)
+		after, _ := e.gw.KeyServerAudit(context.Background())
+		if len(after) != len(before) {
+			t.Error("the refused mint reached the key server")
+		}
+		wantOK(t, "a session with room mints", func() *api.Error {
+			_, err := e.encrypt(e.scoped(s, alice, objs[:63]...), api.EncryptRequest{Plaintext: b64("fits")})
+			return err
+		}())
+	})
 	t.Run("unknown t-Tag is allowed in the scope", func(t *testing.T) {
 		sess := e.scoped(s, alice, "no-such-key")
 		_, err := e.decrypt(sess, api.DecryptRequest{TTag: "no-such-key", IV: b64("0123456789abcdef"), Ciphertext: b64("xxxxxxxxxxxxxxxxxxxx")})

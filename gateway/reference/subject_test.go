@@ -37,6 +37,8 @@ type testIdP struct {
 	mu        sync.Mutex
 	published map[string]jwk.Key // private keys by kid, published as public
 	fetches   int                // JWKS fetches
+	// issuerSuffix makes the discovery document name another issuer.
+	issuerSuffix string
 }
 
 func newTestIdP(t *testing.T, clock *fakeClock) *testIdP {
@@ -44,8 +46,11 @@ func newTestIdP(t *testing.T, clock *fakeClock) *testIdP {
 	p := &testIdP{t: t, clock: clock, published: map[string]jwk.Key{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		issuer := p.issuer + p.issuerSuffix
+		p.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]string{"issuer": p.issuer, "jwks_uri": p.issuer + "/jwks"})
+		json.NewEncoder(w).Encode(map[string]string{"issuer": issuer, "jwks_uri": p.issuer + "/jwks"})
 	})
 	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
@@ -234,6 +239,8 @@ func TestSubjectTokenRefusals(t *testing.T) {
 	now := se.clock.Now()
 	stranger := newTestIdP(t, se.clock) // a provider bound to no service
 	impostor := newSigningKey(t, "k1")  // same kid, another key
+	noKid := newSigningKey(t, "")
+	noKid.Remove(jwk.KeyIDKey)
 	hs, err := jwk.FromRaw([]byte("a shared secret of thirty-two bytes!"))
 	if err != nil {
 		t.Fatal(err)
@@ -263,6 +270,7 @@ func TestSubjectTokenRefusals(t *testing.T) {
 		{"no exp", se.idp.token(k1, "user-1", set(jwt.ExpirationKey, nil))},
 		{"no sub", se.idp.token(k1, "", set(jwt.SubjectKey, nil))},
 		{"bad signature", se.idp.token(impostor, "user-1", nil)},
+		{"no kid", se.idp.token(noKid, "user-1", nil)},
 		{"tampered", tamper(t, se.idp.token(k1, "user-1", nil))},
 		{"no binding for the issuer", stranger.token(stranger.key("k1"), "user-1", nil)},
 		{"HS256", string(hsToken)},
@@ -275,6 +283,14 @@ func TestSubjectTokenRefusals(t *testing.T) {
 		})
 	}
 
+	t.Run("mapped to a disabled principal", func(t *testing.T) {
+		var off api.Principal
+		wantOK(t, "create disabled", se.admin(api.RouteAdminCreatePrincipal,
+			api.PrincipalRequest{Name: se.svc.reg.Prefix + "off", Disabled: true}, &off))
+		se.mapSubject(se.idp, "user-off", off, false)
+		_, resp := se.mintWith(se.idp.token(k1, "user-off", nil))
+		wantRefusal(t, "disabled principal", se.refusal(resp), api.LayerGateway, api.CodeActingAsRefused, http.StatusForbidden)
+	})
 	t.Run("IDENTITY_NOT_MAPPED", func(t *testing.T) {
 		_, resp := se.mintWith(se.idp.token(k1, "user-2", nil))
 		wantRefusal(t, "unmapped subject", se.refusal(resp), api.LayerGateway, api.CodeIdentityNotMapped, http.StatusForbidden)
@@ -321,6 +337,19 @@ func TestIdPUnavailable(t *testing.T) {
 		down.srv.Close()
 		_, resp := se.mintWith(tok)
 		wantUnavailable(t, resp, "2")
+	})
+	t.Run("discovery names another issuer", func(t *testing.T) {
+		odd := newTestIdP(t, se.clock)
+		odd.mu.Lock()
+		odd.issuerSuffix = "/elsewhere"
+		odd.mu.Unlock()
+		se.bind(odd)
+		se.mapSubject(odd, "user-1", se.alice, false)
+		_, resp := se.mintWith(odd.token(odd.key("k1"), "user-1", nil))
+		wantUnavailable(t, resp, "2")
+		if odd.jwksFetches() != 0 {
+			t.Error("the JWKS of a provider whose discovery names another issuer was fetched")
+		}
 	})
 	t.Run("injected", func(t *testing.T) {
 		se.gw.SetFaults(Faults{IdPUnavailable: 7 * time.Second})
