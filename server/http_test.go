@@ -297,6 +297,13 @@ func TestHTTPUsersEachActAsThemselves(t *testing.T) {
 		}
 		seen[j] = true
 	}
+	// Stopping the server (SIGTERM or SIGINT in pdmcp serve) revokes every
+	// user's session.
+	revokes := hs.env.Gateway.Count(api.RouteRevoke)
+	hs.stop()
+	if got := hs.env.Gateway.Count(api.RouteRevoke) - revokes; got != 3 {
+		t.Errorf("revokes at shutdown: %d, want 3 (one per user)", got)
+	}
 }
 
 func TestHTTPSavesAreKeptApartPerUser(t *testing.T) {
@@ -493,3 +500,30 @@ func TestHTTPEvictionReloginAndIdPUnavailable(t *testing.T) {
 }
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// TestHTTPEveryProtocolRevision connects a go-sdk client speaking each
+// revision the SDK supports: the session-less newest one goes to the
+// stateless handler, the others keep a session bound to the user.
+func TestHTTPEveryProtocolRevision(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	tok := hs.token(t, "alice", "pw-a")
+	for _, v := range mcp.SupportedProtocolVersions() {
+		t.Run(v, func(t *testing.T) {
+			hc := &http.Client{Transport: &bearer{token: tok, base: hs.hc.Transport}}
+			c := mcp.NewClient(&mcp.Implementation{Name: "rev-" + v, Version: "1"}, nil)
+			cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc},
+				&mcp.ClientSessionOptions{ProtocolVersion: v})
+			if err != nil {
+				t.Fatalf("connect with %s: %v", v, err)
+			}
+			defer cs.Close()
+			if got := cs.InitializeResult().ProtocolVersion; got != v {
+				t.Errorf("negotiated %s, asked for %s", got, v)
+			}
+			m, isErr := callOn(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"})
+			if isErr {
+				t.Fatalf("read over %s: %v", v, m)
+			}
+		})
+	}
+}
