@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -109,6 +110,9 @@ var errMissing = errors.New("missing; it is required")
 func LoadServiceConfig(path string) (*ServiceConfig, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
+		return nil, &ConfigError{Path: path, Err: err}
+	}
+	if err := checkKeys(data); err != nil {
 		return nil, &ConfigError{Path: path, Err: err}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -206,6 +210,44 @@ func (sc *ServiceConfig) check(path string, files bool) error {
 		}
 		if !fi.Mode().IsRegular() {
 			return bad(f.field, fmt.Errorf("%s is not a regular file", f.path))
+		}
+	}
+	return nil
+}
+
+// serviceConfigKeys are the JSON names of ServiceConfig's fields.
+var serviceConfigKeys = []string{"gatewayUrl", "trustFile", "allowHttpLoopback", "serviceCert",
+	"serviceLoginKey", "senderKey", "serviceId", "systemId", "prefix"}
+
+// checkKeys refuses keys that are not exactly a field's name: encoding/json
+// matches names without regard to case, so "gatewayURL" would otherwise be
+// taken silently, and a repeated key would override the first.
+func checkKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return describeJSONError(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return errors.New("not a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return describeJSONError(err)
+		}
+		key, _ := tok.(string)
+		if !slices.Contains(serviceConfigKeys, key) {
+			return fmt.Errorf("unknown field %q; remove it or check its spelling", key)
+		}
+		if seen[key] {
+			return fmt.Errorf("%s: given twice", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return describeJSONError(err)
 		}
 	}
 	return nil
