@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -23,8 +24,8 @@ func startDev(t *testing.T, state string) *devRun {
 	cmd := exec.Command(binary(t), "dev", "--state", state)
 	cmd.Env = cleanEnv()
 	cmd.Stderr = &testLog{t: t}
-	var out strings.Builder
-	cmd.Stdout = &out
+	out := &lockedBuffer{}
+	cmd.Stdout = out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -151,4 +152,22 @@ func TestDevWithCurl(t *testing.T) {
 	if !strings.Contains(body, `"serverInfo"`) {
 		t.Fatalf("second run initialize: %s", body)
 	}
+}
+
+// lockedBuffer is a strings.Builder safe to read while a process writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -137,7 +137,9 @@ func Run(ctx context.Context, o Options) error {
 	info.CAFile = ca.CertPEM
 
 	// The Gateway and key server.
-	gw, adminPWFile, err := ServeGateway(ctx, state, ca, info.Ports.Gateway, o.Logger.With("component", "gateway"))
+	// The Gateway outlives ctx until the MCP server has revoked every
+	// session on its way out; the deferred Close stops it.
+	gw, adminPWFile, err := ServeGateway(context.WithoutCancel(ctx), state, ca, info.Ports.Gateway, o.Logger.With("component", "gateway"))
 	if err != nil {
 		return err
 	}
