@@ -160,6 +160,8 @@ func TestCryptoBadRequests(t *testing.T) {
 		{"decrypt without ttag", api.RouteDecrypt, api.DecryptRequest{IV: w.key.IV, Ciphertext: w.key.Ciphertext}},
 		{"decrypt ciphertext not base64", api.RouteDecrypt, api.DecryptRequest{TTag: w.key.TTag, IV: w.key.IV, Ciphertext: "%%%"}},
 		{"body not JSON", api.RouteEncrypt, []byte("plaintext=hello")},
+		{"empty body", api.RouteEncrypt, []byte{}},
+		{"JSON null", api.RouteEncrypt, []byte("null")},
 		{"two JSON values", api.RouteEncrypt, []byte(`{"plaintext":""}{"plaintext":""}`)},
 	}
 	for _, c := range cases {

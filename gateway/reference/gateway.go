@@ -16,6 +16,7 @@
 package reference
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -171,6 +172,8 @@ type route struct {
 	// control marks the test-control routes: they are not counted and
 	// faults do not touch them.
 	control bool
+	// emptyOK lets the body be empty (routes whose request has no field).
+	emptyOK bool
 	handle  func(ctx context.Context, c *call) (any, error)
 }
 
@@ -179,7 +182,7 @@ func (g *Gateway) routeTable() map[string]route {
 		api.RouteServiceLogin: {auth: authLogin, limit: smallBodyLimit, handle: g.serviceLogin},
 		api.RouteScoped:       {auth: authService, limit: smallBodyLimit, handle: g.mintScoped},
 		api.RouteWiden:        {auth: authScoped, limit: smallBodyLimit, handle: g.widen},
-		api.RouteRevoke:       {auth: authAnySession, limit: smallBodyLimit, handle: g.revoke},
+		api.RouteRevoke:       {auth: authAnySession, limit: smallBodyLimit, emptyOK: true, handle: g.revoke},
 
 		api.RouteEncrypt: {auth: authScoped, limit: cryptoBodyLimit, handle: g.encrypt},
 		api.RouteDecrypt: {auth: authScoped, limit: cryptoBodyLimit, handle: g.decrypt},
@@ -199,9 +202,9 @@ func (g *Gateway) routeTable() map[string]route {
 		api.RouteAdminMapIdentity:     {auth: authAdminOrService, limit: smallBodyLimit, handle: g.mapIdentity},
 		api.RouteAdminUnmapIdentity:   {auth: authAdminOrService, limit: smallBodyLimit, handle: g.unmapIdentity},
 
-		api.RouteAdminTestFaults:              {auth: authAdmin, limit: smallBodyLimit, control: true, handle: g.controlFaults},
-		api.RouteAdminTestCounts:              {auth: authAdmin, limit: smallBodyLimit, control: true, handle: g.controlCounts},
-		api.RouteAdminTestDropServiceSessions: {auth: authAdmin, limit: smallBodyLimit, control: true, handle: g.controlDrop},
+		api.RouteAdminTestFaults:              {auth: authAdmin, limit: smallBodyLimit, control: true, emptyOK: true, handle: g.controlFaults},
+		api.RouteAdminTestCounts:              {auth: authAdmin, limit: smallBodyLimit, control: true, emptyOK: true, handle: g.controlCounts},
+		api.RouteAdminTestDropServiceSessions: {auth: authAdmin, limit: smallBodyLimit, control: true, emptyOK: true, handle: g.controlDrop},
 	}
 }
 
@@ -422,14 +425,26 @@ func equalSecret(a, b string) bool {
 }
 
 // decode reads the request's JSON body into v, refusing unknown fields,
-// trailing data and bodies over the route's limit. An empty body decodes
-// as {} for routes whose request has no required field.
+// trailing data and bodies over the route's limit. An empty body is
+// refused, except on routes whose request has no field.
 func (c *call) decode(v any) error {
-	dec := json.NewDecoder(c.r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	body := bufio.NewReader(c.r.Body)
+	first, err := firstByte(body)
 	if errors.Is(err, io.EOF) {
-		return nil
+		if c.rt.emptyOK {
+			return nil
+		}
+		return gatewayError(api.CodeBadRequest, http.StatusBadRequest,
+			"the request body is empty; send the JSON object this route takes")
+	}
+	if err == nil && first != '{' {
+		return gatewayError(api.CodeBadRequest, http.StatusBadRequest,
+			"the request body is not a JSON object; send the JSON object this route takes")
+	}
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err == nil {
+		err = dec.Decode(v)
 	}
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
@@ -445,6 +460,24 @@ func (c *call) decode(v any) error {
 			"the request body holds more than one JSON value; send exactly one object")
 	}
 	return nil
+}
+
+// firstByte peeks at the first byte that is not JSON white space.
+func firstByte(r *bufio.Reader) (byte, error) {
+	for {
+		b, err := r.Peek(1)
+		if err != nil {
+			return 0, err
+		}
+		switch b[0] {
+		case ' ', '\t', '\r', '\n':
+			if _, err := r.ReadByte(); err != nil {
+				return 0, err
+			}
+		default:
+			return b[0], nil
+		}
+	}
 }
 
 // jsonProblem says what was wrong with a body without quoting its values.
