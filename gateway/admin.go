@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"io"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 )
@@ -23,6 +25,10 @@ func (a *Admin) String() string { return "gateway admin " + a.user + " at " + a.
 
 // GoString is String, so that %#v prints no password either.
 func (a *Admin) GoString() string { return a.String() }
+
+// Format prints String for every verb: %d of the struct would otherwise
+// show the password.
+func (a *Admin) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, a.String()) }
 
 func (a *Admin) call(ctx context.Context, route string, body, out any) error {
 	return a.c.do(ctx, &request{route: route, body: body, out: out, basic: true, user: a.user, password: a.password})

@@ -206,6 +206,9 @@ func (c *Client) String() string { return "gateway client for " + c.base }
 // GoString is String, so that %#v prints no secret either.
 func (c *Client) GoString() string { return c.String() }
 
+// Format prints String for every verb.
+func (c *Client) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, c.String()) }
+
 // ClockOffset is the Gateway's clock minus this machine's, as measured from
 // the Date header of the latest answer (zero before any).
 func (c *Client) ClockOffset() time.Duration { return time.Duration(c.offset.Load()) }

@@ -383,7 +383,7 @@ func TestAdminRoutesUseBasicAuth(t *testing.T) {
 	if ae := asAPIError(t, err); ae.Code != api.CodeAdminAuthRequired || ae.Status != 401 {
 		t.Fatalf("wrong password: %+v", ae)
 	}
-	if s := fmt.Sprintf("%v %+v %#v", a, a, a); strings.Contains(s, testAdminPassword) {
+	if s := fmt.Sprintf("%v %+v %#v %d %x %q", a, a, a, a, a, a); strings.Contains(s, testAdminPassword) {
 		t.Fatalf("formatting the admin shows its password: %s", s)
 	}
 }
@@ -940,7 +940,7 @@ func TestSessionFormattingHidesHandle(t *testing.T) {
 	}
 	handles := g.issuedHandles()
 	for _, text := range []string{fmt.Sprintf("%v", s), fmt.Sprintf("%+v", s), fmt.Sprintf("%#v", s), fmt.Sprint(s),
-		fmt.Sprintf("%v %+v %#v", c, c, c)} {
+		fmt.Sprintf("%d %x %q %s", s, s, s, s), fmt.Sprintf("%v %+v %#v %d", c, c, c, c)} {
 		for _, h := range handles {
 			if strings.Contains(text, h) {
 				t.Fatalf("formatted text shows a handle: %s", text)

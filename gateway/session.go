@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -158,6 +159,10 @@ func (s *Session) String() string {
 
 // GoString is String, so that %#v prints no handle either.
 func (s *Session) GoString() string { return s.String() }
+
+// Format prints String for every verb: %d or %x of the struct would
+// otherwise show its fields.
+func (s *Session) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, s.String()) }
 
 // LogValue keeps the handle and key out of structured logs.
 func (s *Session) LogValue() slog.Value {
