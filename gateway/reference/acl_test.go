@@ -1,8 +1,12 @@
 package reference
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,5 +196,70 @@ func TestACLRouteRefusals(t *testing.T) {
 	// Nothing above changed the ACL.
 	if entries := w.aclEntries(w.owner); len(entries) != 2 {
 		t.Errorf("ACL after refusals: %+v", entries)
+	}
+}
+
+// Concurrent uses of a limited entry: exactly as many succeed as the entry
+// allows, whatever the interleaving.
+func TestUsesUnderConcurrency(t *testing.T) {
+	w := newWorld(t)
+	const allowed, workers, each = 13, 4, 6
+	n := allowed
+	wantOK(t, "grant", w.grant(w.owner, w.key.TTag, w.bob, []string{api.RightRead}, nil, &n))
+	bob := w.scoped(w.svc, w.bob, w.key.TTag)
+	body, err := json.Marshal(w.decryptReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := w.srv.Client()
+	url := w.url(api.RouteDecrypt)
+	now := w.clock.Now()
+
+	statuses := make(chan int, workers*each)
+	errs := make(chan error, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				p, err := bob.key.Make(http.MethodPost, url, bob.handle, now)
+				if err != nil {
+					errs <- err
+					return
+				}
+				req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				req.Header.Set("Authorization", "DPoP "+bob.handle)
+				req.Header.Set("DPoP", p)
+				resp, err := client.Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				statuses <- resp.StatusCode
+			}
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	counts := map[int]int{}
+	for s := range statuses {
+		counts[s]++
+	}
+	if counts[http.StatusOK] != allowed || counts[http.StatusForbidden] != workers*each-allowed {
+		t.Errorf("answers %v, want %d OK and %d refused", counts, allowed, workers*each-allowed)
+	}
+	if e := entryOf(w.aclEntries(w.owner), w.bob); e == nil || e.Uses == nil || *e.Uses != 0 {
+		t.Errorf("entry after the run %+v, want 0 uses left", e)
 	}
 }

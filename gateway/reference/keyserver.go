@@ -50,14 +50,14 @@ type keyOp struct {
 	do func(tx *sql.Tx, d *decision) error
 }
 
-// decision is what the key server found before running an operation.
+// decision is what the key server found before running an operation: the
+// key and the acting principal's live entry on it.
 type decision struct {
 	key   *keyRecord
-	actor *principal
 	entry *aclEntry
 }
 
-// actor is whom a scoped session acts as.
+// actorOf starts an audit row naming whom a scoped session acts as.
 func actorOf(s *scopedSession) AuditRow {
 	return AuditRow{Principal: s.principal, SystemID: s.systemID, PrincipalID: s.principalID}
 }
@@ -135,7 +135,6 @@ func (g *Gateway) decide(ctx context.Context, tx *sql.Tx, s *scopedSession, now 
 	if e != nil || err != nil {
 		return d, e, err
 	}
-	d.actor = p
 	entry, err := g.store.entry(ctx, tx, op.ttag, p.SystemID, p.PrincipalID)
 	if err != nil && !errors.Is(err, errNotFound) {
 		return d, nil, err
