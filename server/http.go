@@ -60,7 +60,7 @@ type HTTPHandler struct {
 // NewHTTPHandler builds the handler for srv as cfg describes. origin is
 // the server's own origin (https://127.0.0.1:port): a browser request from
 // anywhere else is refused.
-func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifier, a *audit.Log, log *slog.Logger) *HTTPHandler {
+func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifier, a *audit.Log, m *Metrics, log *slog.Logger) *HTTPHandler {
 	getServer := func(*http.Request) *mcp.Server { return srv.MCP() }
 	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, SessionTimeout: 30 * time.Minute,
@@ -83,6 +83,7 @@ func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifi
 		Scopes:              cfg.RequiredScopes,
 		Logger:              log,
 		Audit: func(r auth.RefusalRecord) {
+			m.AuthRefused(string(r.Class), r.Status)
 			if err := a.Write(audit.AuthRefused{Class: string(r.Class), Reason: r.Reason, Status: r.Status,
 				Method: r.Method, Path: r.Path, TS: r.TS}); err != nil {
 				log.Error("audit write failed", "event", "auth-refused", "err", err)
@@ -159,11 +160,11 @@ func runHTTP(ctx context.Context, o Options) error {
 	}
 	sessions := &poolSessions{pool: pool, ex: ex}
 	defer sessions.EndAll(context.WithoutCancel(ctx))
-	srv, err := d.server(&o, sessions)
+	srv, metrics, err := d.server(ctx, &o, sessions, pool.Len, "http")
 	if err != nil {
 		return err
 	}
-	h := NewHTTPHandler(srv, cfg, verifier, d.audit, o.Logger)
+	h := NewHTTPHandler(srv, cfg, verifier, d.audit, metrics, o.Logger)
 	ln := o.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.ListenAddr()); err != nil {

@@ -41,6 +41,7 @@ type httpStack struct {
 	caFile  string
 	hc      *http.Client // trusts the dev CA only
 	url     string
+	opsURL  string
 	audit   string
 	stderr  *syncBuffer
 	cancel  context.CancelFunc
@@ -163,6 +164,7 @@ func newHTTPStack(t *testing.T, maxCallers int) *httpStack {
 	go func() {
 		hs.done <- server.Run(runCtx, server.Options{ConfigPath: cfgPath, ManifestPath: hs.manifst, GrantPath: grantPath,
 			AuditPath: hs.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln,
+			OpsAddr: "127.0.0.1:0", OpsReady: func(u string) { hs.opsURL = u },
 			Logger: slogTo(hs.stderr), Ready: func(u string) { ready <- u }})
 	}()
 	select {
@@ -525,5 +527,51 @@ func TestHTTPEveryProtocolRevision(t *testing.T) {
 				t.Fatalf("read over %s: %v", v, m)
 			}
 		})
+	}
+}
+
+func TestHTTPOperationsEndpoints(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	if m, isErr := callOn(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
+		t.Fatal(m)
+	}
+	callOn(t, alice, "read_protected_document", map[string]any{"documentId": "nope"})
+	resp, err := hs.hc.Post(hs.url, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	get := func(path string) string {
+		resp, err := http.Get(hs.opsURL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+		return string(b)
+	}
+	var health map[string]any
+	if err := json.Unmarshal([]byte(get("/healthz")), &health); err != nil || health["status"] != "ok" || health["version"] != "test" {
+		t.Errorf("healthz: %v %v", health, err)
+	}
+	metrics := get("/metrics")
+	for _, want := range []string{
+		`pdmcp_tool_calls_total{code="",layer="",outcome="ok",tool="read_protected_document"} 1`,
+		`pdmcp_tool_calls_total{code="DOCUMENT_NOT_IN_GRANT",layer="adapter",outcome="refused",tool="read_protected_document"} 1`,
+		`pdmcp_http_refusals_total{class="no-token",status="401"} 1`,
+		`pdmcp_gateway_sessions 1`,
+		`pdmcp_gateway_request_seconds_count{route="/api/v1/crypto/decrypt",status="2xx"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(metrics, "alice") || strings.Contains(metrics, "proposal-aurora") {
+		t.Error("metrics name a user or a document")
 	}
 }

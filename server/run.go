@@ -37,6 +37,10 @@ type Options struct {
 	StdioTransport mcp.Transport
 	// Ready, when set, is called with the served URL once HTTP listens.
 	Ready func(url string)
+	// OpsAddr, when set, serves /healthz and /metrics on this loopback
+	// address (host:port; port 0 picks one), reported to OpsReady.
+	OpsAddr  string
+	OpsReady func(url string)
 	// Listener, when set, is the HTTP listener (bound to the configured
 	// port by the caller); otherwise Run binds it.
 	Listener net.Listener
@@ -122,11 +126,27 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	return d, nil
 }
 
-func (d *deps) server(o *Options, sessions Sessions) (*Server, error) {
-	return New(Config{
+// server builds the MCP server, and starts the operations endpoints when
+// they are asked for.
+func (d *deps) server(ctx context.Context, o *Options, sessions Sessions, live func() int, transport string) (*Server, *Metrics, error) {
+	var m *Metrics
+	if o.OpsAddr != "" {
+		m = NewMetrics(live)
+		url, err := serveOps(ctx, o.OpsAddr, OpsHandler(m, o.Version, transport), o.Logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		o.Logger.Info("operations endpoints", "url", url)
+		if o.OpsReady != nil {
+			o.OpsReady(url)
+		}
+	}
+	srv, err := New(Config{
 		Grant: d.grant, Manifest: d.manifest, ManifestPath: o.ManifestPath, Journal: d.journal, Audit: d.audit,
 		Sessions: sessions, Version: o.Version, RunID: newRunID(), Now: o.Now, Logger: o.Logger, CrashPoint: o.CrashPoint,
+		Metrics: m,
 	})
+	return srv, m, err
 }
 
 // Run serves until the host leaves (stdin closes) or ctx ends (SIGTERM,
@@ -142,7 +162,7 @@ func Run(ctx context.Context, o Options) error {
 	defer d.close()
 	sessions := NewGrantSessions(d.client, d.grant.LocalUser, grant.Keys(d.grant, d.manifest), d.grant.NotAfter, o.Now, o.Logger)
 	defer sessions.EndAll(context.WithoutCancel(ctx))
-	srv, err := d.server(&o, sessions)
+	srv, _, err := d.server(ctx, &o, sessions, sessions.Len, "stdio")
 	if err != nil {
 		return err
 	}

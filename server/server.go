@@ -66,6 +66,8 @@ type Config struct {
 	RunID        string
 	Now          func() time.Time
 	Logger       *slog.Logger
+	// Metrics, when set, counts calls and Gateway latency.
+	Metrics *Metrics
 	// CrashPoint, when set, is called at each named step of a save
 	// ("save:reserved", "save:encrypted", "save:file-written",
 	// "save:manifest-committed"). Tests use it to kill the process at an

@@ -81,6 +81,16 @@ func (g *GrantSessions) Session(ctx context.Context, caller Caller) (Session, er
 	return next, nil
 }
 
+// Len is 1 while a session is held, else 0.
+func (g *GrantSessions) Len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cur == nil {
+		return 0
+	}
+	return 1
+}
+
 // End revokes the one session (there is one caller over stdio).
 func (g *GrantSessions) End(ctx context.Context, _ Caller) { g.EndAll(ctx) }
 

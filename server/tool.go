@@ -113,8 +113,10 @@ func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time,
 		}
 		line.Layer, line.Code, line.Status = r.Layer, r.Code, r.Status
 	}
+	var reqs []gateway.Request
 	if rec != nil {
-		for _, q := range rec.Requests() {
+		reqs = rec.Requests()
+		for _, q := range reqs {
 			line.GatewayRequests = append(line.GatewayRequests, audit.Request{
 				Route: q.Route, Status: q.Status, Code: q.Code, LatencyMs: q.Latency.Milliseconds()})
 			if q.ServiceRelogin {
@@ -122,6 +124,7 @@ func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time,
 			}
 		}
 	}
+	s.cfg.Metrics.toolCall(line, reqs)
 	if err := s.cfg.Audit.Write(line); err != nil {
 		s.log.Error("audit write failed", "tool", line.Tool, "err", err)
 	}

@@ -51,6 +51,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.ManifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&o.GrantPath, "grant", "", "the task grant (from pdmcp grant)")
 	f.StringVar(&o.AuditPath, "audit", "", "the audit file, appended (mode 600)")
+	f.StringVar(&o.OpsAddr, "ops-addr", "", "serve /healthz and /metrics on this loopback address (off when empty)")
 	f.StringVar(&o.JournalPath, "journal", "", "the journal (default <manifest>.journal.sqlite)")
 	for _, name := range []string{"config", "manifest", "grant", "audit"} {
 		_ = cmd.MarkFlagRequired(name)

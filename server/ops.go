@@ -1,0 +1,128 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/gateway"
+)
+
+// Metrics counts what the server does, for Prometheus. It has its own
+// registry (nothing global) and labels only by tool, outcome, layer, code
+// and Gateway route: never a user, a document or a key.
+type Metrics struct {
+	reg      *prometheus.Registry
+	calls    *prometheus.CounterVec
+	gwTime   *prometheus.HistogramVec
+	refusals *prometheus.CounterVec
+}
+
+// NewMetrics makes the collectors. sessions, when set, reports how many
+// Gateway sessions are live.
+func NewMetrics(sessions func() int) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdmcp_tool_calls_total",
+			Help: "Tool calls by tool and outcome (ok, refused, error), with the refusing layer and code.",
+		}, []string{"tool", "outcome", "layer", "code"}),
+		gwTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pdmcp_gateway_request_seconds",
+			Help:    "Latency of requests to the Gateway, by route and HTTP status class.",
+			Buckets: []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route", "status"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdmcp_http_refusals_total",
+			Help: "HTTP requests refused before any tool ran, by class (no-token, expired, ...).",
+		}, []string{"class", "status"}),
+	}
+	m.reg.MustRegister(m.calls, m.gwTime, m.refusals,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if sessions != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pdmcp_gateway_sessions",
+			Help: "Live scoped Gateway sessions held by this server.",
+		}, func() float64 { return float64(sessions()) }))
+	}
+	return m
+}
+
+// toolCall records one tool call's outcome and its Gateway requests.
+func (m *Metrics) toolCall(line audit.ToolCall, reqs []gateway.Request) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(line.Tool, line.Outcome, line.Layer, line.Code).Inc()
+	for _, q := range reqs {
+		m.gwTime.WithLabelValues(q.Route, statusClass(q.Status)).Observe(q.Latency.Seconds())
+	}
+}
+
+// AuthRefused records one refused HTTP request.
+func (m *Metrics) AuthRefused(class string, status int) {
+	if m == nil {
+		return
+	}
+	m.refusals.WithLabelValues(class, fmt.Sprint(status)).Inc()
+}
+
+func statusClass(s int) string {
+	if s == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%dxx", s/100)
+}
+
+// OpsHandler serves /healthz (no authentication, no secrets) and /metrics.
+func OpsHandler(m *Metrics, version, transport string) http.Handler {
+	mux := http.NewServeMux()
+	started := time.Now()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": Name, "version": version,
+			"transport": transport, "uptimeSeconds": int(time.Since(started).Seconds())})
+	})
+	if m != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+// serveOps runs the operations listener on a loopback address until ctx
+// ends. It refuses any other address: these endpoints have no
+// authentication.
+func serveOps(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("--ops-addr %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return "", fmt.Errorf("--ops-addr %q: the operations endpoints have no authentication and serve on a loopback IP only", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("operations listener: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("operations listener stopped", "err", err)
+		}
+	}()
+	return "http://" + ln.Addr().String(), nil
+}
