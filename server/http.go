@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -91,7 +94,7 @@ func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifi
 		},
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mw(mcpHandler))
+	mux.Handle("/mcp", mw(jsonRPCShape(mcpHandler)))
 	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))
 	origin := originOf(resource)
 	return &HTTPHandler{Resource: resource, Handler: hygiene(origin, mux)}
@@ -113,6 +116,50 @@ func hygiene(origin string, next http.Handler) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// jsonRPCShape answers a POST whose body is not one JSON object with a
+// JSON-RPC error (parse error, or invalid request for a batch, which the
+// protocol no longer allows), instead of plain text, so a client's JSON-RPC
+// layer can read it. The server goes on serving.
+func jsonRPCShape(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				http.Error(w, "Request Entity Too Large", http.StatusRequestEntityTooLarge)
+				return
+			}
+			http.Error(w, "Bad Request", http.StatusBadRequest)
+			return
+		}
+		trimmed := bytes.TrimSpace(body)
+		switch {
+		case !json.Valid(trimmed):
+			writeRPCError(w, -32700, "parse error: the body is not JSON")
+			return
+		case len(trimmed) > 0 && trimmed[0] == '[':
+			writeRPCError(w, -32600, "invalid request: JSON-RPC batches are not accepted; send one message per request")
+			return
+		case len(trimmed) == 0 || trimmed[0] != '{':
+			writeRPCError(w, -32600, "invalid request: the body must be one JSON-RPC message object")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeRPCError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil,
+		"error": map[string]any{"code": code, "message": msg}})
 }
 
 func originOf(resource string) string {

@@ -575,3 +575,54 @@ func TestHTTPOperationsEndpoints(t *testing.T) {
 		t.Error("metrics name a user or a document")
 	}
 }
+
+func TestHTTPMalformedAndBatchKeepServing(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	tok := hs.token(t, "alice", "pw-a")
+	post := func(body string) (int, string) {
+		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		resp, err := hs.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for name, body := range map[string]string{
+		"malformed": `{"jsonrpc":"2.0","id":1,"method":`,
+		"batch": `[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"b","version":"1"}}},` +
+			`{"jsonrpc":"2.0","id":2,"method":"tools/list"}]`,
+	} {
+		status, b := post(body)
+		var rpc struct {
+			JSONRPC string `json:"jsonrpc"`
+			Error   struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		if status != 400 || json.Unmarshal([]byte(b), &rpc) != nil || rpc.JSONRPC != "2.0" || rpc.Error.Code == 0 {
+			t.Errorf("%s: %d %s, want a JSON-RPC error", name, status, b)
+		}
+	}
+	cs := hs.connect(t, tok)
+	if m, isErr := callOn(t, cs, "list_approved_documents", map[string]any{}); isErr {
+		t.Fatalf("the server stopped serving after bad requests: %v", m)
+	}
+}
+
+func TestHTTPServerNamesItsBuild(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	cs := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	res := cs.InitializeResult()
+	if res.ServerInfo.Name != server.Name || res.ServerInfo.Version != "test" {
+		t.Errorf("serverInfo %+v", res.ServerInfo)
+	}
+	if !strings.Contains(res.Instructions, server.Name+" test") {
+		t.Errorf("instructions do not name the build: %q", res.Instructions)
+	}
+}
