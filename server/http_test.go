@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/auth/devpki"
@@ -624,5 +627,53 @@ func TestHTTPServerNamesItsBuild(t *testing.T) {
 	}
 	if !strings.Contains(res.Instructions, server.Name+" test") {
 		t.Errorf("instructions do not name the build: %q", res.Instructions)
+	}
+}
+
+// TestHTTPGoSDKOAuthClient starts from a bare 401 with the go-sdk's own
+// OAuth client: it discovers the metadata and the provider, runs the code
+// flow with PKCE against the development provider (the sign-in form filled
+// by a script, as a person would in a browser), then calls tools as that
+// user; another user's client is refused what the key server refuses them.
+func TestHTTPGoSDKOAuthClient(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	connect := func(user, password string) *mcp.ClientSession {
+		const redirect = "http://127.0.0.1:18124/callback"
+		h, err := sdkauth.NewAuthorizationCodeHandler(&sdkauth.AuthorizationCodeHandlerConfig{
+			PreregisteredClient: &oauthex.ClientCredentials{ClientID: devidp.DefaultHostClientID, Issuer: hs.issuer},
+			RedirectURL:         redirect,
+			AuthorizationCodeFetcher: func(ctx context.Context, args *sdkauth.AuthorizationArgs) (*sdkauth.AuthorizationResult, error) {
+				u, err := url.Parse(args.URL)
+				if err != nil {
+					return nil, err
+				}
+				state := u.Query().Get("state")
+				code, err := devidp.Authorize(ctx, hs.hc, args.URL, redirect, user, password, state)
+				if err != nil {
+					return nil, err
+				}
+				return &sdkauth.AuthorizationResult{Code: code, State: state}, nil
+			},
+			Client: hs.hc,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mcp.NewClient(&mcp.Implementation{Name: "oauth-" + user, Version: "1"}, nil)
+		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hs.hc, OAuthHandler: h}, nil)
+		if err != nil {
+			t.Fatalf("connect as %s through the OAuth flow: %v", user, err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	alice := connect("alice", "pw-a")
+	if m, isErr := callOn(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-cirrus"}); isErr {
+		t.Fatalf("alice: %v", m)
+	}
+	bob := connect("bob", "pw-b")
+	m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-cirrus"})
+	if !isErr || m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
+		t.Fatalf("bob on a document he may not read: %v", m)
 	}
 }

@@ -116,6 +116,36 @@ func Login(ctx context.Context, hc *http.Client, lp LoginParams) (*oauth2.Token,
 		opts = append(opts, oauth2.SetAuthURLParam("resource", lp.Resource))
 	}
 
+	code, err := Authorize(ctx, hc, cfg.AuthCodeURL(state, opts...), lp.RedirectURL, lp.Username, lp.Password, state)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := cfg.Exchange(context.WithValue(ctx, oauth2.HTTPClient, hc), code, oauth2.VerifierOption(verifier))
+	if err != nil {
+		return nil, fmt.Errorf("devidp: Login: redeem code: %w", err)
+	}
+	return tok, nil
+}
+
+// Authorize does what a person does in a browser for one authorization
+// request: it opens authURL (an authorization endpoint URL with its
+// parameters), fills this provider's sign-in form with username and
+// password, and returns the code from the redirect to redirectURL, whose
+// state must equal state. Nothing needs to listen at redirectURL. It is for
+// scripted sign-ins in tests and for OAuth clients' code fetchers.
+func Authorize(ctx context.Context, hc *http.Client, authURL, redirectURL, username, password, state string) (string, error) {
+	if hc == nil {
+		return "", errors.New("devidp: Authorize needs an HTTP client that trusts the provider")
+	}
+	target, err := url.Parse(redirectURL)
+	if err != nil || target.Host == "" {
+		return "", fmt.Errorf("devidp: redirect URL %q is not absolute", redirectURL)
+	}
+	authU, err := url.Parse(authURL)
+	if err != nil || authU.Scheme != "https" {
+		return "", errors.New("devidp: the authorization URL is not https")
+	}
+	issuerURL := authU
 	// A copy of the client that stops at the redirect to the loopback URI.
 	browser := *hc
 	browser.CheckRedirect = func(req *http.Request, via []*http.Request) error {
@@ -128,54 +158,50 @@ func Login(ctx context.Context, hc *http.Client, lp LoginParams) (*oauth2.Token,
 		return nil
 	}
 
-	page, err := get(ctx, &browser, cfg.AuthCodeURL(state, opts...))
+	page, err := get(ctx, &browser, authURL)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if page.callback != nil && !sameEndpoint(page.callback, target) {
-		return nil, fmt.Errorf("devidp: Login: redirected to %s, not to the redirect URL", where(page.callback))
+		return "", fmt.Errorf("devidp: redirected to %s, not to the redirect URL", where(page.callback))
 	}
 	if page.callback == nil {
 		form, err := parseLoginForm(page.body, page.url)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		// The password goes only to the provider's own host.
 		if form.action.Scheme != "https" || form.action.Host != issuerURL.Host {
-			return nil, fmt.Errorf("devidp: Login: the sign-in form posts to %s, not to the issuer's host", where(form.action))
+			return "", fmt.Errorf("devidp: the sign-in form posts to %s, not to the issuer's host", where(form.action))
 		}
-		form.values.Set("username", lp.Username)
-		form.values.Set("password", lp.Password)
+		form.values.Set("username", username)
+		form.values.Set("password", password)
 		if page, err = post(ctx, &browser, form.action.String(), form.values); err != nil {
-			return nil, err
+			return "", err
 		}
 		if page.callback != nil && !sameEndpoint(page.callback, target) {
-			return nil, fmt.Errorf("devidp: Login: redirected to %s, not to the redirect URL", where(page.callback))
+			return "", fmt.Errorf("devidp: redirected to %s, not to the redirect URL", where(page.callback))
 		}
 		if page.callback == nil {
 			if msg := pageError(page.body); msg != "" {
-				return nil, fmt.Errorf("%w: %s", ErrLoginRefused, msg)
+				return "", fmt.Errorf("%w: %s", ErrLoginRefused, msg)
 			}
-			return nil, fmt.Errorf("devidp: Login: the sign-in did not redirect to %s (status %d)", lp.RedirectURL, page.status)
+			return "", fmt.Errorf("devidp: the sign-in did not redirect to %s (status %d)", redirectURL, page.status)
 		}
 	}
 
 	q := page.callback.Query()
 	if code := q.Get("error"); code != "" {
-		return nil, &AuthorizationError{Code: code, Description: q.Get("error_description")}
+		return "", &AuthorizationError{Code: code, Description: q.Get("error_description")}
 	}
 	if q.Get("state") != state {
-		return nil, errors.New("devidp: Login: the redirect carries the wrong state")
+		return "", errors.New("devidp: the redirect carries the wrong state")
 	}
 	code := q.Get("code")
 	if code == "" {
-		return nil, errors.New("devidp: Login: the redirect carries no code")
+		return "", errors.New("devidp: the redirect carries no code")
 	}
-	tok, err := cfg.Exchange(context.WithValue(ctx, oauth2.HTTPClient, hc), code, oauth2.VerifierOption(verifier))
-	if err != nil {
-		return nil, fmt.Errorf("devidp: Login: redeem code: %w", err)
-	}
-	return tok, nil
+	return code, nil
 }
 
 // metadata is the part of a discovery document Login uses.
