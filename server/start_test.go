@@ -1,0 +1,123 @@
+package server_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pdmcp/pdmcp/auth/devpki"
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/operator"
+)
+
+// TestHTTPStartRefusals: serve --transport http refuses, before serving, a
+// server certificate hosts would reject and a grant that names a local user.
+func TestHTTPStartRefusals(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	env := reftest.Start(t, reference.Config{})
+	svc := env.Service(t, "svc", true)
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := gateway.WriteServiceConfig(cfgPath, svc); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "task-data")
+	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: svc, OutDir: data, Tag: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(data, "manifest.json")
+	localGrant := filepath.Join(data, "local-grant.json")
+	if _, err := grant.Launch(grant.LaunchOptions{ManifestPath: manifest, AllApproved: true, LocalUser: rec.AgentUser,
+		TTL: time.Hour, Out: localGrant}); err != nil {
+		t.Fatal(err)
+	}
+	callerGrant := filepath.Join(data, "caller-grant.json")
+	if _, err := grant.Launch(grant.LaunchOptions{ManifestPath: manifest, AllApproved: true, CallerIdentity: true,
+		TTL: time.Hour, Out: callerGrant}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := devpki.LoadOrCreateCA(filepath.Join(dir, "ca"), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodCert, goodKey, err := ca.Issue(dir, "mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	selfCert, selfKey := selfSigned(t, dir)
+	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeHTTPConfig := func(name, host, cert, key string) string {
+		p := filepath.Join(dir, name)
+		body := fmt.Sprintf(`{"listen":{"host":%q,"port":%d},"tls":{"certificate":%q,"key":%q},
+			"provider":{"issuer":"https://127.0.0.1:1","caFile":%q,"allowedAlgs":["ES256"]},
+			"exchange":{"clientId":"mcp-adapter","clientSecretFile":"secret","gatewayAudience":"gateway-api"},
+			"requiredScopes":["openid"],"maxCallers":2}`, host, freePort(t), cert, key, ca.CertPEM)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name, httpConfig, grant, want string
+	}{
+		{"self-signed certificate", writeHTTPConfig("self.json", "127.0.0.1", selfCert, selfKey), callerGrant, "self-signed"},
+		{"CA as the server certificate", writeHTTPConfig("ca.json", "127.0.0.1", ca.CertPEM, filepath.Join(dir, "ca", "ca-key.pem")), callerGrant, "CA"},
+		{"another listen host", writeHTTPConfig("host.json", "0.0.0.0", goodCert, goodKey), callerGrant, "127.0.0.1"},
+		{"a grant naming a local user", writeHTTPConfig("good.json", "127.0.0.1", goodCert, goodKey), localGrant, "--caller-identity"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			err := server.Run(ctx, server.Options{ConfigPath: cfgPath, ManifestPath: manifest, GrantPath: tc.grant,
+				AuditPath: filepath.Join(dir, "audit.jsonl"), HTTPConfigPath: tc.httpConfig})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a refusal naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func selfSigned(t *testing.T, dir string) (string, string) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(5), Subject: pkix.Name{CommonName: "self"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalPKCS8PrivateKey(key)
+	cert, keyFile := filepath.Join(dir, "self.pem"), filepath.Join(dir, "self-key.pem")
+	_ = os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
+	return cert, keyFile
+}
