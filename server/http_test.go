@@ -50,7 +50,6 @@ type httpStack struct {
 	cancel  context.CancelFunc
 	done    chan error
 	svc     *gateway.ServiceConfig
-	tokens  sync.Map
 	manifst string
 }
 

@@ -84,11 +84,12 @@ func (k *Key) PublicJWK() json.RawMessage {
 }
 
 // Destroy drops the private key so that nothing more can be signed with it.
+// Go gives no supported way to overwrite an ecdsa.PrivateKey in place; once
+// unreferenced, it is gone with the next collection.
 func (k *Key) Destroy() {
-	if k == nil || k.priv == nil {
+	if k == nil {
 		return
 	}
-	k.priv.D.SetInt64(0)
 	k.priv = nil
 }
 
