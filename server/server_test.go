@@ -282,3 +282,35 @@ func jsonOf(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestToolsGolden pins what a model sees (names, descriptions, schemas,
+// annotations) in server/testdata/tools.golden.json; a change to it is a
+// reviewed diff. PDMCP_UPDATE_GOLDEN=1 rewrites the file.
+func TestToolsGolden(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	res, err := f.cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.MarshalIndent(res.Tools, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	path := filepath.Join("testdata", "tools.golden.json")
+	if os.Getenv("PDMCP_UPDATE_GOLDEN") != "" {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with PDMCP_UPDATE_GOLDEN=1 to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("tools/list differs from %s; if intended, rerun with PDMCP_UPDATE_GOLDEN=1 and review the diff:\n%s", path, got)
+	}
+}
