@@ -1,0 +1,220 @@
+// The MCP TypeScript SDK's client with its own OAuth machinery against
+// `pdmcp dev`: from a bare 401 it discovers the protected-resource metadata
+// and the provider, runs authorization code + PKCE with the pre-registered
+// public client "mcp-host", and redeems the code itself. The only scripted
+// part is the person at the browser: redirectToAuthorization fills the
+// provider's sign-in form and captures the code from the redirect to the
+// loopback callback (nothing listens there).
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { before, describe, test } from 'node:test';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
+
+import { devInfo, grantTools, mask, scriptedSignIn, secret, user } from './lib.mjs';
+
+// ScriptedSignInProvider is an OAuthClientProvider for a host whose client
+// is registered at the provider in advance (no dynamic registration), and
+// whose "browser" is scriptedSignIn.
+class ScriptedSignInProvider {
+  constructor({ clientId, redirectUri, username, password }) {
+    this.clientId = clientId;
+    this.redirectUri = redirectUri;
+    this.username = username;
+    this.password = password;
+    this.client = { client_id: clientId };
+    this.saved = undefined;
+    this.verifier = undefined;
+    this.expectedState = undefined;
+    this.authorizationUrl = undefined;
+    this.code = undefined;
+    this.signInError = undefined;
+  }
+
+  get redirectUrl() {
+    return this.redirectUri;
+  }
+
+  get clientMetadata() {
+    return {
+      client_name: 'pdmcp realclients test',
+      redirect_uris: [this.redirectUri],
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
+    };
+  }
+
+  state() {
+    this.expectedState = randomBytes(16).toString('hex');
+    return this.expectedState;
+  }
+
+  clientInformation() {
+    return this.client;
+  }
+
+  saveClientInformation(info) {
+    // The SDK stamps pre-registered client information with the issuer it
+    // was used at; a dynamic registration would change client_id.
+    assert.equal(info.client_id, this.clientId, 'the SDK registered a new client instead of using mcp-host');
+    this.client = info;
+  }
+
+  tokens() {
+    return this.saved;
+  }
+
+  saveTokens(tokens) {
+    secret(tokens.access_token);
+    secret(tokens.refresh_token);
+    secret(tokens.id_token);
+    this.saved = tokens;
+  }
+
+  saveCodeVerifier(v) {
+    this.verifier = v;
+  }
+
+  codeVerifier() {
+    return this.verifier;
+  }
+
+  async redirectToAuthorization(url) {
+    this.authorizationUrl = new URL(url);
+    try {
+      const { code, state } = await scriptedSignIn(url.toString(), {
+        username: this.username,
+        password: this.password,
+        redirectUri: this.redirectUri,
+      });
+      assert.equal(state, this.expectedState, 'the redirect carries another state');
+      this.code = code;
+    } catch (e) {
+      this.signInError = e;
+    }
+  }
+}
+
+// recordingFetch is the transport's fetch: it records each request's
+// method and URL without its query (which may carry a code).
+function recordingFetch(log) {
+  return async (input, init) => {
+    const u = new URL(input instanceof Request ? input.url : String(input));
+    log.push(`${init?.method ?? (input instanceof Request ? input.method : 'GET')} ${u.origin}${u.pathname}`);
+    return fetch(input, init);
+  };
+}
+
+describe('MCP TypeScript SDK client with OAuth', () => {
+  let info;
+  let redirectUri;
+  before(() => {
+    assert.ok(process.env.NODE_EXTRA_CA_CERTS, 'NODE_EXTRA_CA_CERTS must name the development CA');
+    info = devInfo();
+    redirectUri = `http://127.0.0.1:${info.callbackPort}/callback`;
+    assert.equal(info.hostClientId, 'mcp-host');
+    assert.equal(info.callbackPort, 18124);
+  });
+
+  // signIn runs the SDK's flow for one user up to a connected client.
+  async function signIn(name, { password } = {}) {
+    const u = user(info, name);
+    const provider = new ScriptedSignInProvider({
+      clientId: info.hostClientId,
+      redirectUri,
+      username: u.name,
+      password: password ?? u.password,
+    });
+    const requests = [];
+    const fetchFn = recordingFetch(requests);
+    const url = new URL(info.mcpUrl);
+
+    // First connect: no token, so a 401, discovery, and the sign-in.
+    const first = new StreamableHTTPClientTransport(url, { authProvider: provider, fetch: fetchFn });
+    const c1 = new Client({ name: 'pdmcp-realclients-sdk', version: '1' });
+    await assert.rejects(c1.connect(first), UnauthorizedError);
+    return { provider, requests, first, url, fetchFn };
+  }
+
+  async function connect(name) {
+    const s = await signIn(name);
+    assert.equal(s.provider.signInError, undefined, mask(`sign-in: ${s.provider.signInError}`));
+    assert.ok(s.provider.code, 'no authorization code was captured');
+    // The SDK redeems the code (with the PKCE verifier) and keeps the tokens.
+    await s.first.finishAuth(s.provider.code);
+    await s.first.close();
+    assert.ok(s.provider.saved?.access_token, 'the SDK saved no access token');
+    assert.match(s.provider.saved.token_type, /^bearer$/i);
+    const client = new Client({ name: 'pdmcp-realclients-sdk', version: '1' });
+    await client.connect(new StreamableHTTPClientTransport(s.url, { authProvider: s.provider, fetch: s.fetchFn }));
+    return { ...s, client };
+  }
+
+  test('alice: 401, discovery, code + PKCE, then tools', { timeout: 120_000 }, async () => {
+    const { provider, requests, client } = await connect('alice');
+    try {
+      // Discovery came from the server's 401, not from configuration.
+      const mcp = `POST ${info.mcpUrl}`;
+      const prm = `GET ${new URL(info.mcpUrl).origin}/.well-known/oauth-protected-resource/mcp`;
+      assert.equal(requests[0], mcp, `requests: ${requests.join(', ')}`);
+      assert.ok(requests.indexOf(prm) > 0, `no protected-resource metadata request: ${requests.join(', ')}`);
+      const asMeta = requests.findIndex((r) => r.startsWith(`GET ${info.issuer}/.well-known/`) ||
+        r.startsWith(`GET ${new URL(info.issuer).origin}/.well-known/`));
+      assert.ok(asMeta > requests.indexOf(prm), `provider metadata not read after the resource's: ${requests.join(', ')}`);
+      assert.ok(requests.some((r) => r.startsWith(`POST ${info.issuer}/`) && r.includes('token')),
+        `the code was not redeemed at the provider: ${requests.join(', ')}`);
+
+      // The authorization request a host sends.
+      const q = provider.authorizationUrl.searchParams;
+      assert.equal(provider.authorizationUrl.origin, new URL(info.issuer).origin);
+      assert.equal(q.get('response_type'), 'code');
+      assert.equal(q.get('client_id'), 'mcp-host');
+      assert.equal(q.get('redirect_uri'), redirectUri);
+      assert.equal(q.get('code_challenge_method'), 'S256');
+      assert.match(q.get('code_challenge') ?? '', /^[A-Za-z0-9_-]{43}$/);
+      assert.equal(q.get('resource'), info.mcpUrl);
+      assert.deepEqual((q.get('scope') ?? '').split(' '), ['openid']);
+
+      const tools = await client.listTools();
+      assert.deepEqual(tools.tools.map((t) => t.name).sort(), grantTools);
+
+      const read = await client.callTool({ name: 'read_protected_document', arguments: { documentId: 'proposal-aurora' } });
+      assert.notEqual(read.isError, true, `alice's read was refused: ${JSON.stringify(read.structuredContent)}`);
+      const text = read.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+      assert.ok(text.includes('Aurora'), 'the document text does not mention Aurora');
+
+      const list = await client.callTool({ name: 'list_approved_documents', arguments: {} });
+      const ids = list.structuredContent.documents.map((d) => d.documentId).sort();
+      assert.deepEqual(ids, [...user(info, 'alice').documents].sort());
+    } finally {
+      await client.close();
+    }
+  });
+
+  test('carol: signed in, but the key server refuses the document', { timeout: 120_000 }, async () => {
+    const { client } = await connect('carol');
+    try {
+      const read = await client.callTool({ name: 'read_protected_document', arguments: { documentId: 'proposal-aurora' } });
+      assert.equal(read.isError, true, 'carol read a document she has no access to');
+      const sc = read.structuredContent;
+      assert.equal(sc.refused, true);
+      assert.equal(sc.layer, 'keyserver', JSON.stringify(sc));
+      assert.equal(sc.code, 'ACL_DENIED', JSON.stringify(sc));
+      const text = read.content.map((c) => c.text ?? '').join('\n');
+      assert.ok(!text.includes('Aurora Components Ltd'), 'the refusal carries document text');
+    } finally {
+      await client.close();
+    }
+  });
+
+  test('a wrong password gets no code and no token', { timeout: 120_000 }, async () => {
+    const s = await signIn('bob', { password: 'not-bob-s-password' });
+    assert.equal(s.provider.code, undefined);
+    assert.match(String(s.provider.signInError), /sign-in refused/);
+    assert.equal(s.provider.saved, undefined);
+    await s.first.close();
+  });
+});
