@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/pdmcp/pdmcp/audit"
 )
 
 // MaxTextBytes bounds a document read and a saved result: what a model can
@@ -170,10 +171,12 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 	if err != nil {
 		return zero, err
 	}
-	pt, err := sess.Decrypt(ctx, d.TTag, iv, ct)
+	dec, err := sess.DecryptWithLink(ctx, d.TTag, iv, ct)
 	if err != nil {
 		return zero, err
 	}
+	pt := dec.Plaintext
+	c.line.KeyLink = digestOrEmpty(dec.Link)
 	sum := sha256.Sum256(pt)
 	if got := hex.EncodeToString(sum[:]); !strings.EqualFold(got, d.SHA256) {
 		return zero, refuse(CodeIntegrityMismatch, 502,
@@ -208,3 +211,12 @@ func isTextType(ct string) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// digestOrEmpty is the audit's 12-hex digest of a key's hidden link, which
+// joins a tool line to the key server's own row; "" when there is none.
+func digestOrEmpty(link string) string {
+	if link == "" {
+		return ""
+	}
+	return audit.Digest12(link)
+}

@@ -234,12 +234,14 @@ func runHTTP(ctx context.Context, o Options) error {
 	}
 	select {
 	case err := <-errc:
+		d.stopped(&o, "listener-stopped")
 		if !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	case <-ctx.Done():
 	}
+	d.stopped(&o, "signal")
 	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(shutdown)

@@ -28,10 +28,7 @@ const (
 	CodeIdempotencyConflict  = "IDEMPOTENCY_CONFLICT"
 	CodeIntegrityMismatch    = "INTEGRITY_MISMATCH"
 	CodeCiphertextMissing    = "CIPHERTEXT_UNAVAILABLE"
-	CodeSaveInProgress       = "SAVE_IN_PROGRESS"
-	CodeSaveAnswerLost       = "SAVE_ANSWER_LOST"
 	CodeInternal             = "INTERNAL_ERROR"
-	CodeUnknownCategoryValue = "UNKNOWN_CATEGORY"
 )
 
 // Refusal is a decided "no", from whichever layer said it. It becomes a tool

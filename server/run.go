@@ -54,6 +54,7 @@ type deps struct {
 	journal  *journal.Journal
 	audit    *audit.Log
 	client   *gateway.Client
+	runID    string
 }
 
 func (d *deps) close() {
@@ -141,12 +142,28 @@ func (d *deps) server(ctx context.Context, o *Options, sessions Sessions, live f
 			o.OpsReady(url)
 		}
 	}
+	d.runID = newRunID()
 	srv, err := New(Config{
 		Grant: d.grant, Manifest: d.manifest, ManifestPath: o.ManifestPath, Journal: d.journal, Audit: d.audit,
-		Sessions: sessions, Version: o.Version, RunID: newRunID(), Now: o.Now, Logger: o.Logger, CrashPoint: o.CrashPoint,
+		Sessions: sessions, Version: o.Version, RunID: d.runID, Now: o.Now, Logger: o.Logger, CrashPoint: o.CrashPoint,
 		Metrics: m,
 	})
+	if err == nil {
+		d.writeAudit(o, audit.Startup{RunID: d.runID, ProgramVersion: o.Version, Transport: transport, GrantID: d.grant.ID,
+			TS: o.Now().UTC()})
+	}
 	return srv, m, err
+}
+
+// stopped writes the shutdown line: why this run ended.
+func (d *deps) stopped(o *Options, reason string) {
+	d.writeAudit(o, audit.Shutdown{RunID: d.runID, Reason: reason, TS: o.Now().UTC()})
+}
+
+func (d *deps) writeAudit(o *Options, line audit.Line) {
+	if err := d.audit.Write(line); err != nil {
+		o.Logger.Error("audit write failed", "err", err)
+	}
 }
 
 // Run serves until the host leaves (stdin closes) or ctx ends (SIGTERM,
@@ -175,8 +192,10 @@ func Run(ctx context.Context, o Options) error {
 	err = srv.MCP().Run(ctx, t)
 	if ctx.Err() != nil {
 		// Ended by a signal: a normal stop.
+		d.stopped(&o, "signal")
 		return nil
 	}
+	d.stopped(&o, "stdin-closed")
 	return err
 }
 

@@ -113,6 +113,7 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 		if err != nil {
 			return zero, err
 		}
+		c.line.KeyLink = digestOrEmpty(enc.Link)
 		res, err = s.cfg.Journal.RecordEncrypted(ctx, key,
 			journal.EncryptedPayload{IV: enc.IV, Ciphertext: enc.Ciphertext, TTag: enc.TTag})
 		if err != nil {

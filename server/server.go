@@ -29,7 +29,7 @@ const Name = "pdmcp"
 // needs of it.
 type Session interface {
 	Encrypt(ctx context.Context, in gateway.EncryptInput) (*gateway.EncryptResult, error)
-	Decrypt(ctx context.Context, ttag string, iv, ciphertext []byte) ([]byte, error)
+	DecryptWithLink(ctx context.Context, ttag string, iv, ciphertext []byte) (*gateway.DecryptResult, error)
 	ActingAs() string
 	JKT() string
 	HandleDigest() string

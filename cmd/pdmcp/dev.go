@@ -62,7 +62,7 @@ pdmcp dev is running.
   CA to trust:    %[2]s
   OpenID issuer:  %[3]s
   users:          alice (every document), bob (some), carol (none); passwords in %[4]s
-  state:          %[4]s
+  state:          %[9]s
 
 Claude Code:
   NODE_EXTRA_CA_CERTS=%[2]s claude mcp add --transport http --client-id %[5]s --callback-port %[6]d %[7]s %[1]s

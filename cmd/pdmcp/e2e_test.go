@@ -294,13 +294,17 @@ func checkAudit(t *testing.T, path, secretText string) {
 	if strings.Contains(string(b), secretText[:40]) {
 		t.Error("the audit file holds document text")
 	}
-	var sawClient, sawRead bool
+	var sawClient, sawRead, sawStart, sawStop bool
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("audit line is not JSON: %q", line)
 		}
 		switch {
+		case m["event"] == "startup" && m["transport"] == "stdio":
+			sawStart = true
+		case m["event"] == "shutdown" && m["reason"] == "stdin-closed":
+			sawStop = true
 		case m["event"] == "client" && m["name"] == "e2e-host":
 			sawClient = true
 		case m["tool"] == "read_protected_document" && m["outcome"] == "ok":
@@ -311,10 +315,13 @@ func checkAudit(t *testing.T, path, secretText string) {
 			if reqs, _ := m["gatewayRequests"].([]any); len(reqs) == 0 {
 				t.Errorf("read line lists no Gateway request: %v", m)
 			}
+			if k, _ := m["keyLink"].(string); len(k) != 12 {
+				t.Errorf("read line without the key link digest: %v", m)
+			}
 		}
 	}
-	if !sawClient || !sawRead {
-		t.Errorf("audit lacks the client line (%v) or a read line (%v):\n%s", sawClient, sawRead, b)
+	if !sawClient || !sawRead || !sawStart || !sawStop {
+		t.Errorf("audit lines: client %v, read %v, startup %v, shutdown %v:\n%s", sawClient, sawRead, sawStart, sawStop, b)
 	}
 }
 

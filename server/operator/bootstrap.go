@@ -35,7 +35,7 @@ type BootstrapOptions struct {
 // proves the registration by signing in as the service.
 func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig, error) {
 	if o.ConfigOut == "" || o.GatewayURL == "" || o.AdminUser == "" || o.AdminPasswordFile == "" {
-		return nil, errors.New("bootstrap: --gateway, --admin-user, --admin-password-file and --config-out are required")
+		return nil, errors.New("bootstrap: --endpoint, --admin-user, --admin-password-file and --config-out are required")
 	}
 	if !o.AllowScoped {
 		return nil, errors.New("bootstrap: pdmcp needs scoped sessions; register with --allow-scoped")
