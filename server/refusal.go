@@ -13,22 +13,22 @@ import (
 // Codes this server (the adapter layer) refuses with. None of them sends
 // anything to the Gateway.
 const (
-	CodeToolNotInGrant       = "TOOL_NOT_IN_GRANT"
-	CodeUnexpectedArgument   = "UNEXPECTED_ARGUMENT"
-	CodeMissingArgument      = "MISSING_ARGUMENT"
-	CodeInvalidArgument      = "INVALID_ARGUMENT"
-	CodeDocumentNotInGrant   = "DOCUMENT_NOT_IN_GRANT"
-	CodeUnknownDocument      = "UNKNOWN_DOCUMENT"
-	CodeDestinationNotGrant  = "DESTINATION_NOT_IN_GRANT"
-	CodeUnknownDestination   = "UNKNOWN_DESTINATION"
-	CodeDestinationHasNoKey  = "DESTINATION_HAS_NO_KEY"
-	CodeGrantExpired         = "GRANT_EXPIRED"
-	CodeResultTooLarge       = "RESULT_TOO_LARGE"
-	CodeNotText              = "NOT_TEXT"
-	CodeIdempotencyConflict  = "IDEMPOTENCY_CONFLICT"
-	CodeIntegrityMismatch    = "INTEGRITY_MISMATCH"
-	CodeCiphertextMissing    = "CIPHERTEXT_UNAVAILABLE"
-	CodeInternal             = "INTERNAL_ERROR"
+	CodeToolNotInGrant      = "TOOL_NOT_IN_GRANT"
+	CodeUnexpectedArgument  = "UNEXPECTED_ARGUMENT"
+	CodeMissingArgument     = "MISSING_ARGUMENT"
+	CodeInvalidArgument     = "INVALID_ARGUMENT"
+	CodeDocumentNotInGrant  = "DOCUMENT_NOT_IN_GRANT"
+	CodeUnknownDocument     = "UNKNOWN_DOCUMENT"
+	CodeDestinationNotGrant = "DESTINATION_NOT_IN_GRANT"
+	CodeUnknownDestination  = "UNKNOWN_DESTINATION"
+	CodeDestinationHasNoKey = "DESTINATION_HAS_NO_KEY"
+	CodeGrantExpired        = "GRANT_EXPIRED"
+	CodeResultTooLarge      = "RESULT_TOO_LARGE"
+	CodeNotText             = "NOT_TEXT"
+	CodeIdempotencyConflict = "IDEMPOTENCY_CONFLICT"
+	CodeIntegrityMismatch   = "INTEGRITY_MISMATCH"
+	CodeCiphertextMissing   = "CIPHERTEXT_UNAVAILABLE"
+	CodeInternal            = "INTERNAL_ERROR"
 )
 
 // Refusal is a decided "no", from whichever layer said it. It becomes a tool
