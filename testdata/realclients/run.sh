@@ -6,6 +6,12 @@
 # run), starts `pdmcp dev` on a fresh state folder, runs the *.test.mjs files
 # with Node's test runner, stops `pdmcp dev` with SIGINT and checks it exited
 # 0. Needs Go, Node >= 20 and npm. Exits non-zero on any failure.
+#
+# package.json: the four clients at exact versions; allowScripts lets only
+# Claude Code's postinstall run (it links its native binary from the
+# platform package); overrides pins vite (an Inspector web-UI dependency) to
+# 8.3.8 because vite 8.4.0 names an optional dependency the registry does
+# not serve, which leaves a lockfile `npm ci` refuses.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
