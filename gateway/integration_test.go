@@ -243,9 +243,6 @@ func TestDeterministicWithoutIV(t *testing.T) {
 }
 
 func TestSizeLimit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("moves 2 x 16 MiB; run without -short")
-	}
 	w := newWorld(t)
 	ctx := context.Background()
 	big := bytes.Repeat([]byte{'x'}, api.MaxDataBytes+1)
