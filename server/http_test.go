@@ -539,6 +539,13 @@ func TestHTTPOperationsEndpoints(t *testing.T) {
 		t.Fatal(m)
 	}
 	callOn(t, alice, "read_protected_document", map[string]any{"documentId": "nope"})
+	// A tool name is the model's own text: one this build does not offer
+	// must not become a label on the unauthenticated /metrics (it could
+	// carry document text, and each new name is a new series).
+	const madeUp = "copy_of_secret_words_in_a_tool_name"
+	if m, isErr := callOn(t, alice, madeUp, map[string]any{}); !isErr || m["code"] != server.CodeToolNotInGrant {
+		t.Fatalf("made-up tool: %v", m)
+	}
 	resp, err := hs.hc.Post(hs.url, "application/json", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
@@ -575,6 +582,12 @@ func TestHTTPOperationsEndpoints(t *testing.T) {
 	}
 	if strings.Contains(metrics, "alice") || strings.Contains(metrics, "proposal-aurora") {
 		t.Error("metrics name a user or a document")
+	}
+	if strings.Contains(metrics, madeUp) {
+		t.Error("metrics carry a tool name the model made up")
+	}
+	if want := `pdmcp_tool_calls_total{code="TOOL_NOT_IN_GRANT",layer="adapter",outcome="refused",tool="unknown"} 1`; !strings.Contains(metrics, want) {
+		t.Errorf("metrics lack %s", want)
 	}
 }
 

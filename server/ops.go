@@ -16,6 +16,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/grant"
 )
 
 // Metrics counts what the server does, for Prometheus. It has its own
@@ -63,7 +64,14 @@ func (m *Metrics) toolCall(line audit.ToolCall, reqs []gateway.Request) {
 	if m == nil {
 		return
 	}
-	m.calls.WithLabelValues(line.Tool, line.Outcome, line.Layer, line.Code).Inc()
+	// A refused call may name any tool the model made up: only the known
+	// names become labels, so /metrics never carries the model's text and
+	// the series stay bounded.
+	tool := line.Tool
+	if !grant.KnownTool(tool) {
+		tool = "unknown"
+	}
+	m.calls.WithLabelValues(tool, line.Outcome, line.Layer, line.Code).Inc()
 	for _, q := range reqs {
 		m.gwTime.WithLabelValues(q.Route, statusClass(q.Status)).Observe(q.Latency.Seconds())
 	}
