@@ -11,10 +11,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -94,11 +96,13 @@ func LoadSenderKey(path string) (*ecdsa.PrivateKey, error) {
 }
 
 // loadPrivateKey reads the first private key of a PEM file, skipping blocks
-// such as "EC PARAMETERS" that openssl writes before the key.
+// such as "EC PARAMETERS" that openssl writes before the key. A file that
+// group or others may access is refused: whoever reads the key can act as
+// the service.
 func loadPrivateKey(path string) (any, error) {
-	data, err := os.ReadFile(path)
+	data, err := readOwnerOnly(path)
 	if err != nil {
-		return nil, fmt.Errorf("read key: %w", err)
+		return nil, err
 	}
 	for rest := data; ; {
 		var block *pem.Block
@@ -127,6 +131,29 @@ func loadPrivateKey(path string) (any, error) {
 		}
 		return k, nil
 	}
+}
+
+// readOwnerOnly reads path, refusing a file whose mode lets group or others
+// in. The mode is checked on the open file, so the file checked is the one
+// read. Windows has no such bits; its ACLs are the operator's business.
+func readOwnerOnly(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read key: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read key: %w", err)
+	}
+	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o077 != 0 {
+		return nil, fmt.Errorf("key %s is mode %04o: group and others must have no access (chmod 600)", path, perm)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read key: %w", err)
+	}
+	return data, nil
 }
 
 // sameKey reports whether a signer's public key is the certificate's.
