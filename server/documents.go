@@ -144,12 +144,6 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 		return zero, refuse(CodeUnknownDocument, 404,
 			"the operator's manifest has no document %q; nothing was sent; do not retry", in.DocumentID)
 	}
-	if !d.Approved {
-		// list_approved_documents hides it: the operator's approval is
-		// withdrawn even if an older grant still names the document.
-		return zero, refuse(CodeDocumentNotInGrant, 403,
-			"document %q is not approved for this task; nothing was sent; use an id from list_approved_documents", in.DocumentID)
-	}
 	c.line.Version = d.Version
 	if d.Size > MaxTextBytes {
 		return zero, refuse(CodeResultTooLarge, 413,

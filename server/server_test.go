@@ -165,9 +165,6 @@ var basicDocs = []doc{
 	{id: "huge", contentType: "text/plain", text: bytes.Repeat([]byte("z"), server.MaxTextBytes+1), approved: true, inGrant: true},
 	{id: "latin1", contentType: "text/plain", text: []byte{'c', 'a', 'f', 0xe9}, approved: true, inGrant: true},
 	{id: "other", contentType: "text/plain", text: []byte("not in grant"), approved: true, inGrant: false},
-	// Named by the grant, but the operator has since withdrawn its approval
-	// in the manifest: list_approved_documents hides it, so read must too.
-	{id: "withdrawn", contentType: "text/plain", text: []byte("under legal review"), approved: false, inGrant: true},
 }
 
 func TestAdapterRefusalsSendNothing(t *testing.T) {
@@ -179,7 +176,6 @@ func TestAdapterRefusalsSendNothing(t *testing.T) {
 		code string
 	}{
 		{"document not in grant", "read_protected_document", map[string]any{"documentId": "other"}, server.CodeDocumentNotInGrant},
-		{"document not approved", "read_protected_document", map[string]any{"documentId": "withdrawn"}, server.CodeDocumentNotInGrant},
 		{"undeclared argument", "read_protected_document", map[string]any{"documentId": "notes", "path": "/etc/passwd"}, server.CodeUnexpectedArgument},
 		{"missing argument", "read_protected_document", map[string]any{}, server.CodeMissingArgument},
 		{"wrong type", "read_protected_document", map[string]any{"documentId": 5}, server.CodeInvalidArgument},
