@@ -125,6 +125,11 @@ func (c *HTTPConfig) resolve(dir string) error {
 		}
 	}
 
+	// Whoever reads the TLS key can pose as this server to every host.
+	if err := checkOwnerOnly("tls.key", c.TLS.Key); err != nil {
+		return err
+	}
+
 	if err := checkIssuer(c.Provider.Issuer); err != nil {
 		return fmt.Errorf("provider.issuer: %w", err)
 	}
@@ -195,6 +200,18 @@ func (c *HTTPConfig) ClientSecret() (string, error) {
 		return "", fmt.Errorf("exchange.clientSecretFile %s is empty", path)
 	}
 	return s, nil
+}
+
+// checkOwnerOnly refuses a secret file that group or others may access.
+func checkOwnerOnly(field, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	if perm := st.Mode().Perm(); runtime.GOOS != "windows" && perm&0o077 != 0 {
+		return fmt.Errorf("%s %s has mode %04o: group and others must have no access (chmod 600)", field, path, perm)
+	}
+	return nil
 }
 
 // JWKSRefreshMin is the configured least time between key fetches.

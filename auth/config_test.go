@@ -145,6 +145,16 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "has mode 0644: group and others must have no access"},
+		{"TLS key readable by others", nil, func(t *testing.T, dir string) {
+			if err := os.Chmod(filepath.Join(dir, "mcp-tls.key"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "tls.key"},
+		{"TLS key writable by group", nil, func(t *testing.T, dir string) {
+			if err := os.Chmod(filepath.Join(dir, "mcp-tls.key"), 0o620); err != nil {
+				t.Fatal(err)
+			}
+		}, "has mode 0620: group and others must have no access"},
 		{"secret file empty", nil, func(t *testing.T, dir string) {
 			if err := os.WriteFile(filepath.Join(dir, "mcp-adapter-client-secret"), []byte("\n"), 0o600); err != nil {
 				t.Fatal(err)
