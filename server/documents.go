@@ -6,7 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -84,7 +84,6 @@ func (s *Server) list(_ context.Context, c *call, in listInput) (listOutput, err
 	sort.Slice(out.Destinations, func(i, j int) bool {
 		return out.Destinations[i].DestinationID < out.Destinations[j].DestinationID
 	})
-	c.line.DocumentID = in.Category
 	return out, nil
 }
 
@@ -133,11 +132,13 @@ func (s *Server) readTool() tool {
 
 func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, error) {
 	var zero readOutput
-	c.line.DocumentID = in.DocumentID
 	if !slices.Contains(s.cfg.Grant.Documents, in.DocumentID) {
 		return zero, refuse(CodeDocumentNotInGrant, 403,
 			"document %q is not in this task's grant; nothing was sent; use an id from list_approved_documents", in.DocumentID)
 	}
+	// Only an id the grant names goes into the audit line: the argument is
+	// the model's text until then.
+	c.line.DocumentID = in.DocumentID
 	m := s.currentManifest()
 	d, ok := m.Documents[in.DocumentID]
 	if !ok {
@@ -158,11 +159,7 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 	if err != nil {
 		return zero, fmt.Errorf("manifest IV of %s: %w", in.DocumentID, err)
 	}
-	path, err := m.Resolve(d.Path)
-	if err != nil {
-		return zero, fmt.Errorf("manifest path of %s: %w", in.DocumentID, err)
-	}
-	ct, err := os.ReadFile(path)
+	ct, err := s.root.ReadFile(filepath.FromSlash(d.Path))
 	if err != nil {
 		return zero, refuse(CodeCiphertextMissing, 500,
 			"the stored ciphertext of %q cannot be read; nothing was sent; tell the operator", in.DocumentID)

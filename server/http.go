@@ -211,6 +211,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	h := NewHTTPHandler(srv, cfg, verifier, d.audit, metrics, o.Logger)
 	ln := o.Listener
 	if ln == nil {

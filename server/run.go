@@ -183,6 +183,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	t := o.StdioTransport
 	if t == nil {
 		t = &mcp.StdioTransport{}

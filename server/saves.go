@@ -58,12 +58,12 @@ func (s *Server) saveTool() tool {
 
 func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, error) {
 	var zero saveReceipt
-	c.line.DocumentID = in.DestinationID
 	if !slices.Contains(s.cfg.Grant.Destinations, in.DestinationID) {
 		return zero, refuse(CodeDestinationNotGrant, 403,
 			"destination %q is not in this task's grant; nothing was sent; use a destinationId from list_approved_documents",
 			in.DestinationID)
 	}
+	c.line.DocumentID = in.DestinationID
 	m := s.currentManifest()
 	dest, ok := m.Destinations[in.DestinationID]
 	if !ok {
@@ -151,11 +151,7 @@ func (s *Server) place(ctx context.Context, key journal.SaveKey, res journal.Res
 			}
 			pl = res.Placement
 		}
-		abs, err := m.Resolve(pl.Path)
-		if err != nil {
-			return journal.Receipt{}, err
-		}
-		switch err := writeNew(abs, enc.Ciphertext); {
+		switch err := writeNew(s.root, filepath.FromSlash(pl.Path), enc.Ciphertext); {
 		case errors.Is(err, fs.ErrExist):
 			// Some other writer took this name: choose the next version.
 			res.Placement = nil
@@ -200,15 +196,16 @@ func (s *Server) commitManifest(destination string, v grant.SavedVersion) error 
 	return nil
 }
 
-// writeNew creates path with data, never over an existing file. An existing
-// file with exactly these bytes is taken as this save's own earlier write.
-func writeNew(p string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+// writeNew creates the file rel inside root with data, never over an
+// existing file. An existing file with exactly these bytes is taken as this
+// save's own earlier write.
+func writeNew(root *os.Root, rel string, data []byte) error {
+	if err := root.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		have, rerr := os.ReadFile(p)
+		have, rerr := root.ReadFile(rel)
 		if rerr == nil && bytes.Equal(have, data) {
 			return nil
 		}
@@ -219,12 +216,12 @@ func writeNew(p string, data []byte) error {
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		os.Remove(p)
+		root.Remove(rel)
 		return err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		os.Remove(p)
+		root.Remove(rel)
 		return err
 	}
 	return f.Close()

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -85,6 +87,9 @@ type Server struct {
 	// mu guards manifest: saves replace it with a new committed version.
 	mu       sync.Mutex
 	manifest *grant.Manifest
+	// root confines every ciphertext read and result write to the
+	// manifest's folder, symbolic links included.
+	root *os.Root
 	// saveMu serialises saves, so the journal's reservation, the versioned
 	// file and the manifest commit of one save never interleave with another.
 	saveMu sync.Mutex
@@ -108,7 +113,11 @@ func New(cfg Config) (*Server, error) {
 	if err := grant.Validate(cfg.Grant, cfg.Manifest); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger}
+	root, err := os.OpenRoot(filepath.Dir(cfg.ManifestPath))
+	if err != nil {
+		return nil, fmt.Errorf("server: the manifest's folder: %w", err)
+	}
+	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root}
 	for _, t := range cfg.Grant.AllowedTools {
 		s.allowed[t] = true
 	}
@@ -133,6 +142,9 @@ func New(cfg Config) (*Server, error) {
 	s.mcp.AddReceivingMiddleware(s.toolGate)
 	return s, nil
 }
+
+// Close releases the manifest folder the server holds open.
+func (s *Server) Close() error { return s.root.Close() }
 
 // MCP is the underlying go-sdk server, for a transport to run.
 func (s *Server) MCP() *mcp.Server { return s.mcp }

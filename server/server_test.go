@@ -124,6 +124,7 @@ func newFixture(t *testing.T, docs []doc, mutate func(*grant.Grant, *grant.Manif
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
+	t.Cleanup(func() { srv.Close() })
 	ct, st := mcp.NewInMemoryTransports()
 	if _, err := srv.MCP().Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
@@ -312,5 +313,34 @@ func TestToolsGolden(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("tools/list differs from %s; if intended, rerun with PDMCP_UPDATE_GOLDEN=1 and review the diff:\n%s", path, got)
+	}
+}
+
+// TestReadStaysInTheManifestFolder: a symbolic link planted in the
+// manifest's folder cannot redirect a read outside it.
+func TestReadStaysInTheManifestFolder(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	inside := filepath.Join(f.dir, "documents", "notes.bin")
+	ct, err := os.ReadFile(inside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "elsewhere.bin")
+	if err := os.WriteFile(outside, ct, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(inside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, inside); err != nil {
+		t.Fatal(err)
+	}
+	before := f.env.Gateway.Counts()
+	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"})
+	if !isErr || m["code"] != server.CodeCiphertextMissing {
+		t.Fatalf("read through a link out of the folder: %v", m)
+	}
+	if after := f.env.Gateway.Counts(); !maps.Equal(before, after) {
+		t.Error("the refused read reached the Gateway")
 	}
 }
