@@ -19,6 +19,7 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 )
 
@@ -41,13 +42,19 @@ func (p *poolSessions) Session(ctx context.Context, c Caller) (Session, error) {
 	if c.ID == "" || c.Credential.Caller == nil {
 		return nil, refuse(CodeInternal, 500, "no verified caller on this request")
 	}
-	return p.pool.Session(ctx, c.ID, func(ctx context.Context) (gateway.SubjectToken, error) {
+	sess, err := p.pool.Session(ctx, c.ID, func(ctx context.Context) (gateway.SubjectToken, error) {
 		t, err := p.ex.Exchange(ctx, c.Credential.Caller, c.Credential.AccessToken())
 		if err != nil {
 			return gateway.SubjectToken{}, err
 		}
 		return gateway.SubjectToken{Token: t.AccessToken, Expiry: t.Expiry}, nil
 	})
+	if errors.Is(err, &api.Error{Code: api.CodeSubjectRefused}) {
+		// The Gateway would not take the exchanged token: do not present
+		// it again; the next call exchanges afresh.
+		p.ex.Forget(c.ID)
+	}
+	return sess, err
 }
 
 func (p *poolSessions) End(ctx context.Context, c Caller) { p.pool.End(ctx, c.ID) }

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +46,8 @@ type httpStack struct {
 	hc      *http.Client // trusts the dev CA only
 	url     string
 	opsURL  string
+	// exchanges counts token-exchange requests at the provider.
+	exchanges atomic.Int64
 	audit   string
 	stderr  *syncBuffer
 	cancel  context.CancelFunc
@@ -98,7 +101,15 @@ func newHTTPStack(t *testing.T, maxCallers int) *httpStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idpSrv := &http.Server{Handler: hs.idp}
+	idpSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/token") {
+			_ = r.ParseForm()
+			if strings.HasSuffix(r.PostForm.Get("grant_type"), "token-exchange") {
+				hs.exchanges.Add(1)
+			}
+		}
+		hs.idp.ServeHTTP(w, r)
+	})}
 	go func() { _ = idpSrv.ServeTLS(idpLn, idpCert, idpKey) }()
 	t.Cleanup(func() { idpSrv.Close() })
 
@@ -687,5 +698,35 @@ func TestHTTPGoSDKOAuthClient(t *testing.T) {
 	m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-cirrus"})
 	if !isErr || m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
 		t.Fatalf("bob on a document he may not read: %v", m)
+	}
+}
+
+// TestHTTPRefusedExchangedTokenIsNotReused: after the Gateway refuses an
+// exchanged token (SUBJECT_TOKEN_REFUSED), the next call exchanges afresh
+// instead of presenting the cached one again.
+func TestHTTPRefusedExchangedTokenIsNotReused(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	ctx := context.Background()
+	caPEM, _ := os.ReadFile(hs.caFile)
+	admin := hs.env.Client(t).Admin(reftest.AdminUser, reftest.AdminPassword)
+	bind := func(client string) {
+		if err := admin.BindProvider(ctx, api.BindProviderRequest{ServiceID: hs.svc.ServiceID, Issuer: hs.issuer,
+			Audience: devidp.DefaultGatewayAudience, AllowedClient: client, CAPEM: string(caPEM)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
+	bind("some-other-client")
+	m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
+	if !isErr || m["code"] != "SUBJECT_TOKEN_REFUSED" {
+		t.Fatalf("with the provider bound to another client: %v", m)
+	}
+	bind(devidp.DefaultAdapterClientID)
+	before := hs.exchanges.Load()
+	if m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
+		t.Fatalf("after the binding is fixed: %v", m)
+	}
+	if got := hs.exchanges.Load() - before; got != 1 {
+		t.Errorf("token exchanges after the refusal: %d, want 1 (the refused token must not be reused)", got)
 	}
 }
