@@ -39,21 +39,21 @@ import (
 // alice (every document), bob (aurora and the criteria) and carol (nothing),
 // and server.Run serving Streamable HTTP over TLS on 127.0.0.1.
 type httpStack struct {
-	env     *reftest.Env
-	idp     *devidp.Provider
-	issuer  string
-	caFile  string
-	hc      *http.Client // trusts the dev CA only
-	url     string
-	opsURL  string
+	env    *reftest.Env
+	idp    *devidp.Provider
+	issuer string
+	caFile string
+	hc     *http.Client // trusts the dev CA only
+	url    string
+	opsURL string
 	// exchanges counts token-exchange requests at the provider.
 	exchanges atomic.Int64
-	audit   string
-	stderr  *syncBuffer
-	cancel  context.CancelFunc
-	done    chan error
-	svc     *gateway.ServiceConfig
-	manifst string
+	audit     string
+	stderr    *syncBuffer
+	cancel    context.CancelFunc
+	done      chan error
+	svc       *gateway.ServiceConfig
+	manifst   string
 }
 
 type syncBuffer struct {
