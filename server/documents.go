@@ -34,10 +34,12 @@ type listedDocument struct {
 	Size        int64  `json:"size"`
 }
 
+// listedDestination names a destination and nothing about what is saved
+// there: over HTTP every caller saves to the same destination, and one user
+// must not learn of another's saves.
 type listedDestination struct {
 	DestinationID string `json:"destinationId"`
 	Label         string `json:"label"`
-	Saves         int    `json:"saves"`
 }
 
 type listOutput struct {
@@ -78,7 +80,7 @@ func (s *Server) list(_ context.Context, c *call, in listInput) (listOutput, err
 		if !ok {
 			continue
 		}
-		out.Destinations = append(out.Destinations, listedDestination{DestinationID: id, Label: d.Label, Saves: len(d.Versions)})
+		out.Destinations = append(out.Destinations, listedDestination{DestinationID: id, Label: d.Label})
 	}
 	sort.Slice(out.Documents, func(i, j int) bool { return out.Documents[i].DocumentID < out.Documents[j].DocumentID })
 	sort.Slice(out.Destinations, func(i, j int) bool {
