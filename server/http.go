@@ -67,9 +67,9 @@ type HTTPHandler struct {
 	Resource string
 }
 
-// NewHTTPHandler builds the handler for srv as cfg describes. origin is
-// the server's own origin (https://127.0.0.1:port): a browser request from
-// anywhere else is refused.
+// NewHTTPHandler builds the handler for srv as cfg describes. A browser
+// request from any origin but the served resource's own is refused; m may
+// be nil (no metrics).
 func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifier, a *audit.Log, m *Metrics, log *slog.Logger) *HTTPHandler {
 	getServer := func(*http.Request) *mcp.Server { return srv.MCP() }
 	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{

@@ -147,11 +147,7 @@ func (j *Journal) MarkFileDone(ctx context.Context, key FileKey) (FileRecord, er
 		case FileReserved, FileAnswerLost:
 			return fmt.Errorf("journal: file %s: %w: no minted key recorded", key, ErrOutOfOrder)
 		}
-		_, err := tx.ExecContext(ctx, `
-UPDATE files SET state = 'done', updated_at = ?
-WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
-			nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
-		return err
+		return setFileState(ctx, tx, key, "done")
 	})
 }
 
@@ -166,12 +162,17 @@ func (j *Journal) MarkAnswerLost(ctx context.Context, key FileKey) (FileRecord, 
 		case FileMinted, FileDone:
 			return fmt.Errorf("journal: file %s: %w: its key is already recorded", key, ErrOutOfOrder)
 		}
-		_, err := tx.ExecContext(ctx, `
-UPDATE files SET state = 'answer-lost', updated_at = ?
-WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
-			nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
-		return err
+		return setFileState(ctx, tx, key, "answer-lost")
 	})
+}
+
+// setFileState moves a file row to state, keeping what it recorded.
+func setFileState(ctx context.Context, tx *sql.Tx, key FileKey, state string) error {
+	_, err := tx.ExecContext(ctx, `
+UPDATE files SET state = ?, updated_at = ?
+WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
+		state, nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
+	return err
 }
 
 // GetFile reads a file encryption's row, or ErrNotFound.
