@@ -235,6 +235,19 @@ func Validate(g *Grant, m *Manifest) error {
 	return nil
 }
 
+// CheckApproved refuses a grant that names a document the manifest does
+// not (or no longer) approve: the operator withdrew it, and a server must
+// not start serving it. The error names the first such document.
+func CheckApproved(g *Grant, m *Manifest) error {
+	for i, id := range g.Documents {
+		if d, ok := m.Documents[id]; ok && !d.Approved {
+			return fieldErr(fmt.Sprintf("documents[%d]", i), ErrNotApproved,
+				"%q; write a new grant, or approve it in the manifest", id)
+		}
+	}
+	return nil
+}
+
 // sameManifest refuses a grant written for another manifest. A grant that
 // names none, or a manifest not read from a file, is not compared.
 func sameManifest(named, loaded string) error {

@@ -148,6 +148,12 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 			"the operator's manifest has no document %q; nothing was sent; do not retry", in.DocumentID)
 	}
 	c.line.Version = d.Version
+	if !d.Approved {
+		// The operator withdrew the approval after the grant was written:
+		// the manifest decides, before anything reaches the key server.
+		return zero, refuse(CodeDocumentNotApproved, 403,
+			"document %q is no longer approved by the operator; nothing was sent; do not retry", in.DocumentID)
+	}
 	if d.Size > MaxTextBytes {
 		return zero, refuse(CodeResultTooLarge, 413,
 			"document %q is %d bytes, over the %d-byte limit of one read; nothing was sent; do not retry",

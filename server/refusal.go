@@ -19,6 +19,7 @@ const (
 	CodeInvalidArgument     = "INVALID_ARGUMENT"
 	CodeDocumentNotInGrant  = "DOCUMENT_NOT_IN_GRANT"
 	CodeUnknownDocument     = "UNKNOWN_DOCUMENT"
+	CodeDocumentNotApproved = "DOCUMENT_NOT_APPROVED"
 	CodeDestinationNotGrant = "DESTINATION_NOT_IN_GRANT"
 	CodeUnknownDestination  = "UNKNOWN_DESTINATION"
 	CodeDestinationHasNoKey = "DESTINATION_HAS_NO_KEY"

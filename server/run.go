@@ -97,6 +97,9 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	if err := grant.Validate(g, m); err != nil {
 		return nil, err
 	}
+	if err := grant.CheckApproved(g, m); err != nil {
+		return nil, err
+	}
 	if g.Expired(o.Now()) {
 		return nil, fmt.Errorf("the grant ended at %s; write a new one with `pdmcp grant`", g.NotAfter.UTC().Format(time.RFC3339))
 	}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -73,7 +74,7 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 		return zero, refuse(CodeDestinationHasNoKey, 409,
 			"destination %q has no key yet; nothing was sent; the operator must seed one", in.DestinationID)
 	}
-	if n := len(in.IdempotencyKey); n == 0 || n > 128 {
+	if n := utf8.RuneCountInString(in.IdempotencyKey); n == 0 || n > 128 || !utf8.ValidString(in.IdempotencyKey) {
 		return zero, refuse(CodeInvalidArgument, 400, "idempotencyKey must be 1 to 128 characters; nothing was sent")
 	}
 	if len(in.Text) > MaxTextBytes {

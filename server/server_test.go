@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,6 +187,7 @@ func TestAdapterRefusalsSendNothing(t *testing.T) {
 		{"destination has no key", "save_protected_result", map[string]any{"destinationId": "keyless", "text": "x", "idempotencyKey": "k"}, server.CodeDestinationHasNoKey},
 		{"result too large", "save_protected_result", map[string]any{"destinationId": "summary", "text": strings.Repeat("r", server.MaxTextBytes+1), "idempotencyKey": "k"}, server.CodeResultTooLarge},
 		{"empty idempotency key", "save_protected_result", map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": ""}, server.CodeInvalidArgument},
+		{"idempotency key of 129 characters", "save_protected_result", map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": strings.Repeat("é", 129)}, server.CodeInvalidArgument},
 		{"tool not in grant", "hand_off", map[string]any{"stepId": "s"}, server.CodeToolNotInGrant},
 		{"category of wrong type", "list_approved_documents", map[string]any{"category": true}, server.CodeInvalidArgument},
 	}
@@ -200,6 +202,41 @@ func TestAdapterRefusalsSendNothing(t *testing.T) {
 				t.Fatalf("refusal reached the Gateway: %v -> %v", before, after)
 			}
 		})
+	}
+}
+
+// TestReadRefusesWithdrawnApproval: a document the grant names but the
+// manifest no longer approves is neither listed nor read, and the read
+// sends nothing to the Gateway.
+func TestReadRefusesWithdrawnApproval(t *testing.T) {
+	docs := append(slices.Clone(basicDocs),
+		doc{id: "withdrawn", contentType: "text/plain", text: []byte("under legal review"), approved: false, inGrant: true})
+	f := newFixture(t, docs, nil)
+	before := f.env.Gateway.Counts()
+	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "withdrawn"})
+	if !isErr || m["layer"] != "adapter" || m["code"] != server.CodeDocumentNotApproved || m["status"] != float64(403) {
+		t.Fatalf("got %v (isError %v), want adapter DOCUMENT_NOT_APPROVED", m, isErr)
+	}
+	if after := f.env.Gateway.Counts(); !maps.Equal(before, after) {
+		t.Fatalf("the refused read reached the Gateway: %v -> %v", before, after)
+	}
+	if strings.Contains(jsonOf(m), "legal review") {
+		t.Fatal("text of the withdrawn document was returned")
+	}
+	list, _ := f.call(t, "list_approved_documents", map[string]any{})
+	if strings.Contains(jsonOf(list), "withdrawn") {
+		t.Errorf("the withdrawn document is listed: %v", list)
+	}
+}
+
+// TestIdempotencyKeyCountsCharacters: 128 characters of two bytes each
+// are a valid key (256 bytes); the limit is in characters, not bytes.
+func TestIdempotencyKeyCountsCharacters(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	key := strings.Repeat("é", 128)
+	m, isErr := f.call(t, "save_protected_result", map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": key})
+	if isErr || m["idempotencyKey"] != key || m["version"] != float64(1) {
+		t.Fatalf("a key of 128 characters: %v", m)
 	}
 }
 

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/auth/devpki"
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
@@ -80,7 +82,7 @@ func TestHTTPStartRefusals(t *testing.T) {
 		name, httpConfig, grant, want string
 	}{
 		{"self-signed certificate", writeHTTPConfig("self.json", "127.0.0.1", selfCert, selfKey), callerGrant, "self-signed"},
-		{"CA as the server certificate", writeHTTPConfig("ca.json", "127.0.0.1", ca.CertPEM, filepath.Join(dir, "ca", "ca-key.pem")), callerGrant, "CA"},
+		{"CA as the server certificate", writeHTTPConfig("ca.json", "127.0.0.1", ca.CertPEM, filepath.Join(dir, "ca", "ca-key.pem")), callerGrant, "is a CA certificate (basicConstraints CA:TRUE)"},
 		{"another listen host", writeHTTPConfig("host.json", "0.0.0.0", goodCert, goodKey), callerGrant, "127.0.0.1"},
 		{"a grant naming a local user", writeHTTPConfig("good.json", "127.0.0.1", goodCert, goodKey), localGrant, "--caller-identity"},
 	}
@@ -94,6 +96,49 @@ func TestHTTPStartRefusals(t *testing.T) {
 				t.Fatalf("got %v, want a refusal naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestStartRefusesUnapprovedDocument: a grant naming a document whose
+// approval the operator withdrew is refused at start, naming the document,
+// over either transport; nothing is minted at the Gateway.
+func TestStartRefusesUnapprovedDocument(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	env := reftest.Start(t, reference.Config{})
+	svc := env.Service(t, "svc", true)
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := gateway.WriteServiceConfig(cfgPath, svc); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "task-data")
+	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: svc, OutDir: data, Tag: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(data, "manifest.json")
+	grantPath := filepath.Join(data, "grant.json")
+	if _, err := grant.Launch(grant.LaunchOptions{ManifestPath: manifest, AllApproved: true, LocalUser: rec.AgentUser,
+		TTL: time.Hour, Out: grantPath}); err != nil {
+		t.Fatal(err)
+	}
+	// Written past the launcher, which refuses to name it.
+	g, err := grant.Load(grantPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Documents = append(g.Documents, "proposal-equinox")
+	if err := g.Save(grantPath); err != nil {
+		t.Fatal(err)
+	}
+	env.Gateway.ResetCounts()
+	err = server.Run(ctx, server.Options{ConfigPath: cfgPath, ManifestPath: manifest, GrantPath: grantPath,
+		AuditPath: filepath.Join(dir, "audit.jsonl")})
+	if !errors.Is(err, grant.ErrNotApproved) || !strings.Contains(err.Error(), `"proposal-equinox"`) {
+		t.Fatalf("got %v, want a refusal naming proposal-equinox as not approved", err)
+	}
+	if n := env.Gateway.Count(api.RouteScoped); n != 0 {
+		t.Errorf("%d scoped sessions minted for a refused grant", n)
 	}
 }
 

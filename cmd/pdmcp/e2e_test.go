@@ -19,6 +19,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
@@ -325,10 +326,41 @@ func checkAudit(t *testing.T, path, secretText string) {
 	}
 }
 
-func TestStdioKeyServerRefusesUnapprovedDocument(t *testing.T) {
+// TestStdioKeyServerRefusesUserWithoutAccess: the key server decides every
+// read. A grant acting as a principal with no access-list entry passes
+// every adapter check, and the key server refuses it.
+func TestStdioKeyServerRefusesUserWithoutAccess(t *testing.T) {
 	s := newStack(t)
-	// The launcher refuses to name an unapproved document, so write this
-	// grant directly: the key server must still refuse it.
+	sc, err := gateway.LoadServiceConfig(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger := reftest.Principal(t, s.env.ServiceClient(t, sc), sc.Prefix+"stranger")
+	g, err := grant.Load(s.grant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.LocalUser = stranger.Name
+	if err := g.Save(s.grant); err != nil {
+		t.Fatal(err)
+	}
+	cs := s.connect(t)
+	decrypts := s.env.Gateway.Count(api.RouteDecrypt)
+	m, e := call(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"})
+	wantRefused(t, m, e, "keyserver", "ACL_DENIED")
+	if m["status"] != float64(403) {
+		t.Errorf("status %v", m["status"])
+	}
+	if s.env.Gateway.Count(api.RouteDecrypt) != decrypts+1 {
+		t.Error("the refusal did not come from a decrypt at the Gateway")
+	}
+}
+
+// TestServeRefusesUnapprovedDocument: a grant naming a document the
+// manifest does not approve (written past the launcher) is refused at
+// start, naming the document.
+func TestServeRefusesUnapprovedDocument(t *testing.T) {
+	s := newStack(t)
 	g, err := grant.Load(s.grant)
 	if err != nil {
 		t.Fatal(err)
@@ -337,11 +369,14 @@ func TestStdioKeyServerRefusesUnapprovedDocument(t *testing.T) {
 	if err := g.Save(s.grant); err != nil {
 		t.Fatal(err)
 	}
-	cs := s.connect(t)
-	m, e := call(t, cs, "read_protected_document", map[string]any{"documentId": "proposal-equinox"})
-	wantRefused(t, m, e, "keyserver", "ACL_DENIED")
-	if m["status"] != float64(403) {
-		t.Errorf("status %v", m["status"])
+	cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant, "--audit", s.audit)
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatal("serve started with a grant naming an unapproved document")
+	}
+	if !strings.Contains(string(out), `"proposal-equinox"`) || !strings.Contains(string(out), "not approved") {
+		t.Fatalf("the refusal must name the document and say why: %s", out)
 	}
 }
 
