@@ -85,8 +85,14 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	textSHA := hex.EncodeToString(sum[:])
 	key := journal.SaveKey{Caller: c.caller.ID, Destination: in.DestinationID, IdempotencyKey: in.IdempotencyKey}
 
-	s.saveMu.Lock()
-	defer s.saveMu.Unlock()
+	// Only a retry of this very save waits here: another user's save, or
+	// this user's save under another key, goes on while this one waits
+	// for the Gateway.
+	unlock, err := s.idemLocks.lock(ctx, key.Caller+"\x00"+key.Destination+"\x00"+key.IdempotencyKey)
+	if err != nil {
+		return zero, err
+	}
+	defer unlock()
 	res, err := s.cfg.Journal.Reserve(ctx, key, textSHA)
 	if errors.Is(err, journal.ErrIdempotencyConflict) {
 		return zero, refuse(CodeIdempotencyConflict, 409,
@@ -133,7 +139,15 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 // manifest that lists it, and commits the journal. Every step can be
 // repeated after a crash: an existing file with the same bytes is this
 // save's, and a manifest version with this save's IV is already committed.
+//
+// The destination's lock is held for local work only (journal, file,
+// manifest), never across a Gateway call.
 func (s *Server) place(ctx context.Context, key journal.SaveKey, res journal.Reservation, textSHA string, size int64) (journal.Receipt, error) {
+	unlock, err := s.destLocks.lock(ctx, key.Destination)
+	if err != nil {
+		return journal.Receipt{}, err
+	}
+	defer unlock()
 	enc := res.Encrypted
 	ivText := base64.StdEncoding.EncodeToString(enc.IV)
 	for attempt := 0; attempt < 8; attempt++ {

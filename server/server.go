@@ -90,9 +90,13 @@ type Server struct {
 	// root confines every ciphertext read and result write to the
 	// manifest's folder, symbolic links included.
 	root *os.Root
-	// saveMu serialises saves, so the journal's reservation, the versioned
-	// file and the manifest commit of one save never interleave with another.
-	saveMu sync.Mutex
+	// idemLocks serialises the saves of one caller's idempotency key (a
+	// retry waits for the first attempt, so one key never encrypts twice);
+	// destLocks serialises one destination's version allocation, file write
+	// and manifest commit. Neither is held across another user's Gateway
+	// call.
+	idemLocks keyLocks
+	destLocks keyLocks
 }
 
 // New validates the grant against the manifest and builds the server with

@@ -240,6 +240,36 @@ func TestIdempotencyKeyCountsCharacters(t *testing.T) {
 	}
 }
 
+// TestConcurrentRetriesEncryptOnce: the same save sent twice at once (a
+// host retrying before the first answer) is encrypted once and gets one
+// version; one of the two answers is the replay.
+func TestConcurrentRetriesEncryptOnce(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	encrypts := f.env.Gateway.Count(api.RouteEncrypt)
+	args := map[string]any{"destinationId": "summary", "text": "one summary", "idempotencyKey": "twice"}
+	results := make(chan map[string]any, 2)
+	for range 2 {
+		go func() {
+			res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result", Arguments: args})
+			if err != nil || res.IsError {
+				results <- nil
+				return
+			}
+			b, _ := json.Marshal(res.StructuredContent)
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			results <- m
+		}()
+	}
+	a, b := <-results, <-results
+	if a == nil || b == nil || a["version"] != float64(1) || b["version"] != float64(1) || a["replayed"] == b["replayed"] {
+		t.Fatalf("two concurrent sends of one save: %v and %v", a, b)
+	}
+	if n := f.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {
+		t.Errorf("%d encrypts for one save, want 1", n)
+	}
+}
+
 func TestReadChecksUTF8AfterDecrypt(t *testing.T) {
 	f := newFixture(t, basicDocs, nil)
 	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "latin1"})

@@ -21,6 +21,10 @@ type Faults struct {
 	// lift a long Delay before closing an httptest.Server, whose Close
 	// waits for the requests it holds.
 	Delay time.Duration `json:"delay,omitempty"`
+	// DelayActingAs, when set, narrows Delay to the encrypts and decrypts
+	// of scoped sessions acting as this principal, waited after the
+	// session is authenticated; every other request is answered at once.
+	DelayActingAs string `json:"delayActingAs,omitempty"`
 	// FailNext makes the next N requests to a route (its path) fail with
 	// Status and code INJECTED_FAULT, before any check.
 	FailNext map[string]int `json:"failNext,omitempty"`
@@ -94,11 +98,30 @@ func (s *faultState) idpUnavailable() time.Duration {
 }
 
 // wait sleeps the injected delay, or until the request is abandoned, the
-// faults change or the Gateway closes.
+// faults change or the Gateway closes. A delay narrowed to one principal
+// is waited by waitActingAs instead.
 func (s *faultState) wait(ctx context.Context) error {
 	s.mu.Lock()
 	d, changed := s.f.Delay, s.changed
+	if s.f.DelayActingAs != "" {
+		d = 0
+	}
 	s.mu.Unlock()
+	return sleep(ctx, d, changed)
+}
+
+// waitActingAs sleeps the delay narrowed to principal, if it is this one.
+func (s *faultState) waitActingAs(ctx context.Context, principal string) error {
+	s.mu.Lock()
+	d, changed := s.f.Delay, s.changed
+	if s.f.DelayActingAs == "" || s.f.DelayActingAs != principal {
+		d = 0
+	}
+	s.mu.Unlock()
+	return sleep(ctx, d, changed)
+}
+
+func sleep(ctx context.Context, d time.Duration, changed <-chan struct{}) error {
 	if d <= 0 {
 		return nil
 	}

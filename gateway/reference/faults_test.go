@@ -202,3 +202,32 @@ func TestHTTPControls(t *testing.T) {
 	err = w.call(api.RouteScoped, w.svc.handle, w.svc.sender, api.ScopedRequest{ActingAs: w.alice.Name, HolderJWK: key.PublicJWK(), TTLSeconds: 60}, nil)
 	wantRefusal(t, "mint after drop", err, api.LayerGateway, api.CodeServiceSessionExpired, http.StatusUnauthorized)
 }
+
+// TestDelayActingAs: a delay narrowed to one principal holds that
+// principal's crypto calls only; another principal's are answered while
+// the first is still held, and lifting the faults lets it go.
+func TestDelayActingAs(t *testing.T) {
+	w := newWorld(t)
+	bob := w.env.scoped(w.svc, w.bob, w.key.TTag)
+	w.gw.SetFaults(Faults{Delay: time.Hour, DelayActingAs: w.alice.Name})
+	held := make(chan *api.Error, 1)
+	before := w.gw.Count(api.RouteDecrypt)
+	go func() {
+		_, err := w.decrypt(w.owner, w.decryptReq())
+		held <- err
+	}()
+	for w.gw.Count(api.RouteDecrypt) == before {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := w.decrypt(bob, w.decryptReq())
+	wantRefusal(t, "bob's decrypt, answered at once", err, api.LayerKeyServer, api.CodeACLDenied, http.StatusForbidden)
+	select {
+	case err := <-held:
+		t.Fatalf("alice's decrypt was answered (%v) while her delay held", err)
+	default:
+	}
+	w.gw.SetFaults(Faults{})
+	if err := <-held; err != nil {
+		t.Fatalf("alice's decrypt after the delay was lifted: %v", err)
+	}
+}

@@ -264,6 +264,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, e)
 		return
 	}
+	if c.scoped != nil && (path == api.RouteEncrypt || path == api.RouteDecrypt) {
+		if err := g.faults.waitActingAs(r.Context(), c.scoped.principal); err != nil {
+			return
+		}
+	}
 	res, err := rt.handle(r.Context(), c)
 	switch {
 	case errors.Is(err, errAnswerDropped):
