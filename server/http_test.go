@@ -238,10 +238,7 @@ func callOn(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	b, _ := json.Marshal(res.StructuredContent)
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
-	return m, res.IsError
+	return resultMap(t, res), res.IsError
 }
 
 func TestHTTPUsersEachActAsThemselves(t *testing.T) {

@@ -33,7 +33,7 @@ const (
 )
 
 // Refusal is a decided "no", from whichever layer said it. It becomes a tool
-// result with isError set and structured content naming the layer; it is
+// result with isError set and the refusal as JSON in its text content; it is
 // never a protocol error, so the model can read it.
 type Refusal struct {
 	Refused    bool   `json:"refused"`
@@ -77,12 +77,49 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 		Detail: "the server failed internally; the task's Gateway session was ended; report this to the operator"}, true
 }
 
-// result renders a refusal as an isError tool result.
+// result renders a refusal as an isError tool result: the refusal as JSON in
+// one text content block, and no structuredContent.
+//
+// Why no structuredContent: a tool's outputSchema describes its success
+// result (closed, with required fields), and a refusal object contradicts
+// it. Clients built on the TypeScript SDK (1.32.2, Client.callTool) validate
+// structuredContent against the cached outputSchema whenever it is present,
+// error or not, and throw -32602 instead of returning the result; they skip
+// that check, and the "outputSchema requires structuredContent" check, when
+// isError is set and structuredContent is absent. The go-sdk client does not
+// validate results at all. Hosts that hand their model structuredContent when
+// present (Claude Code, Codex) fall back to the content blocks when it is
+// absent, and hosts that always hand over the content (Gemini CLI, opencode,
+// Copilot CLI) read the same JSON. Widening every outputSchema to admit the
+// refusal shape instead would weaken each schema for every success result and
+// would have to be repeated, and kept in step, by every new tool.
 func (r *Refusal) result() *mcp.CallToolResult {
-	b, _ := json.Marshal(r)
-	return &mcp.CallToolResult{
-		IsError:           true,
-		Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
-		StructuredContent: r,
+	b, err := json.Marshal(r)
+	if err != nil {
+		// A Refusal is strings and ints; this cannot happen.
+		b = []byte(`{"refused":true,"layer":"adapter","code":"INTERNAL_ERROR","status":500,"detail":"refusal not renderable"}`)
 	}
+	return &mcp.CallToolResult{
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
+	}
+}
+
+// RefusalOf reads a refusal back from a tool result, as a client sees it:
+// ok is false when res is not an isError result whose first text content is
+// a refusal object. Tests and in-process callers use it; a host's model reads
+// the same JSON.
+func RefusalOf(res *mcp.CallToolResult) (r *Refusal, ok bool) {
+	if res == nil || !res.IsError || len(res.Content) == 0 {
+		return nil, false
+	}
+	tc, isText := res.Content[0].(*mcp.TextContent)
+	if !isText {
+		return nil, false
+	}
+	var out Refusal
+	if err := json.Unmarshal([]byte(tc.Text), &out); err != nil || !out.Refused {
+		return nil, false
+	}
+	return &out, true
 }

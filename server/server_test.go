@@ -155,10 +155,27 @@ func (f *fixture) call(t *testing.T, name string, args map[string]any) (map[stri
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	b, _ := json.Marshal(res.StructuredContent)
+	return resultMap(t, res), res.IsError
+}
+
+// resultMap is a result as a map: a success's structured content, or the
+// refusal a client reads from an isError result's text content (which then
+// carries no structured content, so SDK clients do not validate it against
+// the tool's output schema).
+func resultMap(t *testing.T, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	v := res.StructuredContent
+	if res.IsError {
+		r, ok := server.RefusalOf(res)
+		if !ok || res.StructuredContent != nil {
+			t.Fatalf("isError result is not a content-only refusal: %+v", res)
+		}
+		v = r
+	}
+	b, _ := json.Marshal(v)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
-	return m, res.IsError
+	return m
 }
 
 var basicDocs = []doc{

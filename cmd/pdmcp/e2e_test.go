@@ -24,6 +24,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
 )
 
 // buildOnce builds the pdmcp binary once for every end-to-end test.
@@ -151,7 +152,15 @@ func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any)
 	if err != nil {
 		t.Fatalf("call %s: protocol error %v", name, err)
 	}
-	b, _ := json.Marshal(res.StructuredContent)
+	v := res.StructuredContent
+	if res.IsError {
+		r, ok := server.RefusalOf(res)
+		if !ok || res.StructuredContent != nil {
+			t.Fatalf("call %s: isError result is not a content-only refusal: %+v", name, res)
+		}
+		v = r
+	}
+	b, _ := json.Marshal(v)
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatalf("call %s: structured content %s: %v", name, b, err)
