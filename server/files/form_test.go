@@ -132,4 +132,3 @@ func codeOf(err error) string {
 	}
 	return ""
 }
-
