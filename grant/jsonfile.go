@@ -267,6 +267,11 @@ func position(data []byte, offset int64) (line, col int) {
 // writeFileAtomic replaces path with data: a temporary file beside it, mode
 // 0600, written and synced, then renamed over path. On any failure the
 // temporary file is removed and path is untouched.
+// WriteFileAtomic writes data to path with mode 0600 through a synced
+// temporary file and a rename, so a reader (or a crash) sees the old file or
+// the new one, never a part.
+func WriteFileAtomic(path string, data []byte) error { return writeFileAtomic(path, data) }
+
 func writeFileAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")

@@ -96,11 +96,13 @@ type Fragment struct {
 	ID       string `json:"id"`
 	Label    string `json:"label,omitempty"`
 	DataType string `json:"dataType"`
-	Path     string `json:"path"`
-	IV       string `json:"iv"`
-	SHA256   string `json:"sha256"`
-	Size     int64  `json:"size"`
-	Version  int    `json:"version"`
+	// TemplateID is a C-CDA section's templateId/@root, for the operator.
+	TemplateID string `json:"templateId,omitempty"`
+	Path       string `json:"path"`
+	IV         string `json:"iv"`
+	SHA256     string `json:"sha256"`
+	Size       int64  `json:"size"`
+	Version    int    `json:"version"`
 }
 
 // Destination is a place results are saved to, under its existing key.

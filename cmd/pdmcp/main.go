@@ -31,6 +31,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
-		newBootstrapCmd(), newSeedCmd(), newGrantCmd(), newDevCmd())
+		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd())
 	return root
 }

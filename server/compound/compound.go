@@ -21,6 +21,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -343,4 +344,18 @@ func indexFold(s, sep []byte) int {
 		}
 	}
 	return -1
+}
+
+// DataTypesUsed lists the distinct data types of the sections, sorted.
+func (r *Result) DataTypesUsed() []string {
+	set := map[string]bool{}
+	for _, s := range r.Sections {
+		set[s.DataType] = true
+	}
+	out := make([]string, 0, len(set))
+	for dt := range set {
+		out = append(out, dt)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/grant"
+)
+
+var (
+	ccdSource = filepath.Join("..", "..", "server", "operator", "seeddata", "synthetic-ccd.xml")
+	oruSource = filepath.Join("..", "..", "server", "operator", "seeddata", "synthetic-oru.hl7")
+)
+
+// keyCount is how many keys the reference key server holds.
+func (s *stack) keyCount(t *testing.T) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", s.env.DBPath+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM keys").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (s *stack) record() string { return filepath.Join(filepath.Dir(s.manifest), "seed-record.json") }
+
+// protect runs pdmcp protect and returns stdout, stderr and whether it
+// succeeded.
+func (s *stack) protect(t *testing.T, env []string, args ...string) (string, string, bool) {
+	t.Helper()
+	all := append([]string{"protect", "--config", s.config, "--manifest", s.manifest, "--record", s.record()}, args...)
+	cmd := exec.Command(binary(t), all...)
+	cmd.Env = append(cleanEnv(), env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	return string(out), stderr.String(), err == nil
+}
+
+// checkAgree asserts that the manifest and the protect journal agree: every
+// fragment the manifest lists is a file whose ciphertext is the journal's
+// encrypted answer under the manifest's key for its type.
+func checkAgree(t *testing.T, s *stack, docID string) *grant.Manifest {
+	t.Helper()
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j struct {
+		Documents map[string]struct {
+			State    string `json:"state"`
+			Attempts []struct {
+				Fragment, DataType, State, TTag, IV, Ciphertext string
+			} `json:"attempts"`
+		} `json:"documents"`
+	}
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(s.manifest), "protect-journal.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &j); err != nil {
+		t.Fatal(err)
+	}
+	run := j.Documents[docID]
+	d, ok := m.Documents[docID]
+	if !ok || run.State != "done" {
+		t.Fatalf("manifest has %s: %v; journal state %q", docID, ok, run.State)
+	}
+	for _, f := range d.Fragments {
+		var last *struct{ Fragment, DataType, State, TTag, IV, Ciphertext string }
+		for i := range run.Attempts {
+			if run.Attempts[i].Fragment == f.ID {
+				last = &run.Attempts[i]
+			}
+		}
+		if last == nil || last.State != "encrypted" || last.IV != f.IV || last.TTag != m.CompoundKeys[f.DataType] {
+			t.Fatalf("fragment %s: journal %+v, manifest %+v", f.ID, last, f)
+		}
+		p, _ := m.Resolve(f.Path)
+		ct, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b64(ct) != last.Ciphertext {
+			t.Fatalf("fragment %s: file differs from the journal's ciphertext", f.ID)
+		}
+	}
+	return m
+}
+
+func TestProtectBothFixtures(t *testing.T) {
+	s := newStack(t)
+	keys := s.keyCount(t)
+	out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001", "--label", "Lab results (synthetic)")
+	if !ok || !strings.Contains(out, "PROTECT: OK") || !strings.Contains(out, "OBX.4") || !strings.Contains(stderr, "OBX.1 (results") {
+		t.Fatalf("protect ORU: %s\n%s", out, stderr)
+	}
+	out, stderr, ok = s.protect(t, nil, "--source", ccdSource, "--document-id", "ccd-0001")
+	if !ok || !strings.Contains(out, "PROTECT: OK") {
+		t.Fatalf("protect CCD: %s\n%s", out, stderr)
+	}
+	t.Logf("protect CCD:\n%s%s", stderr, out)
+	// One key per data type across both documents: demographics and
+	// results from the ORU, reused by the CCD, and four more.
+	if n := s.keyCount(t) - keys; n != 6 {
+		t.Fatalf("keys created: %d, want 6", n)
+	}
+	m := checkAgree(t, s, "ccd-0001")
+	checkAgree(t, s, "oru-0001")
+	if len(m.CompoundKeys) != 6 {
+		t.Fatalf("compoundKeys %v", m.CompoundKeys)
+	}
+	rec, err := grant.LoadSeedRecord(s.record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dt, k := range m.CompoundKeys {
+		if !slices.Contains(rec.Keys, k) {
+			t.Errorf("the seed record lacks %s's key", dt)
+		}
+	}
+	d := m.Documents["ccd-0001"]
+	if d.Fragments[1].TemplateID != "2.16.840.1.113883.10.20.22.2.6.1" || !d.IsCompound() {
+		t.Fatalf("ccd %+v", d)
+	}
+	// The summary and progress name no t-Tag.
+	for tt := range strings.SplitSeq(strings.Join(slices.Collect(mapsValues(m.CompoundKeys)), "\n"), "\n") {
+		if strings.Contains(out+stderr, tt) {
+			t.Fatal("protect printed a t-Tag")
+		}
+	}
+	// Again: already protected, nothing sent.
+	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+	out, _, ok = s.protect(t, nil, "--source", ccdSource, "--document-id", "ccd-0001")
+	if !ok || !strings.Contains(out, "already protected") || s.env.Gateway.Count(api.RouteEncrypt) != encrypts {
+		t.Fatalf("rerun: %s", out)
+	}
+	// The same id from another source is refused.
+	if out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "ccd-0001"); ok || !strings.Contains(stderr, "already in the manifest") {
+		t.Fatalf("another source under a used id: %s %s", out, stderr)
+	}
+	// A source the table refuses touches no key.
+	bad := filepath.Join(s.dir, "adt.hl7")
+	os.WriteFile(bad, []byte("MSH|^~\\&|A\rEVN|A01\rPID|1\r"), 0o600)
+	_, stderr, ok = s.protect(t, nil, "--source", bad, "--document-id", "adt-1")
+	if ok || !strings.Contains(stderr, "EVN[1]") || !strings.Contains(stderr, "--hl7-segment EVN=") || s.env.Gateway.Count(api.RouteEncrypt) != encrypts {
+		t.Fatalf("refused source: %s", stderr)
+	}
+	if out, stderr, ok = s.protect(t, nil, "--source", bad, "--document-id", "adt-1", "--hl7-segment", "EVN=clear"); !ok {
+		t.Fatalf("extended table: %s %s", out, stderr)
+	}
+	if n := s.keyCount(t) - keys; n != 6 {
+		t.Fatalf("keys after the ADT: %d, want still 6", n)
+	}
+}
+
+func mapsValues(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+// TestProtectLostAnswerNotRepeated loses the answer to the encrypt that
+// creates the first key: the rerun sends nothing and says why; naming the
+// way out (--abandon-lost) finishes with exactly one more key.
+func TestProtectLostAnswerNotRepeated(t *testing.T) {
+	s := newStack(t)
+	keys := s.keyCount(t)
+	s.env.Gateway.SetFaults(reference.Faults{LoseEncryptAnswer: 1})
+	_, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001")
+	if ok || !strings.Contains(stderr, "answer was lost") {
+		t.Fatalf("first run: %s", stderr)
+	}
+	if n := s.keyCount(t) - keys; n != 1 {
+		t.Fatalf("the lost encrypt made %d keys", n)
+	}
+	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+	_, stderr, ok = s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001")
+	if ok || !strings.Contains(stderr, "never sent again") || !strings.Contains(stderr, "--key demographics=") {
+		t.Fatalf("rerun: %s", stderr)
+	}
+	if s.env.Gateway.Count(api.RouteEncrypt) != encrypts || s.keyCount(t)-keys != 1 {
+		t.Fatal("the rerun sent the lost encrypt again")
+	}
+	if m, _ := grant.LoadManifest(s.manifest); m.Documents["oru-0001"].Version != 0 {
+		t.Fatal("the manifest lists a half-protected document")
+	}
+	out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001", "--abandon-lost")
+	if !ok || !strings.Contains(out, "PROTECT: OK") {
+		t.Fatalf("abandon-lost: %s %s", out, stderr)
+	}
+	if n := s.keyCount(t) - keys; n != 3 {
+		t.Fatalf("keys: %d, want the lost one and two", n)
+	}
+	checkAgree(t, s, "oru-0001")
+
+	// A lost answer under an existing key created nothing: the rerun
+	// encrypts that section anew and no key is added.
+	s.env.Gateway.SetFaults(reference.Faults{LoseEncryptAnswer: 1})
+	if _, stderr, ok = s.protect(t, nil, "--source", ccdSource, "--document-id", "ccd-0001"); ok {
+		t.Fatalf("expected the lost answer: %s", stderr)
+	}
+	if out, stderr, ok = s.protect(t, nil, "--source", ccdSource, "--document-id", "ccd-0001"); !ok {
+		t.Fatalf("rerun: %s %s", out, stderr)
+	}
+	if n := s.keyCount(t) - keys; n != 7 {
+		t.Fatalf("keys: %d, want 7", n)
+	}
+	checkAgree(t, s, "ccd-0001")
+}
+
+// TestProtectSurvivesKill kills protect at each step and reruns it: no
+// second key for any type, and manifest and journal agree.
+func TestProtectSurvivesKill(t *testing.T) {
+	for _, point := range []string{"protect:encrypted", "protect:files-written", "protect:manifest-saved", "protect:sent"} {
+		t.Run(point, func(t *testing.T) {
+			s := newStack(t)
+			keys := s.keyCount(t)
+			if _, _, ok := s.protect(t, []string{crashEnv + "=" + point}, "--source", oruSource, "--document-id", "oru-0001"); ok {
+				t.Fatal("protect was not killed")
+			}
+			out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001")
+			if point == "protect:sent" {
+				// Killed after the journal recorded the key-creating encrypt
+				// and before its answer: it counts as lost and is not sent.
+				if ok || !strings.Contains(stderr, "never sent again") || s.keyCount(t) != keys {
+					t.Fatalf("rerun after a kill before the answer: %s", stderr)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("rerun: %s %s", out, stderr)
+			}
+			if n := s.keyCount(t) - keys; n != 2 {
+				t.Fatalf("keys: %d, want 2", n)
+			}
+			checkAgree(t, s, "oru-0001")
+		})
+	}
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
