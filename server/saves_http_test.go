@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -54,9 +53,7 @@ func TestHTTPSlowSaveDoesNotBlockAnotherUser(t *testing.T) {
 	if res == nil {
 		t.Fatal("bob's save failed at the protocol level")
 	}
-	b, _ := json.Marshal(res.StructuredContent)
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
+	m := resultMap(t, res)
 	// bob has no entry on the destination's key: the key server says so.
 	if !res.IsError || m["layer"] != "keyserver" {
 		t.Fatalf("bob's save after the hold: %v", m)
