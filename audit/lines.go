@@ -74,7 +74,20 @@ type ToolCall struct {
 
 	// Sections of a compound document: each one's outcome, never its text.
 	Sections []Section `json:"sections,omitempty"`
+
+	// Confirmation is the user's answer when a hand-off asked for one:
+	// ConfirmAccepted, ConfirmDeclined, ConfirmCancelled or
+	// ConfirmUnavailable (the host could not be asked).
+	Confirmation string `json:"confirmation,omitempty"`
 }
+
+// Answers to a hand-off's confirmation.
+const (
+	ConfirmAccepted    = "accepted"
+	ConfirmDeclined    = "declined"
+	ConfirmCancelled   = "cancelled"
+	ConfirmUnavailable = "unavailable"
+)
 
 // Request is one Gateway request a tool call made.
 type Request struct {
@@ -160,6 +173,7 @@ func (c ToolCall) prepare(now time.Time) (any, []string) {
 	c.Path = s.free("path", c.Path)
 	c.PlaintextSHA256 = s.match("plaintextSha256", c.PlaintextSHA256, isSHA256)
 	c.KeyLink = s.match("keyLink", c.KeyLink, isDigest12)
+	c.Confirmation = s.match("confirmation", c.Confirmation, isConfirmation)
 	if c.GatewayRequests != nil {
 		reqs := make([]Request, len(c.GatewayRequests))
 		for i, r := range c.GatewayRequests {

@@ -152,3 +152,11 @@ func isOutcome(v string) bool {
 func isLayer(v string) bool {
 	return v == LayerAdapter || v == LayerGateway || v == LayerKeyServer
 }
+
+func isConfirmation(v string) bool {
+	switch v {
+	case ConfirmAccepted, ConfirmDeclined, ConfirmCancelled, ConfirmUnavailable:
+		return true
+	}
+	return false
+}

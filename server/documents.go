@@ -43,9 +43,11 @@ type listedDestination struct {
 }
 
 type listOutput struct {
-	Documents      []listedDocument    `json:"documents"`
-	Destinations   []listedDestination `json:"destinations"`
-	GrantExpiresAt string              `json:"grantExpiresAt"`
+	Documents    []listedDocument    `json:"documents"`
+	Destinations []listedDestination `json:"destinations"`
+	// Steps are the grant's hand-off steps; absent when it names none.
+	Steps          []listedStep `json:"steps,omitempty"`
+	GrantExpiresAt string       `json:"grantExpiresAt"`
 }
 
 func (s *Server) listTool() tool {
@@ -55,12 +57,14 @@ func (s *Server) listTool() tool {
 		Description: "Lists the documents this task is approved to read (id, label, category, version, size) and the " +
 			"destinations it may save results to. It reads no document text and sends nothing to the key server. " +
 			"Use a documentId from here with read_protected_document, and a destinationId with save_protected_result. " +
-			"Documents not listed are not available to this task; do not guess ids.",
+			"Documents not listed are not available to this task; do not guess ids. When the task may hand sections to " +
+			"another user, it also lists each step: its stepId and label, the sections it would hand, and whether it is " +
+			"open and until when; use a stepId with hand_off and close_step.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.list)
 }
 
-func (s *Server) list(_ context.Context, c *call, in listInput) (listOutput, error) {
+func (s *Server) list(ctx context.Context, c *call, in listInput) (listOutput, error) {
 	m := s.currentManifest()
 	out := listOutput{Documents: []listedDocument{}, Destinations: []listedDestination{},
 		GrantExpiresAt: s.cfg.Grant.NotAfter.UTC().Format("2006-01-02T15:04:05Z")}
@@ -82,6 +86,11 @@ func (s *Server) list(_ context.Context, c *call, in listInput) (listOutput, err
 		}
 		out.Destinations = append(out.Destinations, listedDestination{DestinationID: id, Label: d.Label})
 	}
+	steps, err := s.listSteps(ctx, c)
+	if err != nil {
+		return out, err
+	}
+	out.Steps = steps
 	sort.Slice(out.Documents, func(i, j int) bool { return out.Documents[i].DocumentID < out.Documents[j].DocumentID })
 	sort.Slice(out.Destinations, func(i, j int) bool {
 		return out.Destinations[i].DestinationID < out.Destinations[j].DestinationID

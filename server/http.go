@@ -219,6 +219,7 @@ func runHTTP(ctx context.Context, o Options) error {
 		return err
 	}
 	defer srv.Close()
+	defer srv.RevokeHandOffs(context.WithoutCancel(ctx))
 	h := NewHTTPHandler(srv, cfg, verifier, d.audit, metrics, o.Logger)
 	ln := o.Listener
 	if ln == nil {

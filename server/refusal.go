@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/server/handoff"
 )
 
 // Codes this server (the adapter layer) refuses with. None of them sends
@@ -61,6 +62,10 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 	var own *Refusal
 	if errors.As(err, &own) {
 		return own, false
+	}
+	var step *handoff.Refusal
+	if errors.As(err, &step) {
+		return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: step.Code, Status: step.Status, Detail: step.Detail}, false
 	}
 	var gw *api.Error
 	if errors.As(err, &gw) {

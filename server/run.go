@@ -149,7 +149,7 @@ func (d *deps) server(ctx context.Context, o *Options, sessions Sessions, live f
 	srv, err := New(Config{
 		Grant: d.grant, Manifest: d.manifest, ManifestPath: o.ManifestPath, Journal: d.journal, Audit: d.audit,
 		Sessions: sessions, Version: o.Version, RunID: d.runID, Now: o.Now, Logger: o.Logger, CrashPoint: o.CrashPoint,
-		Metrics: m,
+		Metrics: m, ClockOffset: d.client.ClockOffset, Revoker: d.client,
 	})
 	if err == nil {
 		d.writeAudit(o, audit.Startup{RunID: d.runID, ProgramVersion: o.Version, Transport: transport, GrantID: d.grant.ID,
@@ -187,6 +187,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer srv.Close()
+	// Deferred after Close, so it runs first: the open hand-offs are
+	// revoked while the journal and the service session are still open.
+	defer srv.RevokeHandOffs(context.WithoutCancel(ctx))
 	t := o.StdioTransport
 	if t == nil {
 		t = &mcp.StdioTransport{}

@@ -29,7 +29,9 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
@@ -44,6 +46,10 @@ type Session interface {
 	ActingAs() string
 	JKT() string
 	HandleDigest() string
+	// The key ACL routes, for hand-offs.
+	ACLGet(ctx context.Context, ttag string) ([]api.ACLEntry, error)
+	ACLGrant(ctx context.Context, g api.ACLGrantRequest) error
+	ACLRevoke(ctx context.Context, r api.ACLRevokeRequest) error
 }
 
 // Caller is who a tool call acts for: over stdio the grant's one user (an
@@ -81,9 +87,17 @@ type Config struct {
 	Metrics *Metrics
 	// CrashPoint, when set, is called at each named step of a save
 	// ("save:reserved", "save:encrypted", "save:file-written",
-	// "save:manifest-committed"). Tests use it to kill the process at an
-	// exact point; it is nil in normal operation.
+	// "save:manifest-committed", and the hand-off's "handoff:journalled",
+	// "handoff:granted", "handoff:verified"). Tests use it to kill the
+	// process at an exact point; it is nil in normal operation.
 	CrashPoint func(point string)
+	// ClockOffset is the Gateway's clock minus this one (a hand-off's end
+	// is set on the Gateway's clock); nil means none.
+	ClockOffset func() time.Duration
+	// Revoker, when set, is the registered service, which revokes the open
+	// hand-offs acting as each step's user when the grant ends or the
+	// server stops.
+	Revoker handoff.Minter
 }
 
 // Server is the MCP server for one grant.
@@ -106,6 +120,8 @@ type Server struct {
 	// call.
 	idemLocks keyLocks
 	destLocks keyLocks
+	// handoffs makes and closes the grant's hand-offs.
+	handoffs *handoff.Engine
 }
 
 // New validates the grant against the manifest and builds the server with
@@ -126,11 +142,16 @@ func New(cfg Config) (*Server, error) {
 	if err := grant.Validate(cfg.Grant, cfg.Manifest); err != nil {
 		return nil, err
 	}
+	if err := handoff.CheckSteps(cfg.Grant, cfg.Manifest); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	root, err := os.OpenRoot(filepath.Dir(cfg.ManifestPath))
 	if err != nil {
 		return nil, fmt.Errorf("server: the manifest's folder: %w", err)
 	}
 	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root}
+	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
+		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger})
 	for _, t := range cfg.Grant.AllowedTools {
 		s.allowed[t] = true
 	}
@@ -233,5 +254,5 @@ func jsonText(v any) string {
 
 // tools is every tool this build offers, in the order tools/list shows them.
 func (s *Server) tools() []tool {
-	return []tool{s.listTool(), s.readTool(), s.saveTool()}
+	return []tool{s.listTool(), s.readTool(), s.saveTool(), s.handOffTool(), s.closeStepTool()}
 }

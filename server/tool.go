@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -26,7 +27,21 @@ type call struct {
 	caller  Caller
 	session Session
 	line    audit.ToolCall
+	// mcp is the host's MCP session, and inputs the answers it sent with a
+	// retried call (an elicitation's, for a hand-off's confirmation).
+	mcp    *mcp.ServerSession
+	inputs mcp.InputResponseMap
 }
+
+// needInput ends a call round with a request for the host's input (MCP
+// multi round-trip): the SDK asks the host and calls the tool again with
+// the answers. The round itself writes no audit line; the call that
+// finishes does.
+type needInput struct {
+	requests mcp.InputRequestMap
+}
+
+func (*needInput) Error() string { return "the call needs the host's input" }
 
 // contenter lets a result choose its own text content (a document read is
 // framed as untrusted text); other results are shown as their JSON.
@@ -51,10 +66,15 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 	d := def
 	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := s.cfg.Now()
-		c := &call{caller: callerOf(req), line: audit.ToolCall{Tool: d.Name}}
+		c := &call{caller: callerOf(req), line: audit.ToolCall{Tool: d.Name}, mcp: req.Session,
+			inputs: req.Params.InputResponses}
 		rec := &gateway.Recorder{}
 		ctx = gateway.WithRecorder(ctx, rec)
 		out, err := runTool(ctx, s, c, start, req.Params.Arguments, in, h)
+		var ni *needInput
+		if errors.As(err, &ni) {
+			return &mcp.CallToolResult{InputRequests: ni.requests}, nil
+		}
 		if err != nil {
 			r, internal := asRefusal(err)
 			if internal {
@@ -83,6 +103,7 @@ func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Ti
 	schema *jsonschema.Schema, h func(context.Context, *call, In) (Out, error)) (Out, error) {
 	var zero Out
 	if s.cfg.Grant.Expired(start) {
+		s.RevokeHandOffs(ctx)
 		s.cfg.Sessions.EndAll(context.WithoutCancel(ctx))
 		return zero, refuse(CodeGrantExpired, 403,
 			"this task's grant ended at %s; nothing was sent; ask the operator for a new grant",

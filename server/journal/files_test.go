@@ -3,7 +3,10 @@ package journal
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -223,5 +226,83 @@ func TestHandOffs(t *testing.T) {
 	}
 	if _, _, err := j.AddHandOff(ctx, HandOff{Step: "s", TTag: "t", PrincipalID: "p"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("AddHandOff without an end time: err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestHandOffBatchesAndVerification(t *testing.T) {
+	ctx := context.Background()
+	j, _ := openTemp(t)
+	end := time.Date(2026, 10, 24, 12, 30, 0, 0, time.UTC)
+	base := HandOff{Step: "referral", Caller: "alice", DocumentID: "ccd-1", SystemID: 7, PrincipalID: "1004",
+		EndTime: end, Batch: "b1", GrantID: "g1"}
+	var ids []int64
+	for _, k := range []string{"k1", "k2"} {
+		h := base
+		h.TTag = k
+		row, _, err := j.AddHandOff(ctx, h)
+		if err != nil || row.Batch != "b1" || row.GrantID != "g1" || !row.VerifiedAt.IsZero() {
+			t.Fatalf("AddHandOff: %+v, %v", row, err)
+		}
+		ids = append(ids, row.ID)
+	}
+	other := base
+	other.TTag, other.Caller, other.GrantID = "k1", "bob", "g2"
+	if _, _, err := j.AddHandOff(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.VerifyHandOffs(ctx, ids[:1]); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := j.StepHandOffs(ctx, "referral", "alice")
+	if err != nil || len(rows) != 2 || rows[0].VerifiedAt.IsZero() || !rows[1].VerifiedAt.IsZero() {
+		t.Fatalf("StepHandOffs: %+v, %v", rows, err)
+	}
+	if rows, err := j.OpenHandOffsOfGrant(ctx, "g1"); err != nil || len(rows) != 2 {
+		t.Fatalf("OpenHandOffsOfGrant(g1): %+v, %v", rows, err)
+	}
+	if rows, err := j.OpenHandOffsTo(ctx, "k1", 7, "1004"); err != nil || len(rows) != 2 {
+		t.Fatalf("OpenHandOffsTo(k1): %+v, %v", rows, err)
+	}
+	if _, err := j.CloseHandOff(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	// Verifying a closed entry does not change it.
+	if err := j.VerifyHandOffs(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ = j.StepHandOffs(ctx, "referral", "alice")
+	if rows[0].State != HandOffClosed || rows[1].VerifiedAt.IsZero() {
+		t.Fatalf("after close and verify: %+v", rows)
+	}
+	if rows, _ := j.OpenHandOffsOfGrant(ctx, "g1"); len(rows) != 1 || rows[0].ID != ids[1] {
+		t.Fatalf("open of g1 after close: %+v", rows)
+	}
+}
+
+func TestHandOffSchemaUpgrade(t *testing.T) {
+	// A file written at schema 1 (before batches) opens, keeps its rows,
+	// and reads them with empty batch and grant.
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.sqlite")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(migrations()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`PRAGMA user_version = 1;
+INSERT INTO handoffs (step, caller, ttag, system_id, principal_id, end_time, state, created_at)
+VALUES ('s', '', 'k', 1, 'p', '2026-10-24T12:30:00Z', 'open', '2026-10-24T12:00:00Z')`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	j := openAt(t, path)
+	rows, err := j.OpenHandOffs(ctx, "s")
+	if err != nil || len(rows) != 1 || rows[0].Batch != "" || rows[0].GrantID != "" || !rows[0].VerifiedAt.IsZero() {
+		t.Fatalf("after upgrade: %+v, %v", rows, err)
 	}
 }

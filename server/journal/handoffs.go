@@ -30,9 +30,14 @@ type HandOff struct {
 	SystemID    int64 // the recipient
 	PrincipalID string
 	EndTime     time.Time
-	State       HandOffState // set by the journal
-	CreatedAt   time.Time    // set by the journal
-	ClosedAt    time.Time    // zero while open
+	// Batch names the one hand_off call the entry belongs to; GrantID the
+	// grant it was made under (shutdown revokes its own grant's entries).
+	Batch      string
+	GrantID    string
+	State      HandOffState // set by the journal
+	CreatedAt  time.Time    // set by the journal
+	ClosedAt   time.Time    // zero while open
+	VerifiedAt time.Time    // zero until the entry read back as granted
 }
 
 // AddHandOff records an open hand-off. If one is already open for the same
@@ -45,11 +50,12 @@ func (j *Journal) AddHandOff(ctx context.Context, h HandOff) (_ HandOff, inserte
 	var out HandOff
 	err := j.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `
-INSERT INTO handoffs (step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?)
+INSERT INTO handoffs (step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at,
+	batch, grant_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?)
 ON CONFLICT DO NOTHING`,
 			h.Step, h.Caller, h.TTag, h.DocumentID, h.FragmentID, h.SystemID, h.PrincipalID,
-			formatTime(h.EndTime), nowText())
+			formatTime(h.EndTime), nowText(), h.Batch, h.GrantID)
 		if err != nil {
 			return fmt.Errorf("journal: add hand-off for step %q: %w", h.Step, err)
 		}
@@ -77,6 +83,40 @@ WHERE step = ? AND caller = ? AND ttag = ? AND system_id = ? AND principal_id = 
 // first.
 func (j *Journal) OpenHandOffs(ctx context.Context, step string) ([]HandOff, error) {
 	return queryHandOffs(ctx, j.db, `WHERE step = ? AND state = 'open'`, step)
+}
+
+// StepHandOffs lists every hand-off of a step by one caller, open and
+// closed, oldest first.
+func (j *Journal) StepHandOffs(ctx context.Context, step, caller string) ([]HandOff, error) {
+	return queryHandOffs(ctx, j.db, `WHERE step = ? AND caller = ?`, step, caller)
+}
+
+// OpenHandOffsOfGrant lists the open hand-offs made under one grant, for
+// every step and caller, oldest first.
+func (j *Journal) OpenHandOffsOfGrant(ctx context.Context, grantID string) ([]HandOff, error) {
+	return queryHandOffs(ctx, j.db, `WHERE grant_id = ? AND state = 'open'`, grantID)
+}
+
+// OpenHandOffsTo lists the open hand-offs to one recipient on one key, for
+// every step and caller.
+func (j *Journal) OpenHandOffsTo(ctx context.Context, ttag string, systemID int64, principalID string) ([]HandOff, error) {
+	return queryHandOffs(ctx, j.db, `WHERE ttag = ? AND system_id = ? AND principal_id = ? AND state = 'open'`,
+		ttag, systemID, principalID)
+}
+
+// VerifyHandOffs records that each open hand-off in ids read back as
+// granted. A closed one is left as it is.
+func (j *Journal) VerifyHandOffs(ctx context.Context, ids []int64) error {
+	return j.inTx(ctx, func(tx *sql.Tx) error {
+		now := nowText()
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, `
+UPDATE handoffs SET verified_at = ? WHERE id = ? AND state = 'open' AND verified_at IS NULL`, now, id); err != nil {
+				return fmt.Errorf("journal: verify hand-off %d: %w", id, err)
+			}
+		}
+		return nil
+	})
 }
 
 // CloseHandOff records that a hand-off's entry was revoked (and read back
@@ -107,7 +147,8 @@ type rowsQueryer interface {
 
 func queryHandOffs(ctx context.Context, q rowsQueryer, where string, args ...any) ([]HandOff, error) {
 	rows, err := q.QueryContext(ctx, `
-SELECT id, step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at, closed_at
+SELECT id, step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at, closed_at,
+	batch, grant_id, verified_at
 FROM handoffs `+where+` ORDER BY id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("journal: read hand-offs: %w", err)
@@ -119,10 +160,10 @@ FROM handoffs `+where+` ORDER BY id`, args...)
 			h                HandOff
 			state            string
 			endTime, created string
-			closed           sql.NullString
+			closed, verified sql.NullString
 		)
 		if err := rows.Scan(&h.ID, &h.Step, &h.Caller, &h.TTag, &h.DocumentID, &h.FragmentID, &h.SystemID,
-			&h.PrincipalID, &endTime, &state, &created, &closed); err != nil {
+			&h.PrincipalID, &endTime, &state, &created, &closed, &h.Batch, &h.GrantID, &verified); err != nil {
 			return nil, fmt.Errorf("journal: read hand-offs: %w", err)
 		}
 		h.State = HandOffState(state)
@@ -133,6 +174,9 @@ FROM handoffs `+where+` ORDER BY id`, args...)
 			return nil, err
 		}
 		if h.ClosedAt, err = parseNullTime(closed); err != nil {
+			return nil, err
+		}
+		if h.VerifiedAt, err = parseNullTime(verified); err != nil {
 			return nil, err
 		}
 		out = append(out, h)

@@ -29,7 +29,7 @@ import (
 
 // SchemaVersion is the newest journal schema this program writes. It is kept
 // in the file's PRAGMA user_version.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // BusyTimeout is how long a statement waits for another connection's lock
 // (in this process or another) before it fails.
@@ -224,6 +224,15 @@ CREATE TABLE handoffs (
 -- At most one open entry per step, caller, key and recipient.
 CREATE UNIQUE INDEX handoffs_open ON handoffs (step, caller, ttag, system_id, principal_id) WHERE state = 'open';
 CREATE INDEX handoffs_step ON handoffs (step, state);
+`,
+		// 1 -> 2: a hand-off's entries share a batch (one hand_off call),
+		// name the grant they were made under, and are verified once each
+		// reads back as granted.
+		`
+ALTER TABLE handoffs ADD COLUMN batch TEXT NOT NULL DEFAULT '';
+ALTER TABLE handoffs ADD COLUMN grant_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE handoffs ADD COLUMN verified_at TEXT;
+CREATE INDEX handoffs_batch ON handoffs (batch);
 `,
 	}
 }

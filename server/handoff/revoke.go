@@ -1,0 +1,144 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/journal"
+)
+
+// Minter mints a scoped session acting as a named user; the registered
+// service's *gateway.Client is one.
+type Minter interface {
+	Mint(ctx context.Context, req gateway.MintRequest) (*gateway.Session, error)
+}
+
+// Revoked is one journalled entry that a revocation from the journal dealt
+// with: its step, the document it was recorded for, a digest of its key
+// (never the t-Tag), and the failure if it stays open.
+type Revoked struct {
+	ID         int64
+	Step       string
+	DocumentID string
+	KeyDigest  string
+	Err        error
+}
+
+// RevokeAsDelegator revokes the given open hand-offs as the registered
+// service acting as each step's from user (the user who granted them),
+// reading each back absent and closing its journal row. It is what the
+// server's shutdown, a call refused GRANT_EXPIRED, and `pdmcp close-step`
+// use when the delegating user's own session is not at hand. It goes on
+// past a failure; the error joins every failure, and a row that failed
+// stays open.
+func RevokeAsDelegator(ctx context.Context, minter Minter, m *grant.Manifest, j *journal.Journal, rows []journal.HandOff) ([]Revoked, error) {
+	byFrom := map[string][]journal.HandOff{}
+	var out []Revoked
+	var errs []error
+	for _, r := range rows {
+		st, ok := m.Steps[r.Step]
+		if !ok {
+			err := fmt.Errorf("hand-off %d: step %q is not in the manifest, so its user is unknown", r.ID, r.Step)
+			out = append(out, revoked(r, err))
+			errs = append(errs, err)
+			continue
+		}
+		byFrom[st.From] = append(byFrom[st.From], r)
+	}
+	for _, from := range slices.Sorted(maps.Keys(byFrom)) {
+		group := byFrom[from]
+		for len(group) > 0 {
+			// One session covers at most api.MaxObjects keys.
+			var chunk []journal.HandOff
+			keys := map[string]bool{}
+			for len(group) > 0 && (keys[group[0].TTag] || len(keys) < api.MaxObjects) {
+				keys[group[0].TTag] = true
+				chunk = append(chunk, group[0])
+				group = group[1:]
+			}
+			res, err := revokeChunk(ctx, minter, j, from, slices.Sorted(maps.Keys(keys)), chunk)
+			out = append(out, res...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func revokeChunk(ctx context.Context, minter Minter, j *journal.Journal, from string, keys []string, rows []journal.HandOff) ([]Revoked, error) {
+	var out []Revoked
+	sess, err := minter.Mint(ctx, gateway.MintRequest{ActingAs: from, Objects: keys, TTL: time.Minute})
+	if err != nil {
+		err = fmt.Errorf("acting as the step's user: %w", err)
+		for _, r := range rows {
+			out = append(out, revoked(r, err))
+		}
+		return out, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = sess.Revoke(rctx)
+	}()
+	var errs []error
+	for _, r := range rows {
+		err := RevokeRows(ctx, sess, j, []journal.HandOff{r})
+		out = append(out, revoked(r, err))
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func revoked(r journal.HandOff, err error) Revoked {
+	return Revoked{ID: r.ID, Step: r.Step, DocumentID: r.DocumentID, KeyDigest: audit.Digest12(r.TTag), Err: err}
+}
+
+// CloseStepOptions are `pdmcp close-step`'s inputs, once loaded.
+type CloseStepOptions struct {
+	Minter   Minter
+	Manifest *grant.Manifest
+	Journal  *journal.Journal
+	Step     string
+}
+
+// CloseStep revokes every open hand-off of one step the journal names, for
+// every caller, acting as the step's from user. A step with nothing open is
+// done at once, so running it twice is safe. It refuses a step the manifest
+// does not define.
+func CloseStep(ctx context.Context, o CloseStepOptions) ([]Revoked, error) {
+	if _, ok := o.Manifest.Steps[o.Step]; !ok {
+		return nil, fmt.Errorf("step %q: %w", o.Step, grant.ErrUnknownStep)
+	}
+	rows, err := o.Journal.OpenHandOffs(ctx, o.Step)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	return RevokeAsDelegator(ctx, o.Minter, o.Manifest, o.Journal, rows)
+}
+
+// RevokeGrant revokes every open hand-off made under the engine's grant,
+// acting as each step's user: the server's shutdown and a call refused
+// GRANT_EXPIRED.
+func (e *Engine) RevokeGrant(ctx context.Context, minter Minter, m *grant.Manifest) ([]Revoked, error) {
+	rows, err := e.cfg.Journal.OpenHandOffsOfGrant(ctx, e.cfg.Grant.ID)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	res, err := RevokeAsDelegator(ctx, minter, m, e.cfg.Journal, rows)
+	e.cfg.Logger.Info("open hand-offs revoked", "entries", len(res), "failed", err != nil)
+	return res, err
+}

@@ -1,0 +1,305 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/handoff"
+)
+
+// stepInput is hand_off's and close_step's arguments.
+type stepInput struct {
+	StepID string `json:"stepId" jsonschema:"a stepId from list_approved_documents"`
+}
+
+// listedStep is a step as list_approved_documents shows it: never who
+// hands it, who receives it, or a principal id.
+type listedStep struct {
+	StepID string `json:"stepId"`
+	Label  string `json:"label"`
+	// Sections are what hand_off would hand of this task's documents.
+	Sections []handoff.Section `json:"sections"`
+	// Open says this user's hand-off of the step is in force, until
+	// OpenUntil.
+	Open      bool   `json:"open"`
+	OpenUntil string `json:"openUntil,omitempty"`
+}
+
+func (s *Server) handOffTool() tool {
+	return newTool(s, mcp.Tool{
+		Name:  grant.ToolHandOff,
+		Title: "Hand a step's sections to its recipient",
+		Description: "Gives the recipient of one step, defined by the operator, read-only access to the sections the step " +
+			"names in this task's documents, until the step's window ends (never past this task's grant). Name only a " +
+			"stepId from list_approved_documents; the recipient, the sections and the window are the operator's. Only the " +
+			"user the step hands from may call it, and the key server grants each section only if that user holds it with " +
+			"write or owner rights; if any section cannot be handed, nothing is. The recipient cannot save a handed section " +
+			"or pass it on. Some steps ask the user to confirm first. Called again while the step is open it returns the " +
+			"first receipt and grants nothing. It returns no document text, key or user id. Call close_step when the " +
+			"recipient is done.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
+			OpenWorldHint: ptr(false)},
+	}, s.handOff)
+}
+
+func (s *Server) closeStepTool() tool {
+	return newTool(s, mcp.Tool{
+		Name:  grant.ToolCloseStep,
+		Title: "Take back a handed step",
+		Description: "Takes back every access hand_off granted for one step, and checks at the key server that each is gone. " +
+			"Only the user the step hands from may call it. Called again, it returns the first receipt and changes nothing; " +
+			"a step that was never handed is refused STEP_NOT_OPEN. Text the recipient already read is not taken back. It " +
+			"returns no document text, key or user id.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(true), IdempotentHint: true,
+			OpenWorldHint: ptr(false)},
+	}, s.closeStep)
+}
+
+// stepPlan does what both tools check before anything is sent: the step is
+// in the grant and the manifest, it hands something of this task's
+// documents, and (over stdio, where the grant names the user) the caller is
+// the step's user. It records the step in the audit line once the grant
+// names it.
+func (s *Server) stepPlan(c *call, stepID string) (*handoff.Plan, error) {
+	p, err := s.handoffs.Plan(s.currentManifest(), stepID)
+	if p != nil || !isCode(err, handoff.CodeStepNotInGrant) {
+		c.line.StepID = stepID
+	}
+	if err != nil {
+		return nil, err
+	}
+	if u := s.cfg.Grant.LocalUser; u != "" && !p.IsDelegator(u) {
+		return nil, handoff.NotDelegator(stepID)
+	}
+	return p, nil
+}
+
+// delegatorSession is the caller's Gateway session, once it shows the
+// caller is the step's user. Over HTTP that is known only from the
+// session: minting it sends nothing to the crypto or key routes.
+func (s *Server) delegatorSession(ctx context.Context, c *call, p *handoff.Plan) (Session, error) {
+	sess, err := s.session(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if !p.IsDelegator(sess.ActingAs()) {
+		return nil, handoff.NotDelegator(p.StepID)
+	}
+	return sess, nil
+}
+
+func (s *Server) handOff(ctx context.Context, c *call, in stepInput) (handoff.Receipt, error) {
+	var zero handoff.Receipt
+	p, err := s.stepPlan(c, in.StepID)
+	if err != nil {
+		return zero, err
+	}
+	sess, err := s.delegatorSession(ctx, c, p)
+	if err != nil {
+		return zero, err
+	}
+	if rec, ok, err := s.handoffs.Open(ctx, c.caller.ID, p); err != nil || ok {
+		return derefReceipt(rec), err
+	}
+	end, err := s.handoffs.EndTime(p)
+	if err != nil {
+		return zero, err
+	}
+	if err := s.confirm(c, p, end); err != nil {
+		return zero, err
+	}
+	rec, err := s.handoffs.HandOff(ctx, sess, c.caller.ID, p, end)
+	return derefReceipt(rec), err
+}
+
+func (s *Server) closeStep(ctx context.Context, c *call, in stepInput) (handoff.Receipt, error) {
+	var zero handoff.Receipt
+	p, err := s.stepPlan(c, in.StepID)
+	if err != nil {
+		return zero, err
+	}
+	sess, err := s.delegatorSession(ctx, c, p)
+	if err != nil {
+		return zero, err
+	}
+	rec, err := s.handoffs.Close(ctx, sess, c.caller.ID, p)
+	return derefReceipt(rec), err
+}
+
+func derefReceipt(r *handoff.Receipt) handoff.Receipt {
+	if r == nil {
+		return handoff.Receipt{}
+	}
+	return *r
+}
+
+// confirmField is the one boolean the confirmation form asks for, and
+// confirmRequest the id of the request for it.
+const (
+	confirmField   = "confirm"
+	confirmRequest = "confirm-hand-off"
+)
+
+// confirm asks the host's user, through MCP elicitation, to confirm a step
+// whose confirm is "elicit", before anything is granted. The question goes
+// out as an input request (MCP multi round-trip): the SDK sends it as an
+// elicitation/create request to a host on an older protocol revision, and a
+// host on 2026-07-28 answers it and calls again. A host that did not
+// declare form elicitation is CONFIRMATION_UNAVAILABLE; a declined,
+// cancelled or unticked form is CONFIRMATION_DECLINED. The answer goes into
+// the audit line.
+func (s *Server) confirm(c *call, p *handoff.Plan, end time.Time) error {
+	if p.Step.Confirm != grant.ConfirmElicit {
+		return nil
+	}
+	if !canElicit(c.mcp) {
+		c.line.Confirmation = audit.ConfirmUnavailable
+		return &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable, Status: 412,
+			Detail: fmt.Sprintf("step %q must be confirmed by the user, and this host cannot ask (it did not declare MCP elicitation); nothing was sent; use a host that can, or ask the operator", p.StepID)}
+	}
+	answer, asked := c.inputs[confirmRequest]
+	if !asked {
+		return &needInput{requests: mcp.InputRequestMap{confirmRequest: &mcp.ElicitParams{
+			Mode:    "form",
+			Message: confirmMessage(p, end),
+			RequestedSchema: map[string]any{
+				"type": "object",
+				"properties": map[string]any{
+					confirmField: map[string]any{"type": "boolean", "title": "Hand these sections over",
+						"description": "Tick to give the recipient read-only access until the time shown."},
+				},
+				"required": []string{confirmField},
+			},
+		}}}
+	}
+	res, ok := answer.(*mcp.ElicitResult)
+	if !ok {
+		c.line.Confirmation = audit.ConfirmUnavailable
+		return &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable, Status: 412,
+			Detail: fmt.Sprintf("the host did not answer the confirmation of step %q; nothing was sent; try again, or ask the operator", p.StepID)}
+	}
+	switch {
+	case res.Action == "accept" && res.Content[confirmField] == true:
+		c.line.Confirmation = audit.ConfirmAccepted
+		return nil
+	case res.Action == "cancel":
+		c.line.Confirmation = audit.ConfirmCancelled
+	default:
+		c.line.Confirmation = audit.ConfirmDeclined
+	}
+	return &handoff.Refusal{Code: handoff.CodeConfirmationDeclined, Status: 403,
+		Detail: fmt.Sprintf("the user did not confirm step %q; nothing was sent; do not retry unless the user asks", p.StepID)}
+}
+
+// canElicit reports whether the host declared form elicitation at
+// initialize (an empty elicitation capability means form).
+func canElicit(ss *mcp.ServerSession) bool {
+	if ss == nil {
+		return false
+	}
+	ip := ss.InitializeParams()
+	if ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		return false
+	}
+	el := ip.Capabilities.Elicitation
+	return el.Form != nil || el.URL == nil
+}
+
+// confirmMessage says what the user is asked to allow: the step, who
+// receives, which sections, until when.
+func confirmMessage(p *handoff.Plan, end time.Time) string {
+	var secs []string
+	for _, sec := range p.Sections {
+		name := sec.Label
+		if name == "" {
+			name = sec.FragmentID
+		}
+		secs = append(secs, fmt.Sprintf("%s (%s, document %s)", name, sec.DataType, sec.DocumentID))
+	}
+	label := p.Step.Label
+	if label == "" {
+		label = p.StepID
+	}
+	to := p.Step.To.Label
+	if to == "" {
+		to = "the step's recipient"
+	}
+	return fmt.Sprintf("Step %q: give %s read-only access to %s, until %s (UTC). Confirm?",
+		label, to, strings.Join(secs, "; "), end.UTC().Format("2006-01-02 15:04:05"))
+}
+
+// listSteps is the grant's steps as list_approved_documents shows them to
+// this caller.
+func (s *Server) listSteps(ctx context.Context, c *call) ([]listedStep, error) {
+	if len(s.cfg.Grant.Steps) == 0 {
+		return nil, nil
+	}
+	m := s.currentManifest()
+	out := []listedStep{}
+	for _, id := range s.cfg.Grant.Steps {
+		st, ok := m.Steps[id]
+		if !ok {
+			continue
+		}
+		ls := listedStep{StepID: id, Label: st.Label, Sections: []handoff.Section{}}
+		if p, err := s.handoffs.Plan(m, id); err == nil {
+			ls.Sections = p.Sections
+		}
+		open, until, err := s.handoffs.Status(ctx, c.caller.ID, id)
+		if err != nil {
+			return nil, err
+		}
+		if open {
+			ls.Open, ls.OpenUntil = true, until.UTC().Format(time.RFC3339)
+		}
+		out = append(out, ls)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StepID < out[j].StepID })
+	return out, nil
+}
+
+// handedOffReadOnly refuses a save of a section under ttag by the recipient
+// of an open hand-off of it (HANDED_OFF_READ_ONLY): a handed READ entry
+// would let them encrypt under the key, and the hand-off is read-only.
+// save_protected_fragment calls it with the caller's session before it
+// sends anything to the crypto routes.
+func (s *Server) handedOffReadOnly(ctx context.Context, sess Session, documentID, fragmentID, ttag string) error {
+	step, ok, err := s.handoffs.ReadOnly(ctx, s.currentManifest(), sess.ActingAs(), ttag)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return &handoff.Refusal{Code: handoff.CodeHandedOffReadOnly, Status: 403,
+			Detail: fmt.Sprintf("section %q of %q was handed to this user read-only by step %q; it was not saved and nothing was sent; do not retry",
+				fragmentID, documentID, step)}
+	}
+	return nil
+}
+
+// RevokeHandOffs revokes the open hand-offs made under this server's grant,
+// as each step's user, through the registered service: at shutdown and when
+// the grant has ended. Bounded in time; what it cannot revoke stays in the
+// journal for `pdmcp close-step`.
+func (s *Server) RevokeHandOffs(ctx context.Context) {
+	if s.cfg.Revoker == nil || len(s.cfg.Grant.Steps) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	res, err := s.handoffs.RevokeGrant(ctx, s.cfg.Revoker, s.currentManifest())
+	if err != nil {
+		s.log.Error("open hand-offs not all revoked; run pdmcp close-step", "entries", len(res), "err", err)
+	}
+}
+
+func isCode(err error, code string) bool {
+	r, ok := err.(*handoff.Refusal)
+	return ok && r.Code == code
+}
