@@ -265,24 +265,6 @@ func (s *Server) listSteps(ctx context.Context, c *call) ([]listedStep, error) {
 	return out, nil
 }
 
-// handedOffReadOnly refuses a save of a section under ttag by the recipient
-// of an open hand-off of it (HANDED_OFF_READ_ONLY): a handed READ entry
-// would let them encrypt under the key, and the hand-off is read-only.
-// save_protected_fragment calls it with the caller's session before it
-// sends anything to the crypto routes.
-func (s *Server) handedOffReadOnly(ctx context.Context, sess Session, documentID, fragmentID, ttag string) error {
-	step, ok, err := s.handoffs.ReadOnly(ctx, s.currentManifest(), sess.ActingAs(), ttag)
-	if err != nil {
-		return err
-	}
-	if ok {
-		return &handoff.Refusal{Code: handoff.CodeHandedOffReadOnly, Status: 403,
-			Detail: fmt.Sprintf("section %q of %q was handed to this user read-only by step %q; it was not saved and nothing was sent; do not retry",
-				fragmentID, documentID, step)}
-	}
-	return nil
-}
-
 // RevokeHandOffs revokes the open hand-offs made under this server's grant,
 // as each step's user, through the registered service: at shutdown and when
 // the grant has ended. Bounded in time; what it cannot revoke stays in the

@@ -482,6 +482,25 @@ func (e *Engine) ReadOnly(ctx context.Context, m *grant.Manifest, actingAs, ttag
 	return "", false, nil
 }
 
+// CheckSave refuses a save of a section (documentID, fragmentID, under
+// ttag) by the recipient of an open hand-off of it: HANDED_OFF_READ_ONLY. A
+// handed READ entry lets its holder encrypt under the key too, so without
+// this check the recipient could change what was handed read-only. The
+// save tool calls it with the caller's acting principal before it sends
+// anything to the crypto routes.
+func (e *Engine) CheckSave(ctx context.Context, m *grant.Manifest, actingAs, documentID, fragmentID, ttag string) error {
+	step, ok, err := e.ReadOnly(ctx, m, actingAs, ttag)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return refuse(CodeHandedOffReadOnly, 403,
+			"section %q of %q was handed to this user read-only by step %q; it was not saved and nothing was sent; do not retry",
+			fragmentID, documentID, step)
+	}
+	return nil
+}
+
 // revokeAll revokes each row's entry, reads it back absent and closes the
 // row; it goes on past a failure and returns every failure joined.
 func (e *Engine) revokeAll(ctx context.Context, acl ACL, rows []journal.HandOff) error {

@@ -452,6 +452,20 @@ func TestReadOnly(t *testing.T) {
 	if _, ok, _ := r.e.ReadOnly(ctx, r.m, r.w.Patient.Name, r.w.Keys["problems"]); ok {
 		t.Error("the patient is not the recipient")
 	}
+	err := r.e.CheckSave(ctx, r.m, r.w.Doctor.Name, handofftest.DocID, "problems", r.w.Keys["problems"])
+	if codeOf(err) != "adapter/"+handoff.CodeHandedOffReadOnly {
+		t.Fatalf("doctor saving problems: %v", err)
+	}
+	if err := r.e.CheckSave(ctx, r.m, r.w.Patient.Name, handofftest.DocID, "problems", r.w.Keys["problems"]); err != nil {
+		t.Fatalf("patient saving problems: %v", err)
+	}
+	// Once closed, the doctor is no longer a recipient.
+	if _, err := r.e.Close(ctx, r.patient, "", r.plan(t, handofftest.StepReferral)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := r.e.ReadOnly(ctx, r.m, r.w.Doctor.Name, r.w.Keys["problems"]); ok {
+		t.Error("read-only after close")
+	}
 }
 
 func TestCheckSteps(t *testing.T) {
