@@ -31,6 +31,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
-		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd())
+		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd(), newCloseStepCmd())
 	return root
 }

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/handoff"
+	"github.com/pdmcp/pdmcp/server/journal"
+)
+
+func newCloseStepCmd() *cobra.Command {
+	var configPath, manifestPath, journalPath, step string
+	cmd := &cobra.Command{
+		Use:   "close-step",
+		Short: "Revoke a step's open hand-offs from the journal, as the step's user (when that user is away)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			sc, err := gateway.LoadServiceConfig(configPath)
+			if err != nil {
+				return err
+			}
+			m, err := grant.LoadManifest(manifestPath)
+			if err != nil {
+				return err
+			}
+			if journalPath == "" {
+				journalPath = journal.DefaultPath(manifestPath)
+			}
+			j, err := journal.Open(ctx, journalPath)
+			if err != nil {
+				return err
+			}
+			defer j.Close()
+			cc := sc.ClientConfig()
+			cc.Logger = newLogger()
+			c, err := gateway.New(cc)
+			if err != nil {
+				return err
+			}
+			if err := c.SignIn(ctx); err != nil {
+				return fmt.Errorf("service sign-in: %w", err)
+			}
+			defer func() { _ = c.SignOut(ctx) }()
+			res, err := handoff.CloseStep(ctx, handoff.CloseStepOptions{Minter: c, Manifest: m, Journal: j, Step: step})
+			out := cmd.OutOrStdout()
+			for _, r := range res {
+				if r.Err != nil {
+					fmt.Fprintf(out, "entry %d (document %s, key %s): NOT revoked: %v\n", r.ID, r.DocumentID, r.KeyDigest, r.Err)
+					continue
+				}
+				fmt.Fprintf(out, "entry %d (document %s, key %s): revoked, read back absent\n", r.ID, r.DocumentID, r.KeyDigest)
+			}
+			if err != nil {
+				return fmt.Errorf("step %q: not every entry was revoked; they stay in the journal, run this again: %w", step, err)
+			}
+			if len(res) == 0 {
+				fmt.Fprintf(out, "step %q has no open hand-off in the journal\n", step)
+			}
+			fmt.Fprintln(out, "CLOSE-STEP: DONE")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "the service's config.json (from pdmcp bootstrap)")
+	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json")
+	f.StringVar(&journalPath, "journal", "", "the server's journal (default <manifest>.journal.sqlite)")
+	f.StringVar(&step, "step", "", "the step whose open hand-offs to revoke")
+	for _, name := range []string{"config", "manifest", "step"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
+	"github.com/pdmcp/pdmcp/server/journal"
+)
+
+// stepStack is a service bootstrapped by the binary, a manifest with a
+// compound document and hand-off steps (its keys made through the
+// reference Gateway), and a stdio grant for the patient.
+type stepStack struct {
+	env    *reftest.Env
+	w      *handofftest.World
+	config string
+	grant  string
+	audit  string
+}
+
+func newStepStack(t *testing.T) *stepStack {
+	t.Helper()
+	s := &stepStack{env: reftest.Start(t, reference.Config{})}
+	dir := t.TempDir()
+	s.config = filepath.Join(dir, "config.json")
+	run(t, "bootstrap", "--endpoint", s.env.URL, "--trust-file", s.env.CAFile, "--admin-user", reftest.AdminUser,
+		"--admin-password-file", s.env.AdminPasswordFile, "--allow-scoped", "--config-out", s.config)
+	sc, err := gateway.LoadServiceConfig(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.w = handofftest.BuildWith(t, sc, s.env.ServiceClient(t, sc), filepath.Join(dir, "task-data"), handofftest.Options{})
+	s.grant = filepath.Join(dir, "task-data", "grant.json")
+	s.audit = filepath.Join(dir, "task-data", "audit.jsonl")
+	run(t, "grant", "--manifest", s.w.Manifest, "--local-user", s.w.Patient.Name,
+		"--documents", handofftest.DocID+","+handofftest.PlainDocID,
+		"--tools", "list_approved_documents,hand_off,close_step", "--steps", handofftest.StepReferral,
+		"--ttl-seconds", "900", "--out", s.grant)
+	return s
+}
+
+// serve starts `pdmcp serve` over stdio and returns the client session and
+// the server's process.
+func (s *stepStack) serve(t *testing.T, extraEnv ...string) (*mcp.ClientSession, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.w.Manifest, "--grant", s.grant,
+		"--audit", s.audit)
+	cmd.Env = append(cleanEnv(), extraEnv...)
+	cmd.Stderr = &testLog{t: t}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e-host", Version: "1"}, nil).
+		Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, cmd
+}
+
+// doctorEntries are the keys of the step on which the doctor holds an
+// entry, as the patient reads them.
+func (s *stepStack) doctorEntries(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, dt := range []string{"allergies", "medications", "problems", "results"} {
+		if _, ok := s.w.Entry(t, s.w.Keys[dt], s.w.Doctor); ok {
+			out = append(out, dt)
+		}
+	}
+	return out
+}
+
+func (s *stepStack) openRows(t *testing.T) []journal.HandOff {
+	t.Helper()
+	j, err := journal.Open(context.Background(), journal.DefaultPath(s.w.Manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	rows, err := j.OpenHandOffs(context.Background(), handofftest.StepReferral)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// TestCloseStepAfterSIGKILL: stdin closing revokes the open hand-off; a
+// server killed with SIGKILL cannot, and `pdmcp close-step` does, twice
+// safely.
+func TestCloseStepAfterSIGKILL(t *testing.T) {
+	s := newStepStack(t)
+
+	cs, _ := s.serve(t)
+	if m, isErr := call(t, cs, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatalf("hand_off: %v", m)
+	}
+	if got := s.doctorEntries(t); len(got) != 3 {
+		t.Fatalf("doctor's entries after hand_off: %v", got)
+	}
+	_ = cs.Close() // stdin closes: the server revokes before it exits
+	if got := s.doctorEntries(t); len(got) != 0 {
+		t.Fatalf("entries left after the server's stdin closed: %v", got)
+	}
+	if rows := s.openRows(t); len(rows) != 0 {
+		t.Fatalf("journal rows left open: %+v", rows)
+	}
+
+	cs, cmd := s.serve(t)
+	if m, isErr := call(t, cs, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatalf("hand_off: %v", m)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if got := s.doctorEntries(t); len(got) != 3 {
+		t.Fatalf("entries after SIGKILL: %v, want the three still there", got)
+	}
+
+	out := run(t, "close-step", "--config", s.config, "--manifest", s.w.Manifest, "--step", handofftest.StepReferral)
+	if !strings.HasSuffix(strings.TrimSpace(out), "CLOSE-STEP: DONE") || strings.Count(out, "read back absent") != 3 {
+		t.Fatalf("close-step output:\n%s", out)
+	}
+	for _, k := range s.w.Keys {
+		if strings.Contains(out, k) {
+			t.Errorf("close-step printed a t-Tag:\n%s", out)
+		}
+	}
+	if got := s.doctorEntries(t); len(got) != 0 {
+		t.Fatalf("entries after close-step: %v", got)
+	}
+	out = run(t, "close-step", "--config", s.config, "--manifest", s.w.Manifest, "--step", handofftest.StepReferral)
+	if !strings.HasSuffix(strings.TrimSpace(out), "CLOSE-STEP: DONE") || !strings.Contains(out, "no open hand-off") {
+		t.Fatalf("close-step again:\n%s", out)
+	}
+}
+
+// TestKillBetweenGrantAndReadBack: the server dies (SIGKILL) right after
+// its first grant, before any read-back is journalled. Nothing is granted
+// that the journal does not know, and the next server's hand_off takes the
+// leftover back and hands the step whole.
+func TestKillBetweenGrantAndReadBack(t *testing.T) {
+	s := newStepStack(t)
+	doomed, _ := s.serve(t, crashEnv+"=handoff:granted")
+	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+		Arguments: map[string]any{"stepId": handofftest.StepReferral}}); err == nil {
+		t.Fatal("the server answered instead of dying after its first grant")
+	}
+	granted := s.doctorEntries(t)
+	rows := s.openRows(t)
+	if len(granted) != 1 {
+		t.Fatalf("entries after the kill: %v, want the one granted", granted)
+	}
+	known := map[string]bool{}
+	for _, r := range rows {
+		known[r.TTag] = true
+		if !r.VerifiedAt.IsZero() {
+			t.Errorf("row %d verified before the kill", r.ID)
+		}
+	}
+	for _, dt := range granted {
+		if !known[s.w.Keys[dt]] {
+			t.Fatalf("the entry on %s is not in the journal (open rows %+v)", dt, rows)
+		}
+	}
+
+	cs, _ := s.serve(t)
+	rec, isErr := call(t, cs, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	if isErr || rec["replayed"] != false || len(rec["sections"].([]any)) != 3 {
+		t.Fatalf("hand_off after the restart: %v", rec)
+	}
+	if got := s.doctorEntries(t); len(got) != 3 {
+		t.Fatalf("entries after the restart's hand_off: %v", got)
+	}
+	if rows := s.openRows(t); len(rows) != 3 {
+		t.Fatalf("open rows after the restart's hand_off: %+v", rows)
+	}
+	if m, isErr := call(t, cs, "close_step", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatalf("close_step: %v", m)
+	}
+	if got := s.doctorEntries(t); len(got) != 0 {
+		t.Fatalf("entries after close_step: %v", got)
+	}
+}
