@@ -49,6 +49,11 @@ func FileTools() []string {
 	return []string{ToolEncryptFile, ToolDecryptFile}
 }
 
+// FragmentTools returns the two section tools of compound documents.
+func FragmentTools() []string {
+	return []string{ToolReadProtectedFragment, ToolSaveProtectedFragment}
+}
+
 // KnownTool reports whether name is one of [AllTools].
 func KnownTool(name string) bool { return slices.Contains(AllTools(), name) }
 

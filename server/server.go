@@ -87,7 +87,8 @@ type Config struct {
 	Metrics *Metrics
 	// CrashPoint, when set, is called at each named step of a save
 	// ("save:reserved", "save:encrypted", "save:file-written",
-	// "save:manifest-committed", and the hand-off's "handoff:journalled",
+	// "save:manifest-committed", the same steps of a section save as
+	// "fragment:...", and the hand-off's "handoff:journalled",
 	// "handoff:granted", "handoff:verified"). Tests use it to kill the
 	// process at an exact point; it is nil in normal operation.
 	CrashPoint func(point string)
@@ -254,5 +255,6 @@ func jsonText(v any) string {
 
 // tools is every tool this build offers, in the order tools/list shows them.
 func (s *Server) tools() []tool {
-	return []tool{s.listTool(), s.readTool(), s.saveTool(), s.handOffTool(), s.closeStepTool()}
+	return []tool{s.listTool(), s.readTool(), s.saveTool(), s.readFragmentTool(), s.saveFragmentTool(),
+		s.handOffTool(), s.closeStepTool()}
 }

@@ -372,7 +372,9 @@ func jsonOf(v any) string {
 // annotations) in server/testdata/tools.golden.json; a change to it is a
 // reviewed diff. PDMCP_UPDATE_GOLDEN=1 rewrites the file.
 func TestToolsGolden(t *testing.T) {
-	f := newFixture(t, basicDocs, nil)
+	f := newFixture(t, basicDocs, func(g *grant.Grant, _ *grant.Manifest) {
+		g.AllowedTools = append(g.AllowedTools, grant.FragmentTools()...)
+	})
 	res, err := f.cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
