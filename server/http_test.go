@@ -73,7 +73,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newHTTPStack(t *testing.T, maxCallers int) *httpStack {
+// stackOption changes what newHTTPStack serves: it may replace the
+// manifest and the grant's launch options, after the seed.
+type stackOption func(t *testing.T, hs *httpStack, data string, lo *grant.LaunchOptions)
+
+func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -140,8 +144,11 @@ func newHTTPStack(t *testing.T, maxCallers int) *httpStack {
 	}
 	hs.manifst = filepath.Join(data, "manifest.json")
 	grantPath := filepath.Join(data, "grant.json")
-	if _, err := grant.Launch(grant.LaunchOptions{ManifestPath: hs.manifst, AllApproved: true, CallerIdentity: true,
-		TTL: time.Hour, Out: grantPath}); err != nil {
+	lo := grant.LaunchOptions{ManifestPath: hs.manifst, AllApproved: true, CallerIdentity: true, TTL: time.Hour, Out: grantPath}
+	for _, o := range opts {
+		o(t, hs, data, &lo)
+	}
+	if _, err := grant.Launch(lo); err != nil {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(dir, "config.json")

@@ -1,0 +1,131 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/handoff"
+	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
+)
+
+// withSteps serves the hand-off world instead of the seed's documents:
+// alice is the patient, bob the doctor, carol the nurse, each signed in
+// through the provider and acting as themselves.
+func withSteps(w **handofftest.World) stackOption {
+	return func(t *testing.T, hs *httpStack, data string, lo *grant.LaunchOptions) {
+		*w = handofftest.BuildWith(t, hs.svc, hs.env.ServiceClient(t, hs.svc), filepath.Join(data, "steps"),
+			handofftest.Options{Patient: "t.alice", Doctor: "t.bob", Nurse: "t.carol"})
+		hs.manifst = (*w).Manifest
+		lo.ManifestPath = (*w).Manifest
+		lo.AllApproved = false
+		lo.Documents = []string{handofftest.DocID, handofftest.PlainDocID}
+		lo.Tools = []string{grant.ToolListApprovedDocuments, grant.ToolReadProtectedDocument, grant.ToolHandOff,
+			grant.ToolCloseStep}
+		lo.Steps = []string{handofftest.StepReferral, handofftest.StepByNurse}
+	}
+}
+
+// TestHTTPHandOffBetweenTwoUsers: over Streamable HTTP, one grant serves
+// the patient and the doctor. Only the patient hands the step; the doctor
+// then opens the handed sections and no other, cannot pass them on, and
+// loses them when the patient closes the step.
+func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
+	var w *handofftest.World
+	hs := newHTTPStack(t, 8, withSteps(&w))
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
+	ctx := context.Background()
+
+	doctorReads := func(fragment string) string {
+		ttag, iv, ct := w.Fragment(t, fragment)
+		s := w.As(t, w.Doctor.Name)
+		defer s.Revoke(ctx)
+		_, err := s.Decrypt(ctx, ttag, iv, ct)
+		var ae *api.Error
+		if errors.As(err, &ae) {
+			return ae.Code
+		}
+		if err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+
+	// The doctor is not the step's user: refused once his session shows
+	// who he is, with nothing sent to the crypto or key routes.
+	before := keyRouteCounts(hs.env.Gateway)
+	m, isErr := callOn(t, bob, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	if !isErr || m["code"] != handoff.CodeNotStepDelegator || m["layer"] != "adapter" {
+		t.Fatalf("bob's hand_off: %v", m)
+	}
+	if after := keyRouteCounts(hs.env.Gateway); !mapsEqual(before, after) {
+		t.Fatalf("NOT_STEP_DELEGATOR reached the crypto or key routes: %v -> %v", before, after)
+	}
+	if code := doctorReads("problems"); code != "ACL_DENIED" {
+		t.Fatalf("doctor before the hand-off: %q", code)
+	}
+
+	rec, isErr := callOn(t, alice, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	if isErr || len(rec["sections"].([]any)) != 3 {
+		t.Fatalf("alice's hand_off: %v", rec)
+	}
+	if code := doctorReads("problems"); code != "" {
+		t.Fatalf("doctor reading a handed section: %q", code)
+	}
+	if code := doctorReads("results"); code != "ACL_DENIED" {
+		t.Fatalf("doctor reading a section not handed: %q", code)
+	}
+	// Not passed on: the key server refuses a READ holder's grant.
+	s := w.As(t, w.Doctor.Name)
+	err := s.ACLGrant(ctx, api.ACLGrantRequest{TTag: w.Keys["problems"], SystemID: w.Nurse.SystemID,
+		PrincipalID: w.Nurse.PrincipalID, Rights: []string{api.RightRead}})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Layer != api.LayerKeyServer || ae.Code != api.CodeACLDenied {
+		t.Fatalf("the doctor passing the section on: %v", err)
+	}
+	s.Revoke(ctx)
+	// The step is open for alice, and for bob (who did not hand it) not.
+	if l, _ := callOn(t, alice, "list_approved_documents", nil); !stepOpen(l, handofftest.StepReferral) {
+		t.Errorf("alice's list: %v", l)
+	}
+	if l, _ := callOn(t, bob, "list_approved_documents", nil); stepOpen(l, handofftest.StepReferral) {
+		t.Errorf("bob's list shows alice's hand-off open: %v", l)
+	}
+	if m, isErr := callOn(t, bob, "close_step", map[string]any{"stepId": handofftest.StepReferral}); !isErr ||
+		m["code"] != handoff.CodeNotStepDelegator {
+		t.Fatalf("bob's close_step: %v", m)
+	}
+
+	if m, isErr := callOn(t, alice, "close_step", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatalf("alice's close_step: %v", m)
+	}
+	if code := doctorReads("problems"); code != "ACL_DENIED" {
+		t.Fatalf("doctor after close_step: %q", code)
+	}
+
+	// Handed again, then the server stops (SIGTERM): it revokes on its way out.
+	if m, isErr := callOn(t, alice, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr || m["replayed"] != false {
+		t.Fatalf("alice's second hand_off: %v", m)
+	}
+	if code := doctorReads("problems"); code != "" {
+		t.Fatalf("doctor after the second hand_off: %q", code)
+	}
+	hs.stop()
+	if code := doctorReads("problems"); code != "ACL_DENIED" {
+		t.Fatalf("doctor after the server stopped: %q", code)
+	}
+}
+
+func stepOpen(list map[string]any, id string) bool {
+	steps, _ := list["steps"].([]any)
+	for _, s := range steps {
+		if m, ok := s.(map[string]any); ok && m["stepId"] == id {
+			return m["open"] == true
+		}
+	}
+	return false
+}
