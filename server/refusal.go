@@ -69,7 +69,7 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 	}
 	var gw *api.Error
 	if errors.As(err, &gw) {
-		out := &Refusal{Refused: true, Layer: gw.Layer, Code: gw.Code, Status: gw.Status, Detail: gw.Detail}
+		out := &Refusal{Refused: true, Layer: gw.Layer, Code: gw.Code, Status: gw.Status, Detail: boundDetail(gw.Detail)}
 		if gw.RetryAfter > 0 {
 			out.RetryAfter = int(gw.RetryAfter.Seconds() + 0.999)
 		}
