@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,10 +10,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // ListenHost is the only address the HTTP transport serves on.
@@ -78,7 +80,9 @@ func LoadHTTPConfig(path string) (*HTTPConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http config: %w", err)
 	}
-	raw, err := os.ReadFile(abs)
+	// It names the issuer, the CA, the audience and the TLS material: a
+	// file group or others can write could widen who is let in.
+	raw, err := safefile.ReadConfig(abs, 0)
 	if err != nil {
 		return nil, fmt.Errorf("http config: %w", err)
 	}
@@ -126,8 +130,8 @@ func (c *HTTPConfig) resolve(dir string) error {
 	}
 
 	// Whoever reads the TLS key can pose as this server to every host.
-	if err := checkOwnerOnly("tls.key", c.TLS.Key); err != nil {
-		return err
+	if _, err := safefile.ReadSecret(c.TLS.Key, 0); err != nil {
+		return fmt.Errorf("tls.key: %w", err)
 	}
 
 	if err := checkIssuer(c.Provider.Issuer); err != nil {
@@ -182,16 +186,7 @@ func (c *HTTPConfig) resolve(dir string) error {
 // (a trailing newline) is not part of the secret.
 func (c *HTTPConfig) ClientSecret() (string, error) {
 	path := c.Exchange.ClientSecretFile
-	st, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("exchange.clientSecretFile: %w", err)
-	}
-	if runtime.GOOS != "windows" {
-		if perm := st.Mode().Perm(); perm&0o077 != 0 {
-			return "", fmt.Errorf("exchange.clientSecretFile %s has mode %04o: group and others must have no access (chmod 600)", path, perm)
-		}
-	}
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadSecret(path, 0)
 	if err != nil {
 		return "", fmt.Errorf("exchange.clientSecretFile: %w", err)
 	}
@@ -202,16 +197,22 @@ func (c *HTTPConfig) ClientSecret() (string, error) {
 	return s, nil
 }
 
-// checkOwnerOnly refuses a secret file that group or others may access.
-func checkOwnerOnly(field, path string) error {
-	st, err := os.Stat(path)
+// KeyPair loads the server's TLS certificate and key; the key is read as
+// a secret (once, no symbolic link, owner-only).
+func (c *HTTPConfig) KeyPair() (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(c.TLS.Certificate)
 	if err != nil {
-		return fmt.Errorf("%s: %w", field, err)
+		return tls.Certificate{}, fmt.Errorf("tls.certificate: %w", err)
 	}
-	if perm := st.Mode().Perm(); runtime.GOOS != "windows" && perm&0o077 != 0 {
-		return fmt.Errorf("%s %s has mode %04o: group and others must have no access (chmod 600)", field, path, perm)
+	keyPEM, err := safefile.ReadSecret(c.TLS.Key, 0)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("tls.key: %w", err)
 	}
-	return nil
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("tls: %w", err)
+	}
+	return pair, nil
 }
 
 // JWKSRefreshMin is the configured least time between key fetches.

@@ -155,6 +155,34 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "has mode 0620: group and others must have no access"},
+		{"config writable by group", nil, func(t *testing.T, dir string) {
+			if err := os.Chmod(filepath.Join(dir, "mcp-http.json"), 0o664); err != nil {
+				t.Fatal(err)
+			}
+		}, "mcp-http.json has mode 0664: group and others must not be able to write it"},
+		{"config writable by others", nil, func(t *testing.T, dir string) {
+			if err := os.Chmod(filepath.Join(dir, "mcp-http.json"), 0o646); err != nil {
+				t.Fatal(err)
+			}
+		}, "has mode 0646"},
+		{"secret file through a symbolic link", nil, func(t *testing.T, dir string) {
+			secret := filepath.Join(dir, "mcp-adapter-client-secret")
+			if err := os.Rename(secret, secret+".real"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(secret+".real", secret); err != nil {
+				t.Fatal(err)
+			}
+		}, "a symbolic link, which a secret may not be"},
+		{"TLS key through a symbolic link", nil, func(t *testing.T, dir string) {
+			key := filepath.Join(dir, "mcp-tls.key")
+			if err := os.Rename(key, key+".real"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(key+".real", key); err != nil {
+				t.Fatal(err)
+			}
+		}, "a symbolic link, which a secret may not be"},
 		{"secret file empty", nil, func(t *testing.T, dir string) {
 			if err := os.WriteFile(filepath.Join(dir, "mcp-adapter-client-secret"), []byte("\n"), 0o600); err != nil {
 				t.Fatal(err)

@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // DefaultTimeout bounds one request when Config.Timeout is zero.
@@ -108,7 +110,9 @@ var errMissing = errors.New("missing; it is required")
 // fields, names the first field that is missing or bad, resolves file paths
 // against the file's directory and checks that those files exist.
 func LoadServiceConfig(path string) (*ServiceConfig, error) {
-	data, err := os.ReadFile(path)
+	// It names the Gateway, the trust file and the service's keys: a file
+	// group or others can write could point the server elsewhere.
+	data, err := safefile.ReadConfig(path, 0)
 	if err != nil {
 		return nil, &ConfigError{Path: path, Err: err}
 	}

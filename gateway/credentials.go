@@ -11,16 +11,15 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // minRSABits is the smallest RSA login key accepted.
@@ -133,23 +132,11 @@ func loadPrivateKey(path string) (any, error) {
 	}
 }
 
-// readOwnerOnly reads path, refusing a file whose mode lets group or others
-// in. The mode is checked on the open file, so the file checked is the one
-// read. Windows has no such bits; its ACLs are the operator's business.
+// readOwnerOnly reads a key file: opened once without following a
+// symbolic link, refused unless it is a regular file group and others
+// cannot access.
 func readOwnerOnly(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read key: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read key: %w", err)
-	}
-	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o077 != 0 {
-		return nil, fmt.Errorf("key %s is mode %04o: group and others must have no access (chmod 600)", path, perm)
-	}
-	data, err := io.ReadAll(f)
+	data, err := safefile.ReadSecret(path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read key: %w", err)
 	}

@@ -8,9 +8,13 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // TestKeyFileModes: whoever can read the login or sender key can act as the
@@ -54,5 +58,57 @@ func TestKeyFileModes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestServiceConfigMode: config.json names the Gateway, the trust file and
+// the service's keys, so one that group or others can write is refused;
+// a world-readable one is fine.
+func TestServiceConfigMode(t *testing.T) {
+	for _, tc := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o600, true}, {0o644, true}, {0o664, false}, {0o606, false}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			path := configDir(t, "good.json")
+			if err := os.Chmod(path, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadServiceConfig(path)
+			if tc.ok && err != nil {
+				t.Fatalf("mode %v refused: %v", tc.mode, err)
+			}
+			if !tc.ok && (!errors.Is(err, safefile.ErrGroupWritable) || !strings.Contains(err.Error(), "config.json has mode")) {
+				t.Fatalf("mode %v: got %v, want a refusal naming the file and its mode", tc.mode, err)
+			}
+		})
+	}
+}
+
+// TestKeyFileSymlinkRefused: a key is opened without following a symbolic
+// link, so a link planted at the key's path is refused, not followed.
+func TestKeyFileSymlinkRefused(t *testing.T) {
+	dir := t.TempDir()
+	_, login, sender, err := GenerateServiceCredentials(dir, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		path string
+		load func(string) error
+	}{
+		"login":  {login, func(p string) error { _, err := LoadLoginKey(p); return err }},
+		"sender": {sender, func(p string) error { _, err := LoadSenderKey(p); return err }},
+	} {
+		link := filepath.Join(dir, name+"-link.pem")
+		if err := os.Symlink(tc.path, link); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.load(link); !errors.Is(err, safefile.ErrSymlink) {
+			t.Errorf("%s key through a symbolic link: %v, want ErrSymlink", name, err)
+		}
+		if err := tc.load(tc.path); err != nil {
+			t.Errorf("%s key itself: %v", name, err)
+		}
 	}
 }

@@ -186,9 +186,9 @@ func runHTTP(ctx context.Context, o Options) error {
 	if err := auth.CheckServerCertificate(cfg.TLS.Certificate); err != nil {
 		return err
 	}
-	pair, err := tls.LoadX509KeyPair(cfg.TLS.Certificate, cfg.TLS.Key)
+	pair, err := cfg.KeyPair()
 	if err != nil {
-		return fmt.Errorf("tls: %w", err)
+		return err
 	}
 	d, err := open(ctx, &o, true)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // BootstrapOptions are `pdmcp bootstrap`'s inputs.
@@ -108,14 +109,7 @@ func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig,
 }
 
 func readSecretFile(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("secret file: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("secret file %s is mode %04o; make it readable by its owner only (chmod 600)", path, fi.Mode().Perm())
-	}
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadSecret(path, 0)
 	if err != nil {
 		return "", fmt.Errorf("secret file: %w", err)
 	}

@@ -117,18 +117,29 @@ func TestHostConfigRefusals(t *testing.T) {
 	tests := []struct {
 		name   string
 		mutate func(*HostConfig)
+		want   string
 	}{
-		{"missing grant", func(h *HostConfig) { h.Grant = "" }},
-		{"bad server name", func(h *HostConfig) { h.ServerName = "a b" }},
-		{"bad keep", func(h *HostConfig) { h.Keep = []string{"A=B"} }},
-		{"bad approval", func(h *HostConfig) { h.ApprovalMode = "yolo" }},
+		{"missing grant", func(h *HostConfig) { h.Grant = "" }, "host config: grant path is required"},
+		{"missing config", func(h *HostConfig) { h.Config = "" }, "host config: config path is required"},
+		{"bad server name", func(h *HostConfig) { h.ServerName = "a b" }, `server name "a b": use letters, digits`},
+		{"bad keep", func(h *HostConfig) { h.Keep = []string{"A=B"} }, `host config: --keep "A=B" is not a variable name`},
+		{"bad approval", func(h *HostConfig) { h.ApprovalMode = "yolo" }, "host config: approval mode must be auto, prompt or approve"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := sampleHostConfig(t)
-			tc.mutate(&h)
-			if _, err := h.MCPServersJSON(); err == nil {
-				t.Fatal("accepted")
+			for format, render := range map[string]func(HostConfig) (string, error){
+				"json": func(h HostConfig) (string, error) { b, err := h.MCPServersJSON(); return string(b), err },
+				"toml": func(h HostConfig) (string, error) { b, err := h.CodexTOML(); return string(b), err },
+			} {
+				h := sampleHostConfig(t)
+				tc.mutate(&h)
+				out, err := render(h)
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("%s: got %v, want the refusal %q", format, err, tc.want)
+				}
+				if out != "" {
+					t.Errorf("%s: a refused config still rendered %q", format, out)
+				}
 			}
 		})
 	}
