@@ -370,6 +370,19 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 			in.DocumentID, n, MaxTextBytes)
 	}
 	ttag := m.CompoundKeys[f.DataType]
+	if len(m.Steps) > 0 {
+		// A handed READ entry would let its recipient encrypt under the
+		// key: the recipient of an open hand-off may read the section but
+		// not save it. Knowing who the caller is takes their session
+		// (over HTTP), which sends nothing to the crypto or key routes.
+		sess, err := s.session(ctx, c)
+		if err != nil {
+			return zero, err
+		}
+		if err := s.handoffs.CheckSave(ctx, m, sess.ActingAs(), in.DocumentID, f.ID, ttag); err != nil {
+			return zero, err
+		}
+	}
 	sum := sha256.Sum256([]byte(in.Text))
 	textSHA := hex.EncodeToString(sum[:])
 	key := journal.FragmentKey{Caller: c.caller.ID, DocumentID: in.DocumentID, FragmentID: f.ID, IdempotencyKey: in.IdempotencyKey}

@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -24,7 +26,7 @@ func withSteps(w **handofftest.World) stackOption {
 		lo.AllApproved = false
 		lo.Documents = []string{handofftest.DocID, handofftest.PlainDocID}
 		lo.Tools = []string{grant.ToolListApprovedDocuments, grant.ToolReadProtectedDocument, grant.ToolHandOff,
-			grant.ToolCloseStep}
+			grant.ToolCloseStep, grant.ToolReadProtectedFragment, grant.ToolSaveProtectedFragment}
 		lo.Steps = []string{handofftest.StepReferral, handofftest.StepByNurse}
 	}
 }
@@ -79,6 +81,32 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	if code := doctorReads("results"); code != "ACL_DENIED" {
 		t.Fatalf("doctor reading a section not handed: %q", code)
 	}
+	// The same through his agent's tools.
+	frag := func(id string) map[string]any {
+		m, _ := callOn(t, bob, "read_protected_fragment", map[string]any{"documentId": handofftest.DocID, "fragmentId": id})
+		return m
+	}
+	if m := frag("problems"); m["refused"] != nil || !strings.Contains(fmt.Sprint(m), "persistent cough") {
+		t.Fatalf("bob's agent reading problems: %v", m)
+	}
+	if m := frag("results"); m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
+		t.Fatalf("bob's agent reading results: %v", m)
+	}
+	if m, _ := callOn(t, bob, "read_protected_document", map[string]any{"documentId": handofftest.DocID}); !strings.Contains(fmt.Sprint(m["text"]), "persistent cough") ||
+		strings.Contains(fmt.Sprint(m["text"]), "chest film") {
+		t.Fatalf("bob's mixed view: %v", m)
+	}
+	// Over HTTP his save of a handed section is refused here, before any
+	// crypto or key route.
+	before = keyRouteCounts(hs.env.Gateway)
+	m, isErr = callOn(t, bob, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
+		"fragmentId": "problems", "text": "changed by the doctor", "idempotencyKey": "bob-1"})
+	if !isErr || m["layer"] != "adapter" || m["code"] != handoff.CodeHandedOffReadOnly {
+		t.Fatalf("bob's save of a handed section: %v", m)
+	}
+	if after := keyRouteCounts(hs.env.Gateway); !mapsEqual(before, after) {
+		t.Fatalf("HANDED_OFF_READ_ONLY reached the crypto or key routes: %v -> %v", before, after)
+	}
 	// Not passed on: the key server refuses a READ holder's grant.
 	s := w.As(t, w.Doctor.Name)
 	err := s.ACLGrant(ctx, api.ACLGrantRequest{TTag: w.Keys["problems"], SystemID: w.Nurse.SystemID,
@@ -105,6 +133,9 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	}
 	if code := doctorReads("problems"); code != "ACL_DENIED" {
 		t.Fatalf("doctor after close_step: %q", code)
+	}
+	if m := frag("problems"); m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
+		t.Fatalf("bob's agent reading problems after close_step: %v", m)
 	}
 
 	// Handed again, then the server stops (SIGTERM): it revokes on its way out.

@@ -19,6 +19,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/compound"
 )
 
 // Step ids of the built manifest.
@@ -115,7 +116,7 @@ func BuildWith(t testing.TB, svc *gateway.ServiceConfig, c *gateway.Client, dir 
 		doc.Fragments = append(doc.Fragments, grant.Fragment{ID: s.ID, Label: "Synthetic " + s.ID, DataType: s.DataType,
 			Path: rel, IV: base64.StdEncoding.EncodeToString(iv), SHA256: hex.EncodeToString(sum[:]),
 			Size: int64(len(s.Text)), Version: 1})
-		skeleton += "<!--section " + s.ID + "-->"
+		skeleton += string(compound.Marker(s.ID))
 		doc.Size += int64(len(s.Text))
 	}
 	skeleton += "</doc>"
