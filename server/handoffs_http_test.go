@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
@@ -17,10 +20,10 @@ import (
 // withSteps serves the hand-off world instead of the seed's documents:
 // alice is the patient, bob the doctor, carol the nurse, each signed in
 // through the provider and acting as themselves.
-func withSteps(w **handofftest.World) stackOption {
+func withSteps(w **handofftest.World, confirm string) stackOption {
 	return func(t *testing.T, hs *httpStack, data string, lo *grant.LaunchOptions) {
 		*w = handofftest.BuildWith(t, hs.svc, hs.env.ServiceClient(t, hs.svc), filepath.Join(data, "steps"),
-			handofftest.Options{Patient: "t.alice", Doctor: "t.bob", Nurse: "t.carol"})
+			handofftest.Options{Patient: "t.alice", Doctor: "t.bob", Nurse: "t.carol", Confirm: confirm})
 		hs.manifst = (*w).Manifest
 		lo.ManifestPath = (*w).Manifest
 		lo.AllApproved = false
@@ -37,7 +40,7 @@ func withSteps(w **handofftest.World) stackOption {
 // loses them when the patient closes the step.
 func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	var w *handofftest.World
-	hs := newHTTPStack(t, 8, withSteps(&w))
+	hs := newHTTPStack(t, 8, withSteps(&w, ""))
 	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
 	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
 	ctx := context.Background()
@@ -159,4 +162,57 @@ func stepOpen(list map[string]any, id string) bool {
 		}
 	}
 	return false
+}
+
+// TestHTTPHandOffConfirmation: over HTTP the go-sdk client's elicitation
+// handler confirms a hand-off on the newest protocol (served statelessly:
+// the question returns as an input request and the client calls again) and
+// on 2025-11-25 (a session: the server asks during the call); a client
+// without the capability is refused CONFIRMATION_UNAVAILABLE.
+func TestHTTPHandOffConfirmation(t *testing.T) {
+	var w *handofftest.World
+	hs := newHTTPStack(t, 8, withSteps(&w, grant.ConfirmElicit))
+	token := hs.token(t, "alice", "pw-a")
+	connect := func(proto string, handler func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) *mcp.ClientSession {
+		hc := &http.Client{Transport: &bearer{token: token, base: hs.hc.Transport}}
+		c := mcp.NewClient(&mcp.Implementation{Name: "http-elicit", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: handler})
+		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc},
+			&mcp.ClientSessionOptions{ProtocolVersion: proto})
+		if err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	args := map[string]any{"stepId": handofftest.StepReferral}
+
+	before := keyRouteCounts(hs.env.Gateway)
+	if m, isErr := callOn(t, connect("", nil), "hand_off", args); !isErr || m["code"] != handoff.CodeConfirmationUnavailable {
+		t.Fatalf("without elicitation: %v", m)
+	}
+	decline := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "decline"}, nil
+	}
+	if m, isErr := callOn(t, connect("", decline), "hand_off", args); !isErr || m["code"] != handoff.CodeConfirmationDeclined {
+		t.Fatalf("declined: %v", m)
+	}
+	if after := keyRouteCounts(hs.env.Gateway); !mapsEqual(before, after) {
+		t.Fatalf("an unconfirmed hand-off reached the crypto or key routes: %v -> %v", before, after)
+	}
+	for _, proto := range []string{"", "2025-11-25"} {
+		asked := 0
+		cs := connect(proto, func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked++
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
+		})
+		if m, isErr := callOn(t, cs, "hand_off", args); isErr || asked != 1 {
+			t.Fatalf("protocol %q, accepted: %v (asked %d times)", proto, m, asked)
+		}
+		if _, ok := w.Entry(t, w.Keys["problems"], w.Doctor); !ok {
+			t.Fatalf("protocol %q: accepted, but nothing was handed", proto)
+		}
+		if m, isErr := callOn(t, cs, "close_step", args); isErr {
+			t.Fatalf("close_step: %v", m)
+		}
+	}
 }
