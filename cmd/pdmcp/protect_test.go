@@ -26,13 +26,20 @@ var (
 // keyCount is how many keys the reference key server holds.
 func (s *stack) keyCount(t *testing.T) int {
 	t.Helper()
-	db, err := sql.Open("sqlite", s.env.DBPath+"?mode=ro")
+	return countRows(t, s.env.DBPath, "keys")
+}
+
+// countRows counts a table's rows in a reference Gateway's database.
+func countRows(t *testing.T, dbPath, table string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", dbPath+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	var n int
-	if err := db.QueryRow("SELECT count(*) FROM keys").Scan(&n); err != nil {
+	// The table name is the test's own constant.
+	if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

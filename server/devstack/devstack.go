@@ -59,6 +59,9 @@ type User struct {
 	Password  string   `json:"password"`
 	Principal string   `json:"principal"`
 	Documents []string `json:"documents"`
+	// DataTypes are the compound documents' section types the user's
+	// key-server entries open.
+	DataTypes []string `json:"dataTypes"`
 }
 
 // Info is dev.json: where everything is, so scripts can drive the stack.
@@ -304,10 +307,13 @@ func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gat
 		return err
 	}
 	prefix := strings.TrimSuffix(rec.AgentUser, "dev.agent")
+	if err := provisionCompound(ctx, sc, data, rec, prefix); err != nil {
+		return err
+	}
 	info.Users = nil
 	for _, u := range devUsers {
 		info.Users = append(info.Users, User{Name: u.name, Password: u.password, Principal: prefix + "dev." + u.name,
-			Documents: append([]string{}, u.documents...)})
+			Documents: append([]string{}, u.documents...), DataTypes: append([]string{}, devDataTypes[u.name]...)})
 	}
 	// Bind the provider (its port may have changed) and map the users.
 	caPEM, err := os.ReadFile(ca.CertPEM)
@@ -337,7 +343,7 @@ func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gat
 	// each caller acting as themselves.
 	_ = os.Remove(info.Grant)
 	_, err = grant.Launch(grant.LaunchOptions{ManifestPath: info.Manifest, AllApproved: true, CallerIdentity: true,
-		TTL: 12 * time.Hour, Out: info.Grant})
+		Tools: devTools(), TTL: 12 * time.Hour, Out: info.Grant})
 	return err
 }
 
