@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -103,17 +102,16 @@ func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifi
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mw(jsonRPCShape(mcpHandler)))
 	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))
-	origin := originOf(resource)
-	return &HTTPHandler{Resource: resource, Handler: hygiene(origin, mux)}
+	return &HTTPHandler{Resource: resource, Handler: hygiene(newOwnAddrs(resource), mux)}
 }
 
 // hygiene applies what the MCP transport rules ask of a local server before
-// anything else: a browser page from another origin is refused (DNS
-// rebinding, cross-site requests), and request bodies are bounded.
-func hygiene(origin string, next http.Handler) http.Handler {
+// anything else, the token check included: a Host or Origin that does not
+// name this server is refused (DNS rebinding, cross-site requests; see
+// ownAddrs), and request bodies are bounded.
+func hygiene(own ownAddrs, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if o := r.Header.Get("Origin"); o != "" && !strings.EqualFold(o, origin) {
-			http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
+		if !own.check(w, r) {
 			return
 		}
 		if r.ContentLength > MaxRequestBytes {
@@ -167,15 +165,6 @@ func writeRPCError(w http.ResponseWriter, code int, msg string) {
 	w.WriteHeader(http.StatusBadRequest)
 	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil,
 		"error": map[string]any{"code": code, "message": msg}})
-}
-
-func originOf(resource string) string {
-	if i := strings.Index(resource, "://"); i >= 0 {
-		if j := strings.Index(resource[i+3:], "/"); j >= 0 {
-			return resource[:i+3+j]
-		}
-	}
-	return resource
 }
 
 func runHTTP(ctx context.Context, o Options) error {

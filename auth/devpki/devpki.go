@@ -65,12 +65,15 @@ func LoadOrCreateCA(dir, name string) (*CA, error) {
 }
 
 // Issue returns dir/<name>.pem and dir/<name>-key.pem, a server certificate
-// for 127.0.0.1 and localhost issued by the CA, creating them when missing
-// or when the existing pair was not issued by this CA or has expired.
+// for IP:127.0.0.1 and DNS:localhost issued by the CA (so that both
+// https://127.0.0.1:<port> and https://localhost:<port> verify), creating
+// them when missing, or when the existing pair was not issued by this CA,
+// has expired, or does not name both (a state folder from an older build).
 func (ca *CA) Issue(dir, name string) (certFile, keyFile string, err error) {
 	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
 	if c, _, err := loadPair(certFile, keyFile); err == nil && c.CheckSignatureFrom(ca.Cert) == nil &&
-		time.Now().Before(c.NotAfter.Add(-24*time.Hour)) {
+		time.Now().Before(c.NotAfter.Add(-24*time.Hour)) &&
+		c.VerifyHostname("127.0.0.1") == nil && c.VerifyHostname("localhost") == nil {
 		return certFile, keyFile, nil
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
