@@ -51,6 +51,9 @@ var devUsers = []struct {
 	{"alice", "alice-dev-password", []string{"proposal-aurora", "proposal-borealis", "proposal-cirrus", "proposal-doldrum", "evaluation-criteria"}, true},
 	{"bob", "bob-dev-password", []string{"proposal-aurora", "evaluation-criteria"}, false},
 	{"carol", "carol-dev-password", nil, false},
+	// The hand-off pair: the patient may hand her history to the doctor.
+	{"patient", "patient-dev-password", nil, false},
+	{"doctor", "doctor-dev-password", nil, false},
 }
 
 // User is a development user as dev.json lists it.
@@ -310,6 +313,9 @@ func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gat
 	if err := provisionCompound(ctx, sc, data, rec, prefix); err != nil {
 		return err
 	}
+	if err := provisionSteps(ctx, sc, data, rec, prefix); err != nil {
+		return err
+	}
 	info.Users = nil
 	for _, u := range devUsers {
 		info.Users = append(info.Users, User{Name: u.name, Password: u.password, Principal: prefix + "dev." + u.name,
@@ -343,7 +349,8 @@ func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gat
 	// each caller acting as themselves.
 	_ = os.Remove(info.Grant)
 	_, err = grant.Launch(grant.LaunchOptions{ManifestPath: info.Manifest, AllApproved: true, CallerIdentity: true,
-		Tools: devTools(), TTL: 12 * time.Hour, Out: info.Grant})
+		Tools: append(devTools(), grant.ToolHandOff, grant.ToolCloseStep), Steps: devStepIDs(), TTL: 12 * time.Hour,
+		Out: info.Grant})
 	return err
 }
 
