@@ -131,6 +131,10 @@ type poolEntry struct {
 	// Guarded by Pool.mu.
 	sess     *Session
 	deadline time.Time // on the pool's clock; the session is not used past it
+	// extra are keys this user's session was widened to (decrypt_file),
+	// beyond the grant's objects; a renewal keeps them. Changed with lock
+	// and Pool.mu held.
+	extra []string
 	lastCall uint64
 	gone     bool // taken out of the pool; whoever holds lock starts over
 }
@@ -230,6 +234,59 @@ func (p *Pool) Session(ctx context.Context, callerID string, subject SubjectSour
 		}
 		// The entry left the pool while this call waited for it or
 		// minted: start over with the user's current entry.
+	}
+}
+
+// ScopeFullError refuses widening a session past api.MaxObjects keys.
+type ScopeFullError struct {
+	Count int // how many keys the session would cover
+	Max   int
+}
+
+func (e *ScopeFullError) Error() string {
+	return fmt.Sprintf("a session would cover %d keys, over the limit of %d", e.Count, e.Max)
+}
+
+// Widen returns the user's session covering ttag too. A session that
+// already covers it is returned as it is; otherwise the user's session is
+// revoked first and a new one minted over the grant's objects, the keys
+// this user's session was widened to before, and ttag, so the user holds
+// one session. Past api.MaxObjects keys it is a *ScopeFullError and the
+// session is left as it was.
+func (p *Pool) Widen(ctx context.Context, callerID string, subject SubjectSource, ttag string) (*Session, error) {
+	if callerID == "" || ttag == "" {
+		return nil, errors.New("session pool: widen needs a caller and a t-Tag")
+	}
+	if subject == nil {
+		return nil, errors.New("session pool: no subject token source")
+	}
+	for {
+		e, err := p.entry(callerID)
+		if err != nil {
+			return nil, err
+		}
+		if err := e.acquire(ctx); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		if !e.gone && !slices.Contains(p.objects, ttag) && !slices.Contains(e.extra, ttag) {
+			if n := len(p.objects) + len(e.extra) + 1; n > api.MaxObjects {
+				p.mu.Unlock()
+				e.release()
+				return nil, &ScopeFullError{Count: n, Max: api.MaxObjects}
+			}
+			e.extra = append(e.extra, ttag)
+		}
+		if s := e.sess; s != nil && !slices.Contains(s.Objects(), ttag) {
+			// Renewed by serve: revoked first, then minted wider.
+			e.deadline = time.Time{}
+		}
+		p.mu.Unlock()
+		s, again, err := p.serve(ctx, e, subject)
+		e.release()
+		if !again {
+			return s, err
+		}
 	}
 }
 
@@ -355,7 +412,8 @@ func (p *Pool) mint(ctx context.Context, e *poolEntry, subject SubjectSource) (*
 	if tok.Token == "" {
 		return nil, time.Time{}, errors.New("subject token for the Gateway: the source gave an empty token")
 	}
-	s, deadline, err := p.mintOnce(ctx, tok)
+	objects := append(slices.Clone(p.objects), e.extra...)
+	s, deadline, err := p.mintOnce(ctx, tok, objects)
 	var ae *api.Error
 	if err == nil || !errors.As(err, &ae) || !isRefusal(err, api.CodeIdPUnavailable) ||
 		ae.RetryAfter <= 0 || ae.RetryAfter > p.maxRetryWait {
@@ -371,19 +429,19 @@ func (p *Pool) mint(ctx context.Context, e *poolEntry, subject SubjectSource) (*
 	case <-ctx.Done():
 		return nil, time.Time{}, fmt.Errorf("%w (gave up waiting for its Retry-After: %w)", err, ctx.Err())
 	}
-	s, deadline, err = p.mintOnce(ctx, tok)
+	s, deadline, err = p.mintOnce(ctx, tok, objects)
 	p.logOutcome(ctx, e, err)
 	return s, deadline, err
 }
 
 // mintOnce asks for one session bound to tok, living no longer than tok.
-func (p *Pool) mintOnce(ctx context.Context, tok SubjectToken) (*Session, time.Time, error) {
+func (p *Pool) mintOnce(ctx context.Context, tok SubjectToken, objects []string) (*Session, time.Time, error) {
 	start := p.now()
 	ttl := min(api.MaxScopedTTL, tok.Expiry.Sub(start)-subjectTTLMargin).Truncate(time.Second)
 	if tok.Expiry.IsZero() || ttl < time.Second {
 		return nil, time.Time{}, fmt.Errorf("subject token for the Gateway: %w", ErrSubjectTokenExpired)
 	}
-	s, err := p.minter.Mint(ctx, MintRequest{Objects: slices.Clone(p.objects), SubjectToken: tok.Token, TTL: ttl})
+	s, err := p.minter.Mint(ctx, MintRequest{Objects: objects, SubjectToken: tok.Token, TTL: ttl})
 	if err != nil {
 		return nil, time.Time{}, err
 	}

@@ -41,19 +41,38 @@ func (p *poolSessions) Session(ctx context.Context, c Caller) (Session, error) {
 	if c.ID == "" || c.Credential.Caller == nil {
 		return nil, refuse(CodeInternal, 500, "no verified caller on this request")
 	}
-	sess, err := p.pool.Session(ctx, c.ID, func(ctx context.Context) (gateway.SubjectToken, error) {
-		t, err := p.ex.Exchange(ctx, c.Credential.Caller, c.Credential.AccessToken())
-		if err != nil {
-			return gateway.SubjectToken{}, err
-		}
-		return gateway.SubjectToken{Token: t.AccessToken, Expiry: t.Expiry}, nil
-	})
+	sess, err := p.pool.Session(ctx, c.ID, p.subject(c))
 	if errors.Is(err, &api.Error{Code: api.CodeSubjectRefused}) {
 		// The Gateway would not take the exchanged token: do not present
 		// it again; the next call exchanges afresh.
 		p.ex.Forget(c.ID)
 	}
 	return sess, err
+}
+
+func (p *poolSessions) Widen(ctx context.Context, c Caller, ttag string) (Session, error) {
+	if c.ID == "" || c.Credential.Caller == nil {
+		return nil, refuse(CodeInternal, 500, "no verified caller on this request")
+	}
+	sess, err := p.pool.Widen(ctx, c.ID, p.subject(c), ttag)
+	var full *gateway.ScopeFullError
+	if errors.As(err, &full) {
+		return nil, scopeFull(full.Count)
+	}
+	if errors.Is(err, &api.Error{Code: api.CodeSubjectRefused}) {
+		p.ex.Forget(c.ID)
+	}
+	return sess, err
+}
+
+func (p *poolSessions) subject(c Caller) gateway.SubjectSource {
+	return func(ctx context.Context) (gateway.SubjectToken, error) {
+		t, err := p.ex.Exchange(ctx, c.Credential.Caller, c.Credential.AccessToken())
+		if err != nil {
+			return gateway.SubjectToken{}, err
+		}
+		return gateway.SubjectToken{Token: t.AccessToken, Expiry: t.Expiry}, nil
+	}
 }
 
 func (p *poolSessions) End(ctx context.Context, c Caller) { p.pool.End(ctx, c.ID) }

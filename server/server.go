@@ -31,6 +31,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/files"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
@@ -67,6 +68,11 @@ type Caller struct {
 // one caller's after an internal failure, everyone's when the grant ends.
 type Sessions interface {
 	Session(ctx context.Context, c Caller) (Session, error)
+	// Widen returns the caller's session covering ttag too: the one they
+	// hold if it does, else a new one minted wider after the old one is
+	// revoked, so the caller holds one session. Past api.MaxObjects keys
+	// it refuses GRANT_TOO_WIDE.
+	Widen(ctx context.Context, c Caller, ttag string) (Session, error)
 	End(ctx context.Context, c Caller)
 	EndAll(ctx context.Context)
 }
@@ -123,6 +129,11 @@ type Server struct {
 	destLocks keyLocks
 	// handoffs makes and closes the grant's hand-offs.
 	handoffs *handoff.Engine
+	// files judges the file tools' paths against the grant's file root;
+	// nil when the grant names none. fileLocks serialises one caller's
+	// encrypt_file of one content at one path.
+	files     *files.Resolver
+	fileLocks keyLocks
 }
 
 // New validates the grant against the manifest and builds the server with
@@ -153,6 +164,12 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root}
 	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
 		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger})
+	if cfg.Grant.FileRoot != "" {
+		if s.files, err = files.NewResolver(cfg.Grant.FileRoot); err != nil {
+			root.Close()
+			return nil, fmt.Errorf("server: the grant's file root: %w", err)
+		}
+	}
 	for _, t := range cfg.Grant.AllowedTools {
 		s.allowed[t] = true
 	}
@@ -256,5 +273,5 @@ func jsonText(v any) string {
 // tools is every tool this build offers, in the order tools/list shows them.
 func (s *Server) tools() []tool {
 	return []tool{s.listTool(), s.readTool(), s.saveTool(), s.readFragmentTool(), s.saveFragmentTool(),
-		s.handOffTool(), s.closeStepTool()}
+		s.handOffTool(), s.closeStepTool(), s.encryptFileTool(), s.decryptFileTool()}
 }

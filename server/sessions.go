@@ -3,11 +3,13 @@ package server
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/grant"
 )
 
 // Minter mints scoped Gateway sessions; *gateway.Client is one.
@@ -79,6 +81,37 @@ func (g *GrantSessions) Session(ctx context.Context, caller Caller) (Session, er
 	g.log.Info("scoped session minted", "actingAs", next.ActingAs(), "jkt", next.JKT(),
 		"objects", len(g.objects), "expiresAt", next.ExpiresAt().UTC().Format(time.RFC3339))
 	return next, nil
+}
+
+// Widen returns the task's session covering ttag too. When the live
+// session does not cover it, that session is revoked first and a new one
+// minted over the task's keys and ttag; the task keeps ttag for later
+// renewals. More than api.MaxObjects keys is refused GRANT_TOO_WIDE.
+func (g *GrantSessions) Widen(ctx context.Context, caller Caller, ttag string) (Session, error) {
+	if caller.ID != "" {
+		return nil, refuse(CodeInternal, 500, "a stdio task serves one user only")
+	}
+	g.mu.Lock()
+	if !slices.Contains(g.objects, ttag) {
+		if n := len(g.objects) + 1; n > api.MaxObjects {
+			g.mu.Unlock()
+			return nil, scopeFull(n)
+		}
+		g.objects = append(slices.Clone(g.objects), ttag)
+	}
+	if g.cur != nil && !slices.Contains(g.cur.Objects(), ttag) {
+		// Revoked before the wider one is minted: the task holds one
+		// session.
+		g.endLocked(ctx)
+	}
+	g.mu.Unlock()
+	return g.Session(ctx, caller)
+}
+
+func scopeFull(n int) *Refusal {
+	return refuse(grant.CodeGrantTooWide, 403,
+		"opening this envelope would make the task's session cover %d keys, over the limit of %d; nothing was decrypted; "+
+			"ask the operator for a new task (grant) to open more files", n, api.MaxObjects)
 }
 
 // Len is 1 while a session is held, else 0.

@@ -267,3 +267,29 @@ FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?
 	}
 	return r, nil
 }
+
+// ReleaseFile forgets a reservation whose encrypt was definitely not
+// performed (the Gateway or key server refused it, so no key exists), so a
+// later call may encrypt. Only a FileReserved row is removed; any other
+// state gives ErrOutOfOrder.
+func (j *Journal) ReleaseFile(ctx context.Context, key FileKey) error {
+	if err := key.check(); err != nil {
+		return err
+	}
+	return j.inTx(ctx, func(tx *sql.Tx) error {
+		r, err := getFile(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		if r.State != FileReserved {
+			return fmt.Errorf("journal: file %s: %w: only a reservation can be released (it is %s)", key, ErrOutOfOrder, r.State)
+		}
+		_, err = tx.ExecContext(ctx, `
+DELETE FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ? AND state = 'reserved'`,
+			key.Caller, key.Root, key.RelPath, key.ContentSHA256)
+		if err != nil {
+			return fmt.Errorf("journal: release file %s: %w", key, err)
+		}
+		return nil
+	})
+}

@@ -306,3 +306,29 @@ VALUES ('s', '', 'k', 1, 'p', '2026-10-24T12:30:00Z', 'open', '2026-10-24T12:00:
 		t.Fatalf("after upgrade: %+v, %v", rows, err)
 	}
 }
+
+// A refused encrypt made no key: its reservation is released and the same
+// file may be reserved anew. Nothing past a reservation is ever released.
+func TestReleaseFile(t *testing.T) {
+	ctx := context.Background()
+	j, _ := openTemp(t)
+	key := FileKey{Root: "/srv/task", RelPath: "r.txt", ContentSHA256: sum("r")}
+	if err := j.ReleaseFile(ctx, key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("release of no row: %v", err)
+	}
+	if _, err := j.ReserveFile(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.ReleaseFile(ctx, key); err != nil {
+		t.Fatalf("ReleaseFile: %v", err)
+	}
+	if r, err := j.ReserveFile(ctx, key); err != nil || !r.New {
+		t.Fatalf("ReserveFile after release: %+v, %v", r, err)
+	}
+	if _, err := j.MarkAnswerLost(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.ReleaseFile(ctx, key); !errors.Is(err, ErrOutOfOrder) {
+		t.Fatalf("release of a lost answer: %v, want ErrOutOfOrder", err)
+	}
+}

@@ -1,0 +1,489 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/server/files"
+	"github.com/pdmcp/pdmcp/server/journal"
+)
+
+// CodeAnswerLost refuses an encrypt_file whose earlier encrypt of the same
+// content may have created a key whose answer never arrived; it is never
+// sent again.
+const CodeAnswerLost = "ENCRYPT_ANSWER_LOST"
+
+// maxDecryptedNames bounds the -2, -3, ... names tried for an output.
+const maxDecryptedNames = 1000
+
+// fileInput is the file tools' one argument.
+type fileInput struct {
+	Path string `json:"path" jsonschema:"a file in the task's folder: relative to it, or absolute"`
+}
+
+// encryptFileResult is what encrypt_file returns.
+type encryptFileResult struct {
+	// Envelope is the written <name>.pisoft, relative to the task's folder.
+	Envelope string `json:"envelope"`
+	// Path is the file that was encrypted, relative to the task's folder.
+	Path   string `json:"path"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	// Replayed is true when this content was already encrypted here: the
+	// first result is returned and no key was created.
+	Replayed bool `json:"replayed"`
+	// Rewritten is true when the envelope was missing and was written again
+	// from the server's journal.
+	Rewritten bool `json:"rewritten"`
+}
+
+// decryptFileResult is what decrypt_file returns: never the content.
+type decryptFileResult struct {
+	// Path is the written plaintext, relative to the task's folder.
+	Path     string `json:"path"`
+	Envelope string `json:"envelope"`
+	Bytes    int64  `json:"bytes"`
+	SHA256   string `json:"sha256"`
+}
+
+func (s *Server) encryptFileTool() tool {
+	return newTool(s, mcp.Tool{
+		Name:  "encrypt_file",
+		Title: "Encrypt a file in the task's folder",
+		Description: "Encrypts one regular file in the task's folder under a new key the key server creates for it, and " +
+			"writes <name>.pisoft beside it (the original stays). Returns the envelope's path and the original's size and " +
+			"sha256. path is relative to the task's folder or absolute; anything outside the folder, a link out of it, a " +
+			"folder, a device, a file with a second name, an empty file, a .pisoft or a file over 16,777,215 bytes is " +
+			"refused before anything is sent. Calling again with the same content returns the first result and creates no " +
+			"second key; a deleted envelope is written again. It never overwrites an existing .pisoft, and never returns " +
+			"the content or the key. To read the file back later, call decrypt_file on the .pisoft.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
+			OpenWorldHint: ptr(false)},
+	}, s.encryptFile)
+}
+
+func (s *Server) decryptFileTool() tool {
+	return newTool(s, mcp.Tool{
+		Name:  "decrypt_file",
+		Title: "Decrypt a .pisoft in the task's folder",
+		Description: "Decrypts one .pisoft that encrypt_file wrote in this task's folder and writes the plaintext beside " +
+			"it as <name>.decrypted<ext> (then -2, -3, ... if taken); it never overwrites a file. Returns that path, its size " +
+			"and sha256, never the content: read the written file if the task needs it. Only an envelope whose key " +
+			"encrypt_file created in this folder is opened, and only if the plaintext's sha256 matches the one recorded " +
+			"at encryption; the key server decides whether this user may use the key.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: false,
+			OpenWorldHint: ptr(false)},
+	}, s.decryptFile)
+}
+
+// fileRefusal turns a path or file refusal into the adapter's refusal.
+func fileRefusal(err error) error {
+	var fe *files.Error
+	if errors.As(err, &fe) {
+		return refuse(fe.Code, fe.Status(), "%s; nothing was sent", fe.Detail)
+	}
+	return err
+}
+
+func fileRefuse(code, format string, args ...any) *Refusal {
+	fe := &files.Error{Code: code}
+	return refuse(code, fe.Status(), format, args...)
+}
+
+func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryptFileResult, error) {
+	var zero encryptFileResult
+	f, err := s.files.Open(in.Path)
+	if err != nil {
+		return zero, fileRefusal(err)
+	}
+	defer f.Close()
+	c.line.Path = f.Rel
+	dir, name := path.Split(f.Rel)
+	if files.IsEnvelopeName(name) {
+		return zero, fileRefuse(files.CodeAlreadyAnEnvelope,
+			"%q is already an envelope; nothing was sent; to open it call decrypt_file", f.Rel)
+	}
+	size := f.Size()
+	if size == 0 {
+		return zero, fileRefuse(files.CodeEmptyFile, "%q is empty; nothing was sent", f.Rel)
+	}
+	if size > api.MaxDataBytes {
+		return zero, fileRefuse(files.CodeFileTooLarge,
+			"%q is %d bytes, over the %d-byte limit; nothing was sent", f.Rel, size, api.MaxDataBytes)
+	}
+	data, err := readExactly(f.File, size)
+	if err != nil {
+		return zero, fileRefuse(files.CodeFileChanged, "%q changed while it was read; nothing was sent; try again", f.Rel)
+	}
+	sum := sha256.Sum256(data)
+	sha := hex.EncodeToString(sum[:])
+	c.line.PlaintextSHA256 = sha
+	envRel := dir + name + files.EnvelopeExt
+	key := journal.FileKey{Caller: c.caller.ID, Root: s.files.Root(), RelPath: f.Rel, ContentSHA256: sha}
+	out := encryptFileResult{Envelope: envRel, Path: f.Rel, Bytes: size, SHA256: sha}
+
+	unlock, err := s.fileLocks.lock(ctx, key.String())
+	if err != nil {
+		return zero, err
+	}
+	defer unlock()
+	_, statErr := f.Dir.Lstat(filepath.FromSlash(envRel))
+	envExists := statErr == nil
+	row, err := s.cfg.Journal.ReserveFile(ctx, key)
+	if err != nil {
+		return zero, fmt.Errorf("reserve file: %w", err)
+	}
+	if !row.New {
+		return s.replayEncrypt(ctx, c, f.Dir, row, out)
+	}
+	if envExists {
+		if err := s.cfg.Journal.ReleaseFile(ctx, key); err != nil {
+			return zero, fmt.Errorf("release file: %w", err)
+		}
+		return zero, fileRefuse(files.CodeEnvelopeExists,
+			"%q already exists and is never overwritten; nothing was sent; move or remove it first", envRel)
+	}
+	s.cfg.CrashPoint("encrypt_file:reserved")
+	sess, err := s.session(ctx, c)
+	if err != nil {
+		// Nothing was sent: the reservation goes.
+		return zero, s.releaseAfter(ctx, key, err)
+	}
+	iv := make([]byte, api.IVBytes)
+	if _, err := rand.Read(iv); err != nil {
+		return zero, s.releaseAfter(ctx, key, fmt.Errorf("encrypt_file IV: %w", err))
+	}
+	enc, err := sess.Encrypt(ctx, gateway.EncryptInput{IV: iv, Plaintext: data})
+	data = nil
+	if err != nil {
+		if refusedBeforeWork(err) {
+			return zero, s.releaseAfter(ctx, key, err)
+		}
+		if _, lerr := s.cfg.Journal.MarkAnswerLost(context.WithoutCancel(ctx), key); lerr != nil {
+			s.log.Error("journal: mark answer lost", "err", lerr)
+		}
+		return zero, answerLost(f.Rel, err)
+	}
+	c.line.Minted = enc.Minted
+	c.line.KeyLink = digestOrEmpty(enc.Link)
+	if !enc.Minted || enc.Link == "" {
+		// Not the new key this tool asks for: nothing may be written
+		// under it, and the content is not sent again.
+		if _, lerr := s.cfg.Journal.MarkAnswerLost(context.WithoutCancel(ctx), key); lerr != nil {
+			s.log.Error("journal: mark answer lost", "err", lerr)
+		}
+		return zero, fmt.Errorf("encrypt_file: the Gateway's answer did not report a new key")
+	}
+	s.cfg.CrashPoint("encrypt_file:encrypted")
+	row, err = s.cfg.Journal.RecordMinted(context.WithoutCancel(ctx), key, journal.MintedKey{
+		TTag: enc.TTag, LinkDigest: audit.Digest12(enc.Link), IV: enc.IV, Ciphertext: enc.Ciphertext})
+	if err != nil {
+		return zero, fmt.Errorf("record minted key: %w", err)
+	}
+	enc = nil
+	s.cfg.CrashPoint("encrypt_file:minted")
+	if err := s.writeEnvelope(f.Dir, envRel, name, size, row); err != nil {
+		return zero, err
+	}
+	s.cfg.CrashPoint("encrypt_file:envelope-written")
+	if _, err := s.cfg.Journal.MarkFileDone(context.WithoutCancel(ctx), key); err != nil {
+		return zero, fmt.Errorf("mark file done: %w", err)
+	}
+	return out, nil
+}
+
+// replayEncrypt answers an encrypt_file of content this caller already
+// encrypted at this path: the first result, with the envelope written again
+// if it is gone. Nothing is sent.
+func (s *Server) replayEncrypt(ctx context.Context, c *call, dir *os.Root, row journal.FileRecord,
+	out encryptFileResult) (encryptFileResult, error) {
+	var zero encryptFileResult
+	switch row.State {
+	case journal.FileReserved, journal.FileAnswerLost:
+		return zero, answerLost(out.Path, nil)
+	}
+	c.line.KeyLink = row.LinkDigest
+	out.Replayed = true
+	ours, exists, err := envelopeMatches(dir, out.Envelope, row)
+	if err != nil {
+		return zero, err
+	}
+	switch {
+	case exists && !ours:
+		return zero, fileRefuse(files.CodeEnvelopeExists,
+			"%q exists but is not the envelope of this content; it is never overwritten; nothing was sent; move or remove it first",
+			out.Envelope)
+	case !exists:
+		if err := s.writeEnvelope(dir, out.Envelope, path.Base(out.Path), out.Bytes, row); err != nil {
+			return zero, err
+		}
+		out.Rewritten = true
+	}
+	if row.State != journal.FileDone {
+		if _, err := s.cfg.Journal.MarkFileDone(context.WithoutCancel(ctx), row.Key); err != nil {
+			return zero, fmt.Errorf("mark file done: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func answerLost(rel string, cause error) *Refusal {
+	detail := "an earlier encrypt_file of this same content of %q was sent and its answer never arrived (or the server stopped): " +
+		"a key may have been created and left unused. It is not sent again, so no second key is made; nothing was sent now. " +
+		"Report this to the operator; changing the file's content makes it a new encryption."
+	if cause != nil {
+		var ae *api.Error
+		if errors.As(cause, &ae) {
+			detail += " (the Gateway call ended " + ae.Code + ")"
+		}
+	}
+	return refuse(CodeAnswerLost, 502, detail, rel)
+}
+
+// refusedBeforeWork reports an encrypt the Gateway or key server refused
+// outright: no key was created, so the reservation may be released. A lost
+// connection, a timeout, an unreadable answer or a 5xx may have come after
+// the key was made.
+func refusedBeforeWork(err error) bool {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Code {
+	case api.CodeUnreachable, api.CodeBadResponse:
+		return false
+	}
+	return ae.Status >= 400 && ae.Status < 500
+}
+
+func (s *Server) releaseAfter(ctx context.Context, key journal.FileKey, err error) error {
+	if rerr := s.cfg.Journal.ReleaseFile(context.WithoutCancel(ctx), key); rerr != nil {
+		s.log.Error("journal: release file", "err", rerr)
+	}
+	return err
+}
+
+// readExactly reads size bytes and confirms the file ends there.
+func readExactly(r io.Reader, size int64) ([]byte, error) {
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	var one [1]byte
+	if n, _ := r.Read(one[:]); n != 0 {
+		return nil, errors.New("the file grew")
+	}
+	return buf, nil
+}
+
+// envelopeMatches reports whether rel holds the envelope of row (same key,
+// IV and ciphertext). exists is false when there is no such name.
+func envelopeMatches(dir *os.Root, rel string, row journal.FileRecord) (ours, exists bool, err error) {
+	native := filepath.FromSlash(rel)
+	fi, err := dir.Lstat(native)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, true, nil
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > files.MaxEnvelopeBytes {
+		return false, true, nil
+	}
+	f, err := dir.OpenFile(native, os.O_RDONLY, 0)
+	if err != nil {
+		return false, true, nil
+	}
+	defer f.Close()
+	env, err := files.ReadEnvelope(f, rel)
+	if err != nil {
+		return false, true, nil
+	}
+	sum := sha256.Sum256(env.Ciphertext)
+	return env.TTag == row.TTag && string(env.IV) == string(row.IV) && hex.EncodeToString(sum[:]) == row.CiphertextSHA256, true, nil
+}
+
+// writeEnvelope writes row's envelope as rel, atomically and never over an
+// existing file: a temporary file in the same folder, synced, then linked
+// to its name (which fails if the name exists) and the temporary removed.
+// size is the plaintext's: the content the row names has that size.
+func (s *Server) writeEnvelope(dir *os.Root, rel, plainName string, size int64, row journal.FileRecord) error {
+	native := filepath.FromSlash(rel)
+	tmp, tf, err := createTemp(dir, native)
+	if err != nil {
+		return fmt.Errorf("envelope temporary file: %w", err)
+	}
+	defer dir.Remove(tmp)
+	err = files.WriteEnvelope(tf, files.Envelope{CreatedAt: row.MintedAt, TTag: row.TTag, IV: row.IV,
+		Ciphertext: row.Ciphertext, Name: plainName, Bytes: size, SHA256: row.Key.ContentSHA256})
+	if err == nil {
+		err = tf.Sync()
+	}
+	if cerr := tf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write envelope: %w", err)
+	}
+	if err := dir.Link(tmp, native); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fileRefuse(files.CodeEnvelopeExists,
+				"%q appeared while it was being written and is never overwritten; the key is recorded: move or remove that file "+
+					"and call encrypt_file again to write the envelope", rel)
+		}
+		return fmt.Errorf("place envelope: %w", err)
+	}
+	syncDir(dir, filepath.Dir(native))
+	return nil
+}
+
+// createTemp creates a new, empty temporary file beside name, exclusively.
+func createTemp(dir *os.Root, name string) (string, *os.File, error) {
+	folder, base := filepath.Split(name)
+	for range 16 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", nil, err
+		}
+		tmp := filepath.Join(folder, "."+base+".tmp-"+hex.EncodeToString(b[:]))
+		f, err := dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return tmp, f, err
+	}
+	return "", nil, errors.New("no free temporary name")
+}
+
+// syncDir makes a rename or link in folder durable; a failure is not
+// fatal (the file itself is synced).
+func syncDir(dir *os.Root, folder string) {
+	if folder == "" {
+		folder = "."
+	}
+	if d, err := dir.Open(folder); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
+
+func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryptFileResult, error) {
+	var zero decryptFileResult
+	f, err := s.files.Open(in.Path)
+	if err != nil {
+		return zero, fileRefusal(err)
+	}
+	defer f.Close()
+	c.line.Path = f.Rel
+	dir, name := path.Split(f.Rel)
+	if !files.IsEnvelopeName(name) {
+		return zero, fileRefuse(files.CodeNotAnEnvelope,
+			"%q is not a .pisoft envelope; nothing was sent; decrypt_file opens only what encrypt_file wrote", f.Rel)
+	}
+	if f.Size() == 0 {
+		return zero, fileRefuse(files.CodeEmptyFile, "%q is empty; nothing was sent", f.Rel)
+	}
+	if f.Size() > files.MaxEnvelopeBytes {
+		return zero, fileRefuse(files.CodeFileTooLarge,
+			"%q is %d bytes, larger than any envelope of a file within the %d-byte limit; nothing was read or sent",
+			f.Rel, f.Size(), api.MaxDataBytes)
+	}
+	env, err := files.ReadEnvelope(f.File, f.Rel)
+	if err != nil {
+		return zero, fileRefusal(err)
+	}
+	// The envelope is the model's to edit: its t-Tag counts only if the
+	// journal says encrypt_file minted that key in this folder, and its IV
+	// and ciphertext must be the ones recorded then.
+	row, err := s.cfg.Journal.MintedFile(ctx, s.files.Root(), env.TTag)
+	if errors.Is(err, journal.ErrNotFound) {
+		return zero, fileRefuse(files.CodeKeyNotMintedHere,
+			"%q names a key that encrypt_file did not create in this task's folder; nothing was sent", f.Rel)
+	}
+	if err != nil {
+		return zero, fmt.Errorf("look up minted key: %w", err)
+	}
+	sum := sha256.Sum256(env.Ciphertext)
+	if string(env.IV) != string(row.IV) || hex.EncodeToString(sum[:]) != row.CiphertextSHA256 {
+		return zero, fileRefuse(files.CodeNotAnEnvelope,
+			"%q was changed after encrypt_file wrote it (its IV or ciphertext is not the one recorded); nothing was sent", f.Rel)
+	}
+	c.line.PlaintextSHA256 = row.Key.ContentSHA256
+	c.line.KeyLink = row.LinkDigest
+	sess, err := s.cfg.Sessions.Widen(ctx, c.caller, env.TTag)
+	if err != nil {
+		return zero, err
+	}
+	c.session = sess
+	dec, err := sess.DecryptWithLink(ctx, env.TTag, env.IV, env.Ciphertext)
+	if err != nil {
+		return zero, err
+	}
+	env.Ciphertext = nil
+	if dec.Link != "" {
+		c.line.KeyLink = digestOrEmpty(dec.Link)
+	}
+	psum := sha256.Sum256(dec.Plaintext)
+	if hex.EncodeToString(psum[:]) != row.Key.ContentSHA256 {
+		return zero, refuse(CodeIntegrityMismatch, 502,
+			"the decrypted content's sha256 is not the one recorded when %q was encrypted; nothing was written", f.Rel)
+	}
+	// The output's folder is the envelope's own, and its name comes from
+	// the journal's record of the encrypted file, never from the envelope.
+	outRel, err := writeDecrypted(f.Dir, dir, path.Base(row.Key.RelPath), dec.Plaintext)
+	if err != nil {
+		return zero, err
+	}
+	return decryptFileResult{Path: outRel, Envelope: f.Rel, Bytes: int64(len(dec.Plaintext)), SHA256: row.Key.ContentSHA256}, nil
+}
+
+// writeDecrypted writes data beside the envelope under the first free name
+// of <name>.decrypted<ext>, -2, -3, ...: a synced temporary file linked to
+// the name, so a name that exists (a file or a link, even a dangling one)
+// is never written through or over.
+func writeDecrypted(dir *os.Root, folder, plainName string, data []byte) (string, error) {
+	tmpName := filepath.Join(filepath.FromSlash(folder), plainName)
+	tmp, tf, err := createTemp(dir, tmpName)
+	if err != nil {
+		return "", fmt.Errorf("decrypted temporary file: %w", err)
+	}
+	defer dir.Remove(tmp)
+	_, err = tf.Write(data)
+	if err == nil {
+		err = tf.Sync()
+	}
+	if cerr := tf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("write decrypted file: %w", err)
+	}
+	for n := 1; n <= maxDecryptedNames; n++ {
+		rel := folder + files.DecryptedName(plainName, n)
+		err := dir.Link(tmp, filepath.FromSlash(rel))
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("place decrypted file: %w", err)
+		}
+		syncDir(dir, filepath.FromSlash(folder))
+		return rel, nil
+	}
+	return "", fileRefuse(files.CodeEnvelopeExists,
+		"%d decrypted copies of %q already exist beside it; nothing was written; remove some first", maxDecryptedNames, plainName)
+}

@@ -1,0 +1,388 @@
+//go:build unix
+
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/files/filestest"
+)
+
+// withFileRoot gives the fixture's grant the two file tools on root.
+func withFileRoot(root string, docTools bool) func(*grant.Grant, *grant.Manifest) {
+	return func(g *grant.Grant, _ *grant.Manifest) {
+		g.FileRoot = root
+		g.AllowedTools = grant.FileTools()
+		if docTools {
+			g.AllowedTools = append(grant.DocumentTools(), grant.FileTools()...)
+		}
+	}
+}
+
+func newFileRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func (f *fixture) totalRequests() int {
+	n := 0
+	for _, c := range f.env.Gateway.Counts() {
+		n += c
+	}
+	return n
+}
+
+// auditLines reads the audit file's tool-call lines for tool.
+func (f *fixture) auditLines(t *testing.T, tool string) []map[string]any {
+	t.Helper()
+	fh, err := os.Open(f.auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(fh)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["tool"] == tool {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestEncryptDecryptFileRoundTrip(t *testing.T) {
+	root := newFileRoot(t)
+	content := []byte("quarterly figures, synthetic\n")
+	if err := os.MkdirAll(filepath.Join(root, "reports"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	orig := filepath.Join(root, "reports", "q3.csv")
+	if err := os.WriteFile(orig, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, basicDocs, withFileRoot(root, false))
+	gw := f.env.Gateway
+
+	enc0 := gw.Count(api.RouteEncrypt)
+	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "reports/q3.csv"})
+	if isErr || res["envelope"] != "reports/q3.csv.pisoft" || res["path"] != "reports/q3.csv" ||
+		res["bytes"] != float64(len(content)) || res["sha256"] != sha(content) || res["replayed"] != false {
+		t.Fatalf("encrypt_file: %v", res)
+	}
+	if n := gw.Count(api.RouteEncrypt) - enc0; n != 1 {
+		t.Fatalf("Gateway encrypts: %d, want 1", n)
+	}
+	envPath := orig + ".pisoft"
+	envBytes, err := os.ReadFile(envPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env map[string]any
+	if err := json.Unmarshal(envBytes, &env); err != nil {
+		t.Fatalf("envelope is not JSON: %v", err)
+	}
+	pt, _ := env["plaintext"].(map[string]any)
+	if env["format"] != "pisoft-file-envelope" || env["formatVersion"] != float64(1) || env["ttag"] == "" ||
+		env["iv"] == "" || env["ciphertext"] == "" || env["createdAt"] == "" || pt["name"] != "q3.csv" ||
+		pt["bytes"] != float64(len(content)) || pt["sha256"] != sha(content) || len(env) != 7 || len(pt) != 3 {
+		t.Fatalf("envelope fields: %s", envBytes)
+	}
+	if bytes.Contains(envBytes, content) {
+		t.Fatal("the envelope holds the plaintext")
+	}
+
+	// Again: the first result, no second key.
+	again, isErr := f.call(t, "encrypt_file", map[string]any{"path": orig})
+	if isErr || again["replayed"] != true || again["envelope"] != res["envelope"] {
+		t.Fatalf("encrypt_file again: %v", again)
+	}
+	// The envelope deleted: written again from the journal, byte for byte.
+	if err := os.Remove(envPath); err != nil {
+		t.Fatal(err)
+	}
+	again, isErr = f.call(t, "encrypt_file", map[string]any{"path": "./reports/q3.csv"})
+	if isErr || again["replayed"] != true || again["rewritten"] != true {
+		t.Fatalf("encrypt_file after the envelope was deleted: %v", again)
+	}
+	if rewritten, _ := os.ReadFile(envPath); !bytes.Equal(rewritten, envBytes) {
+		t.Fatalf("rewritten envelope differs:\n%s\n%s", rewritten, envBytes)
+	}
+	if n := gw.Count(api.RouteEncrypt) - enc0; n != 1 {
+		t.Fatalf("Gateway encrypts after two retries: %d, want 1", n)
+	}
+
+	// The original deleted, the envelope decrypted beside it.
+	if err := os.Remove(orig); err != nil {
+		t.Fatal(err)
+	}
+	dec, isErr := f.call(t, "decrypt_file", map[string]any{"path": "reports/q3.csv.pisoft"})
+	if isErr || dec["path"] != "reports/q3.decrypted.csv" || dec["sha256"] != sha(content) || dec["bytes"] != float64(len(content)) {
+		t.Fatalf("decrypt_file: %v", dec)
+	}
+	if strings.Contains(mustJSON(t, dec), string(content[:10])) {
+		t.Fatal("decrypt_file returned content")
+	}
+	got, err := os.ReadFile(filepath.Join(root, "reports", "q3.decrypted.csv"))
+	if err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("decrypted file: %q, %v", got, err)
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "reports", "q3.decrypted.csv")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("decrypted file mode %v, want 0600", fi.Mode().Perm())
+	}
+	// A link planted at the next name is not written through.
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.Symlink(victim, filepath.Join(root, "reports", "q3.decrypted-2.csv")); err != nil {
+		t.Fatal(err)
+	}
+	dec, isErr = f.call(t, "decrypt_file", map[string]any{"path": "reports/q3.csv.pisoft"})
+	if isErr || dec["path"] != "reports/q3.decrypted-3.csv" {
+		t.Fatalf("decrypt_file with a link at -2: %v", dec)
+	}
+	if _, err := os.Lstat(victim); !os.IsNotExist(err) {
+		t.Fatal("decrypt_file wrote through a planted link")
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(root, "reports", ".*tmp-*"))
+	if len(leftovers) != 0 {
+		t.Fatalf("temporary files left: %v", leftovers)
+	}
+
+	// The audit lines name the path, the plaintext's sha256, minted and
+	// the key link, and never the content or the t-Tag.
+	lines := f.auditLines(t, "encrypt_file")
+	if len(lines) != 3 || lines[0]["path"] != "reports/q3.csv" || lines[0]["plaintextSha256"] != sha(content) ||
+		lines[0]["minted"] != true || len(lines[0]["keyLink"].(string)) != 12 || lines[1]["minted"] != nil ||
+		lines[1]["keyLink"] != lines[0]["keyLink"] {
+		t.Fatalf("encrypt_file audit lines: %v", lines)
+	}
+	dlines := f.auditLines(t, "decrypt_file")
+	if len(dlines) != 2 || dlines[0]["path"] != "reports/q3.csv.pisoft" || dlines[0]["keyLink"] != lines[0]["keyLink"] ||
+		dlines[0]["plaintextSha256"] != sha(content) {
+		t.Fatalf("decrypt_file audit lines: %v", dlines)
+	}
+	raw, _ := os.ReadFile(f.auditLog)
+	if bytes.Contains(raw, content[:10]) || bytes.Contains(raw, []byte(env["ttag"].(string))) {
+		t.Fatal("the audit file holds the content or the t-Tag")
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Every hostile path is refused with its code by both tools, and no
+// request reaches the Gateway.
+func TestFileToolsHostilePathsSendNothing(t *testing.T) {
+	fx := filestest.New(t)
+	f := newFixture(t, basicDocs, withFileRoot(fx.Root, false))
+	cases := fx.Cases()
+	refused := 0
+	for _, c := range cases {
+		if c.Code == "" || !utf8.ValidString(c.Path) {
+			// Invalid UTF-8 cannot travel in JSON (the client sends
+			// U+FFFD instead); the resolver's own test covers it.
+			continue
+		}
+		refused++
+		t.Run(c.Name, func(t *testing.T) {
+			for _, tool := range []string{"encrypt_file", "decrypt_file"} {
+				before := f.totalRequests()
+				res, isErr := f.call(t, tool, map[string]any{"path": c.Path})
+				if !isErr || res["layer"] != "adapter" || res["code"] != c.Code {
+					t.Fatalf("%s(%q) = %v, want adapter %s", tool, c.Path, res, c.Code)
+				}
+				if n := f.totalRequests() - before; n != 0 {
+					t.Fatalf("%s(%q) sent %d Gateway requests", tool, c.Path, n)
+				}
+			}
+		})
+	}
+	if refused < 30 {
+		t.Fatalf("only %d hostile paths", refused)
+	}
+	// Accepted paths still refused by content rules, also with nothing sent.
+	before := f.totalRequests()
+	for _, c := range []struct{ tool, path, code string }{
+		{"encrypt_file", "empty.txt", "EMPTY_FILE"},
+		{"decrypt_file", "ok.txt", "NOT_AN_ENVELOPE"},
+		{"decrypt_file", "link-in", "NOT_AN_ENVELOPE"},
+	} {
+		res, isErr := f.call(t, c.tool, map[string]any{"path": c.path})
+		if !isErr || res["code"] != c.code {
+			t.Errorf("%s(%q) = %v, want %s", c.tool, c.path, res, c.code)
+		}
+	}
+	if n := f.totalRequests() - before; n != 0 {
+		t.Fatalf("content refusals sent %d Gateway requests", n)
+	}
+}
+
+// Envelope rules: a .pisoft to encrypt_file, an envelope naming a key not
+// minted here, an edited envelope, one too large, an envelope already in
+// the way.
+func TestFileToolsEnvelopeRefusals(t *testing.T) {
+	root := newFileRoot(t)
+	write := func(name string, b []byte) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.txt", []byte("alpha"))
+	write("b.txt", []byte("bravo"))
+	write("b.txt.pisoft", []byte("someone else's file"))
+	f := newFixture(t, basicDocs, withFileRoot(root, false))
+	if res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "a.txt"}); isErr {
+		t.Fatalf("encrypt_file: %v", res)
+	}
+	envBytes, _ := os.ReadFile(filepath.Join(root, "a.txt.pisoft"))
+	var env map[string]any
+	if err := json.Unmarshal(envBytes, &env); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(name string, change func(map[string]any)) {
+		t.Helper()
+		m := map[string]any{}
+		_ = json.Unmarshal(envBytes, &m)
+		change(m)
+		b, _ := json.Marshal(m)
+		write(name, b)
+	}
+	m, err := grant.LoadManifest(f.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit("foreign-key.pisoft", func(m2 map[string]any) { m2["ttag"] = m.Destinations["summary"].TTag })
+	edit("edited.pisoft", func(m2 map[string]any) { m2["ciphertext"] = "AAAAAAAAAAAAAAAAAAAAAAAA" })
+	edit("extra-field.pisoft", func(m2 map[string]any) { m2["handle"] = "x" })
+	edit("renamed-output.pisoft", func(m2 map[string]any) {
+		m2["plaintext"].(map[string]any)["name"] = "../../escape.txt"
+	})
+	write("huge.pisoft", nil)
+	var big *os.File
+	big, err = os.Create(filepath.Join(root, "big.pisoft"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := big.Truncate(30 << 20); err != nil {
+		t.Fatal(err)
+	}
+	big.Close()
+
+	before := f.totalRequests()
+	for _, c := range []struct{ tool, path, code string }{
+		{"encrypt_file", "a.txt.pisoft", "ALREADY_AN_ENVELOPE"},
+		{"encrypt_file", "b.txt", "ENVELOPE_EXISTS"},
+		{"decrypt_file", "foreign-key.pisoft", "KEY_NOT_MINTED_HERE"},
+		{"decrypt_file", "edited.pisoft", "NOT_AN_ENVELOPE"},
+		{"decrypt_file", "extra-field.pisoft", "NOT_AN_ENVELOPE"},
+		{"decrypt_file", "renamed-output.pisoft", "NOT_AN_ENVELOPE"},
+		{"decrypt_file", "b.txt.pisoft", "NOT_AN_ENVELOPE"},
+		{"decrypt_file", "huge.pisoft", "EMPTY_FILE"},
+		{"decrypt_file", "big.pisoft", "FILE_TOO_LARGE"},
+	} {
+		res, isErr := f.call(t, c.tool, map[string]any{"path": c.path})
+		if !isErr || res["layer"] != "adapter" || res["code"] != c.code {
+			t.Errorf("%s(%q) = %v, want %s", c.tool, c.path, res, c.code)
+		}
+	}
+	if n := f.totalRequests() - before; n != 0 {
+		t.Fatalf("envelope refusals sent %d Gateway requests", n)
+	}
+	// ENVELOPE_EXISTS left no reservation: once the name is free the
+	// file encrypts.
+	if err := os.Remove(filepath.Join(root, "b.txt.pisoft")); err != nil {
+		t.Fatal(err)
+	}
+	if res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "b.txt"}); isErr || res["replayed"] != false {
+		t.Fatalf("encrypt_file once the name is free: %v", res)
+	}
+}
+
+// An encrypt whose answer is lost is never sent again: the retry says a
+// key may have been created, and sends nothing.
+func TestEncryptFileAnswerLostIsNotRetried(t *testing.T) {
+	root := newFileRoot(t)
+	if err := os.WriteFile(filepath.Join(root, "c.txt"), []byte("charlie"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, basicDocs, withFileRoot(root, false))
+	f.env.Gateway.SetFaults(reference.Faults{LoseEncryptAnswer: 1})
+	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "c.txt"})
+	if !isErr || res["code"] != "ENCRYPT_ANSWER_LOST" || !strings.Contains(res["detail"].(string), "key may have been created") {
+		t.Fatalf("lost answer: %v", res)
+	}
+	enc := f.env.Gateway.Count(api.RouteEncrypt)
+	res, isErr = f.call(t, "encrypt_file", map[string]any{"path": "c.txt"})
+	if !isErr || res["code"] != "ENCRYPT_ANSWER_LOST" {
+		t.Fatalf("retry after a lost answer: %v", res)
+	}
+	if n := f.env.Gateway.Count(api.RouteEncrypt) - enc; n != 0 {
+		t.Fatalf("the retry sent %d encrypts", n)
+	}
+	if _, err := os.Stat(filepath.Join(root, "c.txt.pisoft")); !os.IsNotExist(err) {
+		t.Fatal("an envelope was written without an answer")
+	}
+}
+
+// The largest file the key server round-trips does; one byte more is
+// refused with nothing sent.
+func TestFileSizeLimit(t *testing.T) {
+	root := newFileRoot(t)
+	max := bytes.Repeat([]byte("0123456789abcdef"), (api.MaxDataBytes+16)/16)[:api.MaxDataBytes]
+	if err := os.WriteFile(filepath.Join(root, "max.bin"), max, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	over := append(max, 'x')
+	if err := os.WriteFile(filepath.Join(root, "over.bin"), over, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, basicDocs, withFileRoot(root, false))
+	before := f.totalRequests()
+	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "over.bin"})
+	if !isErr || res["code"] != "FILE_TOO_LARGE" || f.totalRequests() != before {
+		t.Fatalf("16,777,216 bytes: %v (requests %d)", res, f.totalRequests()-before)
+	}
+	res, isErr = f.call(t, "encrypt_file", map[string]any{"path": "max.bin"})
+	if isErr || res["bytes"] != float64(api.MaxDataBytes) {
+		t.Fatalf("16,777,215 bytes: %v", res)
+	}
+	if err := os.Remove(filepath.Join(root, "max.bin")); err != nil {
+		t.Fatal(err)
+	}
+	res, isErr = f.call(t, "decrypt_file", map[string]any{"path": "max.bin.pisoft"})
+	if isErr || res["sha256"] != sha(max) {
+		t.Fatalf("decrypt 16,777,215 bytes: %v", res)
+	}
+	got, err := os.ReadFile(filepath.Join(root, "max.decrypted.bin"))
+	if err != nil || sha(got) != sha(max) {
+		t.Fatalf("decrypted file differs (%v)", err)
+	}
+}
