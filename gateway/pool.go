@@ -134,7 +134,7 @@ type poolEntry struct {
 	// extra are keys this user's session was widened to (decrypt_file),
 	// beyond the grant's objects; a renewal keeps them. Changed with lock
 	// and Pool.mu held.
-	extra []string
+	extra    []string
 	lastCall uint64
 	gone     bool // taken out of the pool; whoever holds lock starts over
 }

@@ -372,8 +372,13 @@ func jsonOf(v any) string {
 // annotations) in server/testdata/tools.golden.json; a change to it is a
 // reviewed diff. PDMCP_UPDATE_GOLDEN=1 rewrites the file.
 func TestToolsGolden(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := newFixture(t, basicDocs, func(g *grant.Grant, _ *grant.Manifest) {
-		g.AllowedTools = append(g.AllowedTools, grant.FragmentTools()...)
+		g.FileRoot = root
+		g.AllowedTools = append(append(g.AllowedTools, grant.FragmentTools()...), grant.FileTools()...)
 	})
 	res, err := f.cs.ListTools(context.Background(), nil)
 	if err != nil {

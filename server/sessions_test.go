@@ -3,6 +3,9 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,5 +98,53 @@ func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 	}
 	if env.Gateway.Count(api.RouteScoped) != mints {
 		t.Error("a session was minted after the grant ended")
+	}
+}
+
+// Widen revokes the task's session before minting the wider one (the task
+// holds one), keeps the key for renewals, and refuses past 64 keys with the
+// count and without minting.
+func TestGrantSessionsWiden(t *testing.T) {
+	ctx := context.Background()
+	env := reftest.Start(t, reference.Config{})
+	svc := env.Service(t, "svc", true)
+	c := env.ServiceClient(t, svc)
+	agent := reftest.Principal(t, c, svc.Prefix+"agent")
+	objects := make([]string, api.MaxObjects-1)
+	for i := range objects {
+		objects[i] = fmt.Sprintf("tag-%02d", i)
+	}
+	gs := server.NewGrantSessions(c, agent.Name, objects, time.Now().Add(time.Hour), nil, nil)
+	t.Cleanup(func() { gs.EndAll(ctx) })
+	first, err := gs.Session(ctx, server.Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A key already covered: the same session.
+	same, err := gs.Widen(ctx, server.Caller{}, "tag-00")
+	if err != nil || same != first {
+		t.Fatalf("Widen to a covered key: %v, same session %v", err, same == first)
+	}
+	wider, err := gs.Widen(ctx, server.Caller{}, "minted-here")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wider == first || first.(*gateway.Session).Live() {
+		t.Fatal("the previous session was not replaced and revoked")
+	}
+	if !slices.Contains(wider.(*gateway.Session).Objects(), "minted-here") {
+		t.Fatalf("the wider session covers %v", wider.(*gateway.Session).Objects())
+	}
+	mints := env.Gateway.Count(api.RouteScoped)
+	_, err = gs.Widen(ctx, server.Caller{}, "one-too-many")
+	var r *server.Refusal
+	if !errors.As(err, &r) || r.Code != "GRANT_TOO_WIDE" || !strings.Contains(r.Detail, "65") {
+		t.Fatalf("Widen past 64 keys: %v", err)
+	}
+	if n := env.Gateway.Count(api.RouteScoped) - mints; n != 0 {
+		t.Fatalf("a refused widen minted %d sessions", n)
+	}
+	if cur, err := gs.Session(ctx, server.Caller{}); err != nil || cur != wider {
+		t.Fatalf("after the refused widen the task's session changed: %v", err)
 	}
 }

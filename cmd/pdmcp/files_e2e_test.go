@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+)
+
+// newFileStack is a stack whose grant gives the file tools on a fresh
+// folder, made by the launcher as an operator would.
+func newFileStack(t *testing.T) (*stack, string) {
+	t.Helper()
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, "--all-approved", "--file-root", root, "--ttl-seconds", "900")
+	return s, root
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// TestFileToolsOverStdio: through pdmcp serve over stdio, a file is
+// encrypted, the original deleted, the envelope decrypted and the sha256
+// equal; the largest file round-trips and one byte more is refused with
+// nothing sent.
+func TestFileToolsOverStdio(t *testing.T) {
+	s, root := newFileStack(t)
+	content := []byte("a contract draft, synthetic\n")
+	if err := os.WriteFile(filepath.Join(root, "draft.txt"), content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	max := bytes.Repeat([]byte{0xA5, 0x5A, 0x00, 0xFF}, api.MaxDataBytes/4+1)[:api.MaxDataBytes]
+	if err := os.WriteFile(filepath.Join(root, "max.bin"), max, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "over.bin"), append(slices.Clone(max), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cs := s.connect(t)
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"decrypt_file", "encrypt_file"}) {
+		t.Fatalf("tools/list: %v", names)
+	}
+
+	for _, name := range []string{"draft.txt", "max.bin"} {
+		want, _ := os.ReadFile(filepath.Join(root, name))
+		res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": name})
+		if isErr || res["sha256"] != sha256Hex(want) || res["envelope"] != name+".pisoft" {
+			t.Fatalf("encrypt_file %s: %v", name, res)
+		}
+		if err := os.Remove(filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+		res, isErr = call(t, cs, "decrypt_file", map[string]any{"path": filepath.Join(root, name+".pisoft")})
+		if isErr || res["sha256"] != sha256Hex(want) {
+			t.Fatalf("decrypt_file %s: %v", name, res)
+		}
+		got, err := os.ReadFile(filepath.Join(root, res["path"].(string)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("decrypted %s differs (%v)", name, err)
+		}
+	}
+	s.quiet(t, "a file one byte over the limit", func() {
+		m, e := call(t, cs, "encrypt_file", map[string]any{"path": "over.bin"})
+		wantRefused(t, m, e, "adapter", "FILE_TOO_LARGE")
+		m, e = call(t, cs, "encrypt_file", map[string]any{"path": "../" + filepath.Base(filepath.Dir(s.manifest)) + "/manifest.json"})
+		wantRefused(t, m, e, "adapter", "OUTSIDE_ROOT")
+	})
+}
+
+// TestEncryptFileSurvivesKillAtEachStep kills the server (SIGKILL, through
+// the PDMCP_TEST_KILL_AT hook) at each step of encrypt_file, then retries
+// on a fresh server. Once the minted key is in the journal, the retry
+// returns that first result (envelope written if missing) with no second
+// encrypt. Before that, no answer was kept: the retry sends nothing and says
+// a key may have been left unused. Never more than one key is made.
+func TestEncryptFileSurvivesKillAtEachStep(t *testing.T) {
+	for _, tc := range []struct {
+		point string
+		// answered: the encrypt's answer was recorded before the kill.
+		answered bool
+		encrypts int
+	}{
+		{"encrypt_file:reserved", false, 0},
+		{"encrypt_file:encrypted", false, 1},
+		{"encrypt_file:minted", true, 1},
+		{"encrypt_file:envelope-written", true, 1},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			s, root := newFileStack(t)
+			content := []byte("kill me at " + tc.point)
+			if err := os.WriteFile(filepath.Join(root, "k.txt"), content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			keys := s.keyCount(t)
+			encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+			doomed := s.connect(t, crashEnv+"="+tc.point)
+			if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "encrypt_file",
+				Arguments: map[string]any{"path": "k.txt"}}); err == nil {
+				t.Fatalf("the server answered instead of dying at %s", tc.point)
+			}
+			cs := s.connect(t)
+			res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "k.txt"})
+			if tc.answered {
+				if isErr || res["replayed"] != true || res["sha256"] != sha256Hex(content) {
+					t.Fatalf("retry after the kill: %v", res)
+				}
+				if err := os.Remove(filepath.Join(root, "k.txt")); err != nil {
+					t.Fatal(err)
+				}
+				dec, isErr := call(t, cs, "decrypt_file", map[string]any{"path": "k.txt.pisoft"})
+				got, _ := os.ReadFile(filepath.Join(root, "k.decrypted.txt"))
+				if isErr || !bytes.Equal(got, content) {
+					t.Fatalf("decrypt after the kill: %v", dec)
+				}
+			} else {
+				wantRefused(t, res, isErr, "adapter", "ENCRYPT_ANSWER_LOST")
+				if _, err := os.Stat(filepath.Join(root, "k.txt.pisoft")); !os.IsNotExist(err) {
+					t.Fatal("an envelope exists though no answer was kept")
+				}
+			}
+			if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != tc.encrypts {
+				t.Errorf("Gateway encrypts: %d, want %d", n, tc.encrypts)
+			}
+			if n := s.keyCount(t) - keys; n != tc.encrypts {
+				t.Errorf("keys minted: %d, want %d", n, tc.encrypts)
+			}
+			leftovers, _ := filepath.Glob(filepath.Join(root, ".*"))
+			if len(leftovers) != 0 {
+				t.Errorf("temporary files left: %v", leftovers)
+			}
+		})
+	}
+}
