@@ -63,6 +63,7 @@ pdmcp dev is running.
   OpenID issuer:  %[3]s
   users:          alice (every document), bob (some), carol (none); passwords in %[4]s
   state:          %[9]s
+  file tools:     encrypt_file and decrypt_file work in %[10]s (try %[11]s)
 
 Claude Code:
   NODE_EXTRA_CA_CERTS=%[2]s claude mcp add --transport http --client-id %[5]s --callback-port %[6]d %[7]s %[1]s
@@ -84,7 +85,8 @@ curl (a token for alice; initialize; then tools/list on the session):
   curl -s "${H[@]}" -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' %[1]s
 
 Ctrl-C stops everything and revokes every session.
-`, i.MCPURL, i.CAFile, i.Issuer, devstack.InfoPath(state), i.HostClientID, i.CallbackPort, i.ServerName, self, state)
+`, i.MCPURL, i.CAFile, i.Issuer, devstack.InfoPath(state), i.HostClientID, i.CallbackPort, i.ServerName, self, state,
+		i.FileRoot, devstack.SampleFile)
 }
 
 // newDevGatewayCmd runs the reference Gateway and key server on its own,

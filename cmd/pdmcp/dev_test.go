@@ -16,6 +16,7 @@ type devRun struct {
 	cmd   *exec.Cmd
 	state string
 	info  map[string]any
+	out   *lockedBuffer // what it printed
 }
 
 func startDev(t *testing.T, state string) *devRun {
@@ -29,7 +30,7 @@ func startDev(t *testing.T, state string) *devRun {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := &devRun{cmd: cmd, state: state}
+	d := &devRun{cmd: cmd, state: state, out: out}
 	t.Cleanup(func() { d.stop(t) })
 	waitFor(t, "dev.json", func() bool {
 		b, err := os.ReadFile(filepath.Join(state, "dev.json"))

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/BurntSushi/toml"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -49,6 +50,18 @@ func TestFileToolsOverStdio(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "over.bin"), append(slices.Clone(max), 1), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// host-config starts the host in the file root (Codex's cwd), so a
+	// relative path the model gives means the same to the host and here.
+	tomlText := run(t, "host-config", "--format", "codex-toml", "--config", s.config, "--manifest", s.manifest,
+		"--grant", s.grant, "--audit", s.audit)
+	var codex map[string]map[string]map[string]any
+	if _, err := toml.Decode(tomlText, &codex); err != nil {
+		t.Fatalf("codex TOML: %v\n%s", err, tomlText)
+	}
+	if cwd := codex["mcp_servers"]["protected-documents"]["cwd"]; cwd != root {
+		t.Fatalf("codex cwd %v, want the file root %s", cwd, root)
+	}
+
 	cs := s.connect(t)
 	tools, err := cs.ListTools(context.Background(), nil)
 	if err != nil {

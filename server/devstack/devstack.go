@@ -82,7 +82,10 @@ type Info struct {
 	Audit         string `json:"audit"`
 	HTTPConfig    string `json:"httpConfig"`
 	ServiceConfig string `json:"serviceConfig"`
-	Ports         Ports  `json:"ports"`
+	// FileRoot is the folder encrypt_file and decrypt_file work in, with
+	// SampleFile in it.
+	FileRoot string `json:"fileRoot"`
+	Ports    Ports  `json:"ports"`
 }
 
 // Ports are the loopback ports of the stack, kept so a second run serves
@@ -351,7 +354,14 @@ func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gat
 	_, err = grant.Launch(grant.LaunchOptions{ManifestPath: info.Manifest, AllApproved: true, CallerIdentity: true,
 		Tools: append(devTools(), grant.ToolHandOff, grant.ToolCloseStep), Steps: devStepIDs(), TTL: 12 * time.Hour,
 		Out: info.Grant})
-	return err
+	if err != nil {
+		return err
+	}
+	// The file tools, on files/ in the state folder with a sample file.
+	if info.FileRoot, err = fileRoot(state); err != nil {
+		return err
+	}
+	return addFileTools(info.Grant, info.FileRoot)
 }
 
 // Token gets a real access token for a development user, through the
