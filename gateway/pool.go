@@ -525,6 +525,18 @@ func (p *Pool) EndAll(ctx context.Context) {
 	}
 }
 
+// Current is the user's live session, or nil when they hold none; it never
+// mints and never waits on the Gateway.
+func (p *Pool) Current(callerID string) *Session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.callers[callerID]
+	if e == nil || e.sess == nil || !p.now().Before(e.deadline) {
+		return nil
+	}
+	return e.sess
+}
+
 // Len is how many users hold a session now.
 func (p *Pool) Len() int {
 	p.mu.Lock()

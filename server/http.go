@@ -75,6 +75,14 @@ func (p *poolSessions) subject(c Caller) gateway.SubjectSource {
 	}
 }
 
+// Current is the caller's pooled session, or nil when they hold none.
+func (p *poolSessions) Current(c Caller) Session {
+	if sess := p.pool.Current(c.ID); sess != nil {
+		return sess
+	}
+	return nil
+}
+
 func (p *poolSessions) End(ctx context.Context, c Caller) { p.pool.End(ctx, c.ID) }
 func (p *poolSessions) EndAll(ctx context.Context)        { p.pool.EndAll(ctx) }
 

@@ -102,6 +102,7 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 		return zero, fmt.Errorf("reserve save: %w", err)
 	}
 	if res.State == journal.SaveCommitted && res.Receipt != nil {
+		c.line.Version = res.Receipt.Version
 		return receiptOf(in.IdempotencyKey, *res.Receipt, true), nil
 	}
 	s.cfg.CrashPoint("save:reserved")
@@ -132,6 +133,7 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	if err != nil {
 		return zero, err
 	}
+	c.line.Version = rc.Version
 	return receiptOf(in.IdempotencyKey, rc, false), nil
 }
 

@@ -37,6 +37,8 @@ type fixture struct {
 	auditLog string
 	cs       *mcp.ClientSession
 	texts    map[string][]byte
+	audit    *audit.Log
+	logs     *syncBuffer // the server's log
 }
 
 type doc struct {
@@ -119,9 +121,10 @@ func newFixture(t *testing.T, docs []doc, mutate func(*grant.Grant, *grant.Manif
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
+	f.audit, f.logs = a, &syncBuffer{}
 	sessions := server.NewGrantSessions(c, g.LocalUser, grant.Keys(g, m), g.NotAfter, nil, nil)
 	srv, err := server.New(server.Config{Grant: g, Manifest: m, ManifestPath: f.manifest, Journal: j, Audit: a,
-		Sessions: sessions, Version: "test", RunID: "run-test"})
+		Sessions: sessions, Version: "test", RunID: "run-test", Logger: slogTo(f.logs)})
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}

@@ -114,6 +114,19 @@ func scopeFull(n int) *Refusal {
 			"ask the operator for a new task (grant) to open more files", n, api.MaxObjects)
 }
 
+// Current is the live session, or nil when there is none or one is being
+// minted or revoked right now (it never waits on the Gateway).
+func (g *GrantSessions) Current(caller Caller) Session {
+	if caller.ID != "" || !g.mu.TryLock() {
+		return nil
+	}
+	defer g.mu.Unlock()
+	if g.cur == nil || !g.now().Before(g.cur.ExpiresAt()) {
+		return nil
+	}
+	return g.cur
+}
+
 // Len is 1 while a session is held, else 0.
 func (g *GrantSessions) Len() int {
 	g.mu.Lock()

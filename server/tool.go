@@ -12,6 +12,7 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/grant"
 )
 
 // tool is one tool this build offers; New registers those the grant allows.
@@ -123,6 +124,14 @@ func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time,
 	line.Caller = caller
 	line.StartedAt = start.UTC()
 	line.LatencyMs = s.cfg.Now().Sub(start).Milliseconds()
+	if sess == nil {
+		// A call that sent nothing (a list, an adapter refusal) still names
+		// the session the caller holds, if any, so every line of a user
+		// joins the Gateway's rows the same way.
+		if p, ok := s.cfg.Sessions.(sessionPeeker); ok {
+			sess = p.Current(Caller{ID: caller})
+		}
+	}
 	if sess != nil {
 		line.ActingAs, line.JKT, line.HandleDigest = sess.ActingAs(), sess.JKT(), sess.HandleDigest()
 	}
@@ -147,8 +156,21 @@ func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time,
 	}
 	s.cfg.Metrics.toolCall(line, reqs)
 	if err := s.cfg.Audit.Write(line); err != nil {
-		s.log.Error("audit write failed", "tool", line.Tool, "err", err)
+		// A refused call's tool name is the model's text: only names this
+		// build knows reach the log.
+		tool := line.Tool
+		if !grant.KnownTool(tool) {
+			tool = "unknown"
+		}
+		s.log.Error("audit write failed", "tool", tool, "err", err)
 	}
+}
+
+// sessionPeeker is a Sessions that can say which session a caller holds
+// now without minting one.
+type sessionPeeker interface {
+	// Current is the caller's live session, or nil when there is none.
+	Current(c Caller) Session
 }
 
 // session gets the caller's Gateway session and remembers it for the audit
