@@ -121,9 +121,12 @@ type Client struct {
 // AuthRefused is the line for an HTTP request refused for its token. It
 // carries no header value and nothing from inside the token.
 type AuthRefused struct {
-	Class  string    `json:"class"`  // e.g. "expired", "no-token"
-	Reason string    `json:"reason"` // the server's code, e.g. "TOKEN_EXPIRED"
-	Status int       `json:"status"`
+	Class  string `json:"class"`  // e.g. "expired", "no-token"
+	Reason string `json:"reason"` // the server's code, e.g. "TOKEN_EXPIRED"
+	Status int    `json:"status"`
+	// Caller is the verified user, for a refusal that came after the token
+	// was accepted (another user's MCP session); empty otherwise.
+	Caller string    `json:"caller,omitempty"`
 	Method string    `json:"method"`
 	Path   string    `json:"path"` // the URL path; a query is dropped
 	TS     time.Time `json:"ts"`
@@ -221,6 +224,7 @@ func (a AuthRefused) prepare(now time.Time) (any, []string) {
 	var s sanitizer
 	a.Class = s.match("class", a.Class, isClass)
 	a.Reason = s.match("reason", a.Reason, isCode)
+	a.Caller = s.free("caller", a.Caller)
 	a.Method = s.match("method", clip(a.Method, maxClientField), isMethod)
 	// A query string can carry a token (access_token=...), so only the path
 	// is kept.

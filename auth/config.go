@@ -30,6 +30,10 @@ type HTTPConfig struct {
 	Exchange       ExchangeConfig `json:"exchange"`
 	RequiredScopes []string       `json:"requiredScopes"`
 	MaxCallers     int            `json:"maxCallers"`
+	// MaxSessionsPerUser and MaxSessions bound the live MCP sessions of
+	// one user and of everyone (0 or absent: the server's defaults).
+	MaxSessionsPerUser int `json:"maxSessionsPerUser,omitempty"`
+	MaxSessions        int `json:"maxSessions,omitempty"`
 	// Audience must be in every token's aud; exchange.clientId when absent.
 	Audience string `json:"audience,omitempty"`
 	// Resource is the URL hosts call, https://127.0.0.1:<port>/mcp when
@@ -167,6 +171,13 @@ func (c *HTTPConfig) resolve(dir string) error {
 	}
 	if c.MaxCallers < 1 {
 		return fmt.Errorf("maxCallers is %d; it must be at least 1", c.MaxCallers)
+	}
+	if c.MaxSessionsPerUser < 0 || c.MaxSessions < 0 {
+		return fmt.Errorf("maxSessionsPerUser (%d) and maxSessions (%d) must be 0 (the defaults) or more",
+			c.MaxSessionsPerUser, c.MaxSessions)
+	}
+	if c.MaxSessions > 0 && c.MaxSessionsPerUser > c.MaxSessions {
+		return fmt.Errorf("maxSessionsPerUser (%d) is more than maxSessions (%d)", c.MaxSessionsPerUser, c.MaxSessions)
 	}
 
 	if c.Audience == "" {

@@ -26,6 +26,9 @@ const (
 	ClassInvalid             Class = "invalid"
 	ClassProviderUnavailable Class = "provider-unavailable"
 	ClassInsufficientScope   Class = "insufficient-scope"
+	// ClassSessionMismatch: a valid token, on a request naming an MCP
+	// session another user opened.
+	ClassSessionMismatch Class = "session-user-mismatch"
 )
 
 // Reasons: the server's own code for a refusal, finer than its class. Like
@@ -65,6 +68,7 @@ const (
 	ReasonDiscoveryFailed     = "DISCOVERY_FAILED"
 	ReasonJWKSUnavailable     = "JWKS_UNAVAILABLE"
 	ReasonScopeMissing        = "SCOPE_MISSING"
+	ReasonSessionUserMismatch = "SESSION_USER_MISMATCH"
 	// ReasonVerifierFailed: a verifier returned an error that is not a
 	// refusal; treated as one, without its text.
 	ReasonVerifierFailed = "VERIFIER_FAILED"

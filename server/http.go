@@ -99,8 +99,18 @@ type HTTPHandler struct {
 func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifier, a *audit.Log, m *Metrics, log *slog.Logger) *HTTPHandler {
 	getServer := func(*http.Request) *mcp.Server { return srv.MCP() }
 	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
-		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, SessionTimeout: 30 * time.Minute,
+		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, SessionTimeout: SessionIdleTimeout,
 	})
+	sessions := newMCPSessions(srv.MCP(), cfg.MaxSessionsPerUser, cfg.MaxSessions, func(r *http.Request, user string) {
+		// The token was good; the session it named is another user's.
+		m.AuthRefused(string(auth.ClassSessionMismatch), http.StatusForbidden)
+		if err := a.Write(audit.AuthRefused{Class: string(auth.ClassSessionMismatch), Reason: auth.ReasonSessionUserMismatch,
+			Status: http.StatusForbidden, Caller: user, Method: r.Method, Path: r.URL.Path, TS: time.Now()}); err != nil {
+			log.Error("audit write failed", "event", "auth-refused", "err", err)
+		}
+	})
+	m.MCPSessions(sessions.Len)
+	tracked := sessions.wrap(stateful)
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, Stateless: true,
 	})
@@ -111,7 +121,7 @@ func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifi
 			stateless.ServeHTTP(w, r)
 			return
 		}
-		stateful.ServeHTTP(w, r)
+		tracked.ServeHTTP(w, r)
 	})
 	resource := cfg.Resource
 	mw := auth.Middleware(verifier, auth.MiddlewareOptions{

@@ -53,6 +53,8 @@ type httpStack struct {
 	cancel    context.CancelFunc
 	done      chan error
 	svc       *gateway.ServiceConfig
+	// httpExtra is appended to mcp-http.json's members (",\"name\":value").
+	httpExtra string
 	manifst   string
 }
 
@@ -172,7 +174,7 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 	httpCfg := fmt.Sprintf(`{"listen":{"host":"127.0.0.1","port":%d},"tls":{"certificate":%q,"key":%q},
 		"provider":{"issuer":%q,"caFile":%q,"allowedAlgs":["ES256","RS256"],"jwksRefreshMinSeconds":1},
 		"exchange":{"clientId":"mcp-adapter","clientSecretFile":"secret","gatewayAudience":"gateway-api"},
-		"requiredScopes":["openid"],"maxCallers":%d}`, port, mcpCert, mcpKey, hs.issuer, ca.CertPEM, maxCallers)
+		"requiredScopes":["openid"],"maxCallers":%d%s}`, port, mcpCert, mcpKey, hs.issuer, ca.CertPEM, maxCallers, hs.httpExtra)
 	httpCfgPath := filepath.Join(dir, "mcp-http.json")
 	if err := os.WriteFile(httpCfgPath, []byte(httpCfg), 0o600); err != nil {
 		t.Fatal(err)

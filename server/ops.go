@@ -59,6 +59,17 @@ func NewMetrics(sessions func() int) *Metrics {
 	return m
 }
 
+// MCPSessions reports live MCP sessions (HTTP) through n.
+func (m *Metrics) MCPSessions(n func() int) {
+	if m == nil {
+		return
+	}
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pdmcp_mcp_sessions",
+		Help: "Live MCP sessions of the HTTP transport (protocol revisions with sessions).",
+	}, func() float64 { return float64(n()) }))
+}
+
 // toolCall records one tool call's outcome and its Gateway requests.
 func (m *Metrics) toolCall(line audit.ToolCall, reqs []gateway.Request) {
 	if m == nil {

@@ -1,0 +1,63 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// BenchmarkIdleMCPSession opens b.N MCP sessions over TLS that are never
+// ended, as hosts that send no DELETE leave them, and reports the heap each
+// idle session holds, heap and stacks ("bytes/session") and what the default bound of
+// DefaultMaxSessions would hold in all ("MiB-at-bound"). Run:
+//
+//	go test -run X -bench IdleMCPSession -benchtime 2000x ./server/
+func BenchmarkIdleMCPSession(b *testing.B) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: Name, Version: "bench"}, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{SessionTimeout: SessionIdleTimeout})
+	// Bounds above b.N: nothing is evicted while measuring.
+	tracked := newMCPSessions(srv, b.N+1, b.N+1, func(*http.Request, string) {})
+	ts := httptest.NewTLSServer(tracked.wrap(h))
+	defer ts.Close()
+	client := ts.Client()
+	open := func() {
+		req, _ := http.NewRequest("POST", ts.URL, strings.NewReader(
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(sessionHeader) == "" {
+			b.Fatalf("initialize: %d", resp.StatusCode)
+		}
+	}
+	open() // the connection and the first allocations are not a session's
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for range b.N {
+		open()
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if n := tracked.Len(); n != b.N+1 {
+		b.Fatalf("%d sessions tracked, want %d", n, b.N+1)
+	}
+	// Heap and goroutine stacks: what a resident-size measure would see.
+	held := func(m *runtime.MemStats) int64 { return int64(m.HeapAlloc + m.StackInuse) }
+	per := float64(held(&after)-held(&before)) / float64(b.N)
+	b.ReportMetric(per, "bytes/session")
+	b.ReportMetric(per*DefaultMaxSessions/(1<<20), "MiB-at-bound")
+}
