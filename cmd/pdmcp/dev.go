@@ -66,7 +66,9 @@ pdmcp dev is running.
   file tools:     encrypt_file and decrypt_file work in %[10]s (try %[11]s)
 
 Claude Code:
-  NODE_EXTRA_CA_CERTS=%[2]s claude mcp add --transport http --client-id %[5]s --callback-port %[6]d %[7]s %[1]s
+  # every claude process needs the CA: run these, then claude, in one shell
+  export NODE_EXTRA_CA_CERTS=%[2]s
+  claude mcp add --transport http --client-id %[5]s --callback-port %[6]d %[7]s %[1]s
 
 Codex (~/.codex/config.toml; start codex with SSL_CERT_FILE=%[2]s):
   [mcp_servers.%[7]s]

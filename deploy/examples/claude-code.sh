@@ -10,11 +10,15 @@
 # that client, or it refuses the sign-in.
 #
 # Claude Code runs on Node. When the server's certificate, or the
-# provider's, comes from your own CA, start Claude Code with
+# provider's, comes from your own CA, every claude process that connects
+# (the `claude mcp list` below, and claude itself) needs
 # NODE_EXTRA_CA_CERTS naming a PEM file that holds both CAs (never the
-# server's own certificate):
+# server's own certificate). Export it in the shell that runs this script
+# and claude, or in your shell profile:
 #
-#   NODE_EXTRA_CA_CERTS=$HOME/.config/pdmcp/host-cas.pem claude
+#   export NODE_EXTRA_CA_CERTS=$HOME/.config/pdmcp/host-cas.pem
+#   sh claude-code.sh
+#   claude
 #
 # Then, inside Claude Code, /mcp -> protected-documents -> Authenticate.
 set -eu
