@@ -278,13 +278,31 @@ type request struct {
 	user, password string
 
 	relogin bool // recorded as part of a service re-sign-in
+
+	// raw, when set, is the body's JSON as built by the caller (the crypto
+	// routes append base64 straight into it); body is then ignored.
+	raw []byte
+}
+
+// readBody reads an answer of at most maxResponseBytes (+1, to tell a
+// longer one). An answer that says its length is read into a buffer of
+// exactly that size: a 22 MB crypto answer is not grown by doubling.
+func readBody(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n > 0 && n <= maxResponseBytes {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 }
 
 // do sends r, and once more when its proof was refused as stale: the
 // refusal's Date header has re-measured the clock by then.
 func (c *Client) do(ctx context.Context, r *request) error {
-	var payload []byte
-	if r.build == nil {
+	payload := r.raw
+	if r.build == nil && payload == nil {
 		var err error
 		if payload, err = json.Marshal(r.body); err != nil {
 			return fmt.Errorf("encode %s request: %w", r.route, err)
@@ -338,7 +356,7 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 	resp, err := c.http.Do(req)
 	var body []byte
 	if err == nil {
-		body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+		body, err = readBody(resp)
 		_ = resp.Body.Close()
 	}
 	end := time.Now()

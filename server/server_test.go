@@ -48,7 +48,7 @@ type doc struct {
 	inGrant         bool
 }
 
-func newFixture(t *testing.T, docs []doc, mutate func(*grant.Grant, *grant.Manifest)) *fixture {
+func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manifest)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	f := &fixture{env: reftest.Start(t, reference.Config{}), dir: t.TempDir(), texts: map[string][]byte{}}
@@ -143,7 +143,7 @@ func newFixture(t *testing.T, docs []doc, mutate func(*grant.Grant, *grant.Manif
 	return f
 }
 
-func mustSession(t *testing.T, c *gateway.Client, who string) *gateway.Session {
+func mustSession(t testing.TB, c *gateway.Client, who string) *gateway.Session {
 	t.Helper()
 	s, err := c.Mint(context.Background(), gateway.MintRequest{ActingAs: who, TTL: 5 * time.Minute})
 	if err != nil {
