@@ -30,6 +30,9 @@ type HTTPConfig struct {
 	Exchange       ExchangeConfig `json:"exchange"`
 	RequiredScopes []string       `json:"requiredScopes"`
 	MaxCallers     int            `json:"maxCallers"`
+	// AllowedClients, when set, are the host clients (the token's client_id
+	// or azp) whose tokens are accepted; absent or empty accepts any.
+	AllowedClients []string `json:"allowedClients,omitempty"`
 	// MaxSessionsPerUser and MaxSessions bound the live MCP sessions of
 	// one user and of everyone (0 or absent: the server's defaults).
 	MaxSessionsPerUser int `json:"maxSessionsPerUser,omitempty"`
@@ -169,6 +172,11 @@ func (c *HTTPConfig) resolve(dir string) error {
 			return fmt.Errorf("requiredScopes has %q: a scope is one non-empty word without quotes or backslashes", s)
 		}
 	}
+	for _, id := range c.AllowedClients {
+		if id == "" || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return fmt.Errorf("allowedClients has %q: a client id is one non-empty word", id)
+		}
+	}
 	if c.MaxCallers < 1 {
 		return fmt.Errorf("maxCallers is %d; it must be at least 1", c.MaxCallers)
 	}
@@ -253,6 +261,7 @@ func (c *HTTPConfig) NewVerifier(p *Provider) (*Verifier, error) {
 		Audience:       c.Audience,
 		AllowedAlgs:    c.Provider.AllowedAlgs,
 		RequiredScopes: c.RequiredScopes,
+		AllowedClients: c.AllowedClients,
 		JWKSRefreshMin: c.JWKSRefreshMin(),
 	})
 }

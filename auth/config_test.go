@@ -191,6 +191,7 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 		{"no client id", func(m map[string]any) { delete(sub(m, "exchange"), "clientId") }, nil, "exchange.clientId is missing"},
 		{"no gateway audience", func(m map[string]any) { delete(sub(m, "exchange"), "gatewayAudience") }, nil, "exchange.gatewayAudience is missing"},
 		{"maxCallers 0", func(m map[string]any) { m["maxCallers"] = 0 }, nil, "maxCallers is 0"},
+		{"empty allowed client", func(m map[string]any) { m["allowedClients"] = []string{"mcp-host", ""} }, nil, `allowedClients has ""`},
 		{"negative maxSessions", func(m map[string]any) { m["maxSessions"] = -1 }, nil, "maxSessions (-1) must be 0"},
 		{"per-user bound over the total", func(m map[string]any) { m["maxSessionsPerUser"] = 9; m["maxSessions"] = 4 }, nil,
 			"maxSessionsPerUser (9) is more than maxSessions (4)"},

@@ -29,6 +29,9 @@ const (
 	// ClassSessionMismatch: a valid token, on a request naming an MCP
 	// session another user opened.
 	ClassSessionMismatch Class = "session-user-mismatch"
+	// ClassClientNotAllowed: a valid token issued to a client that
+	// mcp-http.json's allowedClients does not name.
+	ClassClientNotAllowed Class = "client-not-allowed"
 )
 
 // Reasons: the server's own code for a refusal, finer than its class. Like
@@ -69,6 +72,7 @@ const (
 	ReasonJWKSUnavailable     = "JWKS_UNAVAILABLE"
 	ReasonScopeMissing        = "SCOPE_MISSING"
 	ReasonSessionUserMismatch = "SESSION_USER_MISMATCH"
+	ReasonClientNotAllowed    = "CLIENT_NOT_ALLOWED"
 	// ReasonVerifierFailed: a verifier returned an error that is not a
 	// refusal; treated as one, without its text.
 	ReasonVerifierFailed = "VERIFIER_FAILED"

@@ -74,6 +74,10 @@ type VerifierConfig struct {
 	AllowedAlgs []string
 	// RequiredScopes must all be granted (scope or scp claim).
 	RequiredScopes []string
+	// AllowedClients, when not empty, are the only OAuth clients (the
+	// token's client_id, or azp when it has none) whose tokens are
+	// accepted; empty accepts any client.
+	AllowedClients []string
 	// JWKSRefreshMin is the least time between two fetches of the
 	// provider's keys; DefaultJWKSRefreshMin when zero.
 	JWKSRefreshMin time.Duration
@@ -90,8 +94,8 @@ type VerifierConfig struct {
 // the key states one) fits that alg; the signature verifies; iss equals the
 // issuer exactly; it is an access token (see below); exp is present and not
 // past (with ClockSkew), and nbf and iat, when present, are not in the
-// future; aud contains the Audience; sub is present; and it grants the
-// required scopes. The first failed check decides the class.
+// future; aud contains the Audience; sub is present; its client is one of
+// AllowedClients, when they are set; and it grants the required scopes. The first failed check decides the class.
 //
 // Access token or ID token. The header typ is compared case-insensitively,
 // with an "application/" prefix ignored.
@@ -117,6 +121,7 @@ type Verifier struct {
 	audience  string
 	algs      []string
 	scopes    []string
+	clients   []string
 	refresh   time.Duration
 	skew      time.Duration
 	now       func() time.Time
@@ -142,6 +147,7 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 		audience: cfg.Audience,
 		algs:     slices.Clone(cfg.AllowedAlgs),
 		scopes:   slices.Clone(cfg.RequiredScopes),
+		clients:  slices.Clone(cfg.AllowedClients),
 		refresh:  cfg.JWKSRefreshMin,
 		skew:     cfg.ClockSkew,
 		now:      cfg.Now,
@@ -276,6 +282,14 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*Caller, error) {
 		return nil, refuse(ClassClaimMissing, ReasonSubjectMissing)
 	}
 
+	client := extra.ClientID
+	if client == "" {
+		client = extra.Azp
+	}
+	if len(v.clients) > 0 && !slices.Contains(v.clients, client) {
+		return nil, refuse(ClassClientNotAllowed, ReasonClientNotAllowed)
+	}
+
 	scopes, ok := parseScopes(extra.Scope, extra.Scp)
 	if !ok {
 		return nil, refuse(ClassMalformed, ReasonBadClaims)
@@ -286,10 +300,6 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*Caller, error) {
 		}
 	}
 
-	client := extra.ClientID
-	if client == "" {
-		client = extra.Azp
-	}
 	return &Caller{Issuer: claims.Issuer(), Subject: sub, ClientID: client, Scopes: scopes, Expiry: exp}, nil
 }
 

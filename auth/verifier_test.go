@@ -489,3 +489,55 @@ func TestNewVerifierRefusesSymmetricAlgs(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyAllowedClients: with allowedClients set, only tokens issued to
+// a named client (client_id, or Keycloak's azp) are accepted; another
+// client, or none named, is refused 401 with its own class.
+func TestVerifyAllowedClients(t *testing.T) {
+	f := newVerifierFixture(t)
+	v, err := NewVerifier(VerifierConfig{Provider: f.v.provider, Audience: testAudience, AllowedAlgs: []string{"RS256"},
+		RequiredScopes: []string{"openid"}, AllowedClients: []string{"mcp-host", "second-host"}, Now: f.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		token func() string
+		ok    bool
+	}{
+		{"client_id allowed", func() string { return f.token(t, nil) }, true},
+		{"second client allowed", func() string { return f.token(t, func(c map[string]any) { c["client_id"] = "second-host" }) }, true},
+		{"Keycloak azp allowed", func() string {
+			return sign(t, f.rsa, jwa.RS256, map[string]any{"typ": "JWT", "kid": "rsa-1"}, f.keycloakClaims())
+		}, true},
+		{"another client", func() string { return f.token(t, func(c map[string]any) { c["client_id"] = "rogue-host" }) }, false},
+		{"Keycloak azp of another client", func() string {
+			c := f.keycloakClaims()
+			c["azp"] = "rogue-host"
+			return sign(t, f.rsa, jwa.RS256, map[string]any{"typ": "JWT", "kid": "rsa-1"}, c)
+		}, false},
+		{"no client named", func() string { return f.token(t, func(c map[string]any) { delete(c, "client_id") }) }, false},
+		{"client_id wins over azp", func() string {
+			return f.token(t, func(c map[string]any) { c["client_id"] = "rogue-host"; c["azp"] = "mcp-host" })
+		}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := v.Verify(context.Background(), tc.token())
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var te *TokenError
+			if !errors.As(err, &te) || te.Class != ClassClientNotAllowed || te.Reason != ReasonClientNotAllowed || te.Status() != 401 {
+				t.Fatalf("got %v, want client-not-allowed (401)", err)
+			}
+		})
+	}
+	// Without allowedClients any client is accepted, as before.
+	if _, err := f.v.Verify(context.Background(), f.token(t, func(c map[string]any) { c["client_id"] = "rogue-host" })); err != nil {
+		t.Fatalf("no allow-list: %v", err)
+	}
+}

@@ -1,0 +1,63 @@
+package server_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/pdmcp/pdmcp/auth/devidp"
+)
+
+// TestHTTPAllowedClients: with allowedClients naming another host, a valid
+// token of the development host client is refused 401 with the class
+// client-not-allowed and nothing reaches the Gateway; naming that client
+// lets the same user in.
+func TestHTTPAllowedClients(t *testing.T) {
+	t.Run("not named", func(t *testing.T) {
+		hs := newHTTPStack(t, 8, withHTTPConfig(`,"allowedClients":["some-other-host"]`))
+		tok := hs.token(t, "alice", "pw-a")
+		before := hs.env.Gateway.Counts()
+		resp := hs.rpc(t, tok, "", initBody)
+		challenge := resp.Header.Get("WWW-Authenticate")
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(challenge, "client-not-allowed") {
+			t.Fatalf("token of an unnamed client: %d %q, want 401 naming client-not-allowed", resp.StatusCode, challenge)
+		}
+		if after := hs.env.Gateway.Counts(); len(after) != len(before) {
+			t.Errorf("a refused request reached the Gateway: %v -> %v", before, after)
+		}
+		if n := hs.metric(t, `pdmcp_http_refusals_total{class="client-not-allowed",status="401"}`); n != 1 {
+			t.Errorf("refusals counted: %v, want 1", n)
+		}
+		hs.stop()
+		b, err := os.ReadFile(hs.audit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var m map[string]any
+			_ = json.Unmarshal([]byte(l), &m)
+			if m["event"] == "auth-refused" && m["class"] == "client-not-allowed" && m["reason"] == "CLIENT_NOT_ALLOWED" &&
+				m["status"] == float64(401) {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("no client-not-allowed line:\n%s", b)
+		}
+	})
+	t.Run("named", func(t *testing.T) {
+		hs := newHTTPStack(t, 8, withHTTPConfig(`,"allowedClients":["some-other-host",`+jsonString(devidp.DefaultHostClientID)+`]`))
+		alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+		if m, isErr := callOn(t, alice, "list_approved_documents", map[string]any{}); isErr {
+			t.Fatalf("a named client's token: %v", m)
+		}
+	})
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
