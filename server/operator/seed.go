@@ -209,7 +209,11 @@ func grantRead(ctx context.Context, owner *gateway.Session, ttag string, p *api.
 }
 
 // Cleanup removes every key of a seed record, reading each back absent, then
-// its principals. It returns what it could not remove.
+// its principals, and rewrites the record to list only what is left
+// (nothing, when all went): a second run has nothing to do, and after a
+// partial run it retries only the rest. While a key is left, the owner
+// principal is kept, so the retry can act as the owner. It returns what it
+// could not remove.
 func Cleanup(ctx context.Context, cfg *gateway.ServiceConfig, recordPath string) error {
 	rec, err := grant.LoadSeedRecord(recordPath)
 	if err != nil {
@@ -220,6 +224,7 @@ func Cleanup(ctx context.Context, cfg *gateway.ServiceConfig, recordPath string)
 		return err
 	}
 	var problems []string
+	keysLeft := []string{}
 	if len(rec.Keys) > 0 {
 		owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, Objects: rec.Keys, TTL: api.MaxScopedTTL})
 		if err != nil {
@@ -228,22 +233,35 @@ func Cleanup(ctx context.Context, cfg *gateway.ServiceConfig, recordPath string)
 		for _, k := range rec.Keys {
 			if err := owner.RemoveKey(ctx, k); err != nil && !errors.Is(err, &api.Error{Code: api.CodeKeyNotFound}) {
 				problems = append(problems, fmt.Sprintf("key %s…: %v", short(k), err))
+				keysLeft = append(keysLeft, k)
 				continue
 			}
 			if _, err := owner.ACLGet(ctx, k); !errors.Is(err, &api.Error{Code: api.CodeKeyNotFound}) {
 				problems = append(problems, fmt.Sprintf("key %s… still reads back (%v)", short(k), err))
+				keysLeft = append(keysLeft, k)
 			}
 		}
 		_ = owner.Revoke(ctx)
 	}
+	principalsLeft := []string{}
 	for _, p := range rec.Principals {
+		if p == rec.OwnerUser && len(keysLeft) > 0 {
+			principalsLeft = append(principalsLeft, p)
+			continue
+		}
 		if err := c.DeletePrincipal(ctx, p); err != nil && !errors.Is(err, &api.Error{Code: api.CodeNotFound}) {
 			problems = append(problems, fmt.Sprintf("principal %s: %v", p, err))
+			principalsLeft = append(principalsLeft, p)
 			continue
 		}
 		if _, err := c.GetPrincipal(ctx, p); !errors.Is(err, &api.Error{Code: api.CodeNotFound}) {
 			problems = append(problems, fmt.Sprintf("principal %s still reads back (%v)", p, err))
+			principalsLeft = append(principalsLeft, p)
 		}
+	}
+	rec.Keys, rec.Principals = keysLeft, principalsLeft
+	if err := rec.Save(recordPath); err != nil {
+		problems = append(problems, fmt.Sprintf("the seed record could not be rewritten (%v); it still lists what was removed", err))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("cleanup: %s", strings.Join(problems, "; "))

@@ -1,0 +1,61 @@
+package operator
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/grant"
+)
+
+// TestCleanupRewritesTheRecord: a cleanup that fails on one key leaves a
+// record listing exactly that key and the owner (kept so the retry can act
+// as the owner); the retry removes them and leaves a record that lists
+// nothing; a third run sends no removal at all.
+func TestCleanupRewritesTheRecord(t *testing.T) {
+	ctx := context.Background()
+	env := reftest.Start(t, reference.Config{})
+	svc := env.Service(t, "svc", true)
+	dir := t.TempDir()
+	rec, err := Seed(ctx, SeedOptions{Config: svc, OutDir: dir, Tag: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordPath := filepath.Join(dir, "seed-record.json")
+
+	env.Gateway.SetFaults(reference.Faults{FailNext: map[string]int{api.RouteKeyRemove: 1}})
+	if err := Cleanup(ctx, svc, recordPath); err == nil {
+		t.Fatal("a cleanup that could not remove a key said OK")
+	}
+	left, err := grant.LoadSeedRecord(recordPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Keys) != 1 || left.Keys[0] != rec.Keys[0] || !slices.Equal(left.Principals, []string{rec.OwnerUser}) {
+		t.Fatalf("after a partial cleanup the record lists keys %d, principals %v; want the one key and the owner",
+			len(left.Keys), left.Principals)
+	}
+
+	if err := Cleanup(ctx, svc, recordPath); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	done, err := grant.LoadSeedRecord(recordPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done.Keys) != 0 || len(done.Principals) != 0 {
+		t.Fatalf("after cleanup the record still lists keys %d, principals %v", len(done.Keys), done.Principals)
+	}
+
+	env.Gateway.ResetCounts()
+	if err := Cleanup(ctx, svc, recordPath); err != nil {
+		t.Fatalf("cleanup of an empty record: %v", err)
+	}
+	if n := env.Gateway.Count(api.RouteKeyRemove) + env.Gateway.Count(api.RouteAdminDeletePrincipal); n != 0 {
+		t.Errorf("a cleanup with nothing left sent %d removals", n)
+	}
+}
