@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
@@ -20,10 +22,10 @@ import (
 // withSteps serves the hand-off world instead of the seed's documents:
 // alice is the patient, bob the doctor, carol the nurse, each signed in
 // through the provider and acting as themselves.
-func withSteps(w **handofftest.World, confirm string) stackOption {
+func withSteps(w **handofftest.World, o handofftest.Options) stackOption {
 	return func(t *testing.T, hs *httpStack, data string, lo *grant.LaunchOptions) {
-		*w = handofftest.BuildWith(t, hs.svc, hs.env.ServiceClient(t, hs.svc), filepath.Join(data, "steps"),
-			handofftest.Options{Patient: "t.alice", Doctor: "t.bob", Nurse: "t.carol", Confirm: confirm})
+		o.Patient, o.Doctor, o.Nurse = "t.alice", "t.bob", "t.carol"
+		*w = handofftest.BuildWith(t, hs.svc, hs.env.ServiceClient(t, hs.svc), filepath.Join(data, "steps"), o)
 		hs.manifst = (*w).Manifest
 		lo.ManifestPath = (*w).Manifest
 		lo.AllApproved = false
@@ -40,7 +42,7 @@ func withSteps(w **handofftest.World, confirm string) stackOption {
 // loses them when the patient closes the step.
 func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	var w *handofftest.World
-	hs := newHTTPStack(t, 8, withSteps(&w, ""))
+	hs := newHTTPStack(t, 8, withSteps(&w, handofftest.Options{}))
 	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
 	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
 	ctx := context.Background()
@@ -171,7 +173,7 @@ func stepOpen(list map[string]any, id string) bool {
 // without the capability is refused CONFIRMATION_UNAVAILABLE.
 func TestHTTPHandOffConfirmation(t *testing.T) {
 	var w *handofftest.World
-	hs := newHTTPStack(t, 8, withSteps(&w, grant.ConfirmElicit))
+	hs := newHTTPStack(t, 8, withSteps(&w, handofftest.Options{Confirm: grant.ConfirmElicit}))
 	token := hs.token(t, "alice", "pw-a")
 	connect := func(proto string, handler func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) *mcp.ClientSession {
 		hc := &http.Client{Transport: &bearer{token: token, base: hs.hc.Transport}}
@@ -214,5 +216,28 @@ func TestHTTPHandOffConfirmation(t *testing.T) {
 		if m, isErr := callOn(t, cs, "close_step", args); isErr {
 			t.Fatalf("close_step: %v", m)
 		}
+	}
+}
+
+// TestHTTPShortWindowEndsAtTheKeyServer: a step handed for five seconds
+// that nobody closes ends at the key server: once the Gateway's clock is
+// past the entry's end (moved 30 s on, inside the proof window), the
+// doctor's agent is refused by the key server.
+func TestHTTPShortWindowEndsAtTheKeyServer(t *testing.T) {
+	var w *handofftest.World
+	hs := newHTTPStack(t, 8, withSteps(&w, handofftest.Options{Window: 5}))
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
+	if m, isErr := callOn(t, alice, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatalf("hand_off: %v", m)
+	}
+	args := map[string]any{"documentId": handofftest.DocID, "fragmentId": "problems"}
+	if m, isErr := callOn(t, bob, "read_protected_fragment", args); isErr {
+		t.Fatalf("bob within the window: %v", m)
+	}
+	hs.env.Gateway.SetFaults(reference.Faults{ClockSkew: 30 * time.Second})
+	t.Cleanup(func() { hs.env.Gateway.SetFaults(reference.Faults{}) })
+	if m, isErr := callOn(t, bob, "read_protected_fragment", args); !isErr || m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
+		t.Fatalf("bob after the window: %v", m)
 	}
 }
