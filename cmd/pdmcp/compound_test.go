@@ -272,3 +272,55 @@ func TestSaveFragmentSurvivesKill(t *testing.T) {
 func mcpCall(name string, args map[string]any) *mcp.CallToolParams {
 	return &mcp.CallToolParams{Name: name, Arguments: args}
 }
+
+// TestStdioCompoundAdapterRefusals: what the manifest does not vouch for is
+// never returned, and the checks before any decrypt send nothing.
+func TestStdioCompoundAdapterRefusals(t *testing.T) {
+	s := newCompoundStack(t)
+	s.giveAgent(t, "results", "demographics")
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A section whose plaintext no longer matches the manifest.
+	ccd := m.Documents["ccd-0001"]
+	for i := range ccd.Fragments {
+		if ccd.Fragments[i].ID == "results" {
+			ccd.Fragments[i].SHA256 = strings.Repeat("0", 64)
+		}
+	}
+	m.Documents["ccd-0001"] = ccd
+	// A document too large for one read.
+	oru := m.Documents["oru-0001"]
+	oru.Size = 70000
+	m.Documents["oru-0001"] = oru
+	if err := m.Save(s.manifest); err != nil {
+		t.Fatal(err)
+	}
+	cs := s.connect(t)
+
+	got, isErr := call(t, cs, "read_protected_document", map[string]any{"documentId": "ccd-0001"})
+	if isErr || got["complete"] != false || strings.Contains(got["text"].(string), "LDL cholesterol") ||
+		!strings.Contains(got["text"].(string), "fragment results (results) withheld: adapter INTEGRITY_MISMATCH") {
+		t.Fatalf("tampered section: %v", got)
+	}
+	got, isErr = call(t, cs, "read_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "results"})
+	wantRefused(t, got, isErr, "adapter", "INTEGRITY_MISMATCH")
+	s.quiet(t, "an oversized compound read", func() {
+		got, isErr = call(t, cs, "read_protected_document", map[string]any{"documentId": "oru-0001"})
+		wantRefused(t, got, isErr, "adapter", "RESULT_TOO_LARGE")
+	})
+	// A skeleton changed on disk.
+	sk := filepath.Join(filepath.Dir(s.manifest), filepath.FromSlash(ccd.Skeleton))
+	b, _ := os.ReadFile(sk)
+	if err := os.WriteFile(sk, append(b, ' '), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.quiet(t, "a tampered skeleton", func() {
+		got, isErr = call(t, cs, "read_protected_document", map[string]any{"documentId": "ccd-0001"})
+		wantRefused(t, got, isErr, "adapter", "INTEGRITY_MISMATCH")
+		got, isErr = call(t, cs, "save_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "demographics",
+			"text": "<recordTarget/>", "idempotencyKey": "t-1"})
+		wantRefused(t, got, isErr, "adapter", "INTEGRITY_MISMATCH")
+	})
+}

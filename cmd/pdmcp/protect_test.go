@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
@@ -267,3 +269,46 @@ func TestProtectSurvivesKill(t *testing.T) {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// TestProtectNamedKey: --key puts a data type under an existing key; a
+// second, different key for a type the manifest already names is refused
+// before anything is sent.
+func TestProtectNamedKey(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	sc, err := gateway.LoadServiceConfig(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := gateway.New(sc.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SignIn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := grant.LoadSeedRecord(s.record())
+	owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, TTL: api.MaxScopedTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Revoke(ctx)
+	anchor, err := owner.Encrypt(ctx, gateway.EncryptInput{Plaintext: []byte("results key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := s.keyCount(t)
+	out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001", "--key", "results="+anchor.TTag)
+	if !ok || !strings.Contains(out, "named") {
+		t.Fatalf("protect --key: %s %s", out, stderr)
+	}
+	m := checkAgree(t, s, "oru-0001")
+	if m.CompoundKeys["results"] != anchor.TTag || s.keyCount(t)-keys != 1 {
+		t.Fatalf("results key %q, keys created %d", m.CompoundKeys["results"], s.keyCount(t)-keys)
+	}
+	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+	_, stderr, ok = s.protect(t, nil, "--source", ccdSource, "--document-id", "ccd-0001", "--key", "results="+rec.Keys[0])
+	if ok || !strings.Contains(stderr, "one key per data type") || s.env.Gateway.Count(api.RouteEncrypt) != encrypts {
+		t.Fatalf("a second key for results: %s", stderr)
+	}
+}
