@@ -177,6 +177,14 @@ func TestProtectBothFixtures(t *testing.T) {
 	if n := s.keyCount(t) - keys; n != 6 {
 		t.Fatalf("keys after the ADT: %d, want still 6", n)
 	}
+	// --record put the created keys in the seed record: cleanup removes
+	// them with the seed's own.
+	if out := run(t, "seed", "--config", s.config, "--cleanup", s.record()); !strings.Contains(out, "SEED CLEANUP: OK") {
+		t.Fatalf("cleanup: %s", out)
+	}
+	if n := s.keyCount(t); n != 0 {
+		t.Fatalf("%d keys left after cleanup", n)
+	}
 }
 
 func mapsValues(m map[string]string) func(func(string) bool) {

@@ -61,12 +61,21 @@ func fuzzSplit(f *testing.F, form Form) {
 		if !bytes.Equal(back, src) || sha256.Sum256(back) != r.SHA256 {
 			t.Fatal("reassembly is not byte-identical")
 		}
+		// The skeleton is exactly the source outside the spans, with one
+		// marker per span: no byte of a span is left in it.
+		var want bytes.Buffer
 		last := 0
 		for _, s := range r.Sections {
 			if s.Start < last || s.End <= s.Start || s.End > len(src) || !bytes.Equal(s.Text, src[s.Start:s.End]) {
 				t.Fatalf("span %s [%d,%d) is not an ordered, non-empty span of the source", s.ID, s.Start, s.End)
 			}
+			want.Write(src[last:s.Start])
+			want.Write(Marker(s.ID))
 			last = s.End
+		}
+		want.Write(src[last:])
+		if !bytes.Equal(want.Bytes(), r.Skeleton) {
+			t.Fatal("the skeleton is not the source outside the spans")
 		}
 		if err := checkNoProtectedLeft(r.Form, r.Skeleton, DefaultTable()); err != nil {
 			t.Fatal(err)
