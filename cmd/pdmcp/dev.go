@@ -61,7 +61,7 @@ pdmcp dev is running.
   MCP URL:        %[1]s
   CA to trust:    %[2]s
   OpenID issuer:  %[3]s
-  users:          alice (every document), bob (some), carol (none); passwords in %[4]s
+  users:          alice (every document), bob (some), carol (none), patient and doctor (hand-off steps); passwords in %[4]s
   state:          %[9]s
   file tools:     encrypt_file and decrypt_file work in %[10]s (try %[11]s)
 
