@@ -490,3 +490,46 @@ func TestCheckSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestUserWithoutTheACLRoleHandsNothing(t *testing.T) {
+	// The key server's roles: a user holding the keys WRITE but without
+	// the ACL role is refused ACCESS_DENIED, and nothing is handed.
+	r := newRig(t, handofftest.Options{}, time.Hour)
+	ctx := context.Background()
+	clerk := reftest.Principal(t, r.w.Client, r.w.Service.Prefix+"clerk", api.RoleEncrypt, api.RoleDecrypt)
+	for _, k := range r.handedTo {
+		if err := r.patient.ACLGrant(ctx, api.ACLGrantRequest{TTag: k, SystemID: clerk.SystemID, PrincipalID: clerk.PrincipalID,
+			Rights: []string{api.RightWrite}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := r.m.Clone()
+	st := m.Steps[handofftest.StepReferral]
+	st.From = clerk.Name
+	m.Steps["by-clerk"] = st
+	g := *r.g
+	g.Steps = append(g.Steps, "by-clerk")
+	e := handoff.New(handoff.Config{Grant: &g, Journal: r.j})
+	p, err := e.Plan(m, "by-clerk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := e.EndTime(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := r.w.As(t, clerk.Name)
+	defer s.Revoke(ctx)
+	_, err = e.HandOff(ctx, s, "", p, end)
+	if codeOf(err) != "keyserver/ACCESS_DENIED" {
+		t.Fatalf("the clerk's hand-off: %v, want keyserver ACCESS_DENIED", err)
+	}
+	for _, k := range r.handedTo {
+		if _, ok := r.w.Entry(t, k, r.w.Doctor); ok {
+			t.Fatal("the doctor got an entry")
+		}
+	}
+	if open, _ := r.j.OpenHandOffs(ctx, "by-clerk"); len(open) != 0 {
+		t.Fatalf("journal rows left open: %+v", open)
+	}
+}
