@@ -249,6 +249,11 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		return nil, errors.New("protect: name the keys' owner with --owner, or --record a seed record whose owner it is")
 	}
 
+	unlock, err := lockProtect(filepath.Join(m.Dir(), ProtectJournalName+".lock"))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	j, err := loadProtectJournal(filepath.Join(m.Dir(), ProtectJournalName))
 	if err != nil {
 		return nil, err
@@ -409,7 +414,6 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 	if doc.Label == "" {
 		doc.Label = filepath.Base(o.SourcePath)
 	}
-	seenType := map[string]bool{}
 	for _, s := range split.Sections {
 		a := results[s.ID]
 		ct, err := base64.StdEncoding.DecodeString(a.Ciphertext)
@@ -426,14 +430,16 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		sum := sha256.Sum256(s.Text)
 		doc.Fragments = append(doc.Fragments, grant.Fragment{ID: s.ID, Label: s.Label, DataType: s.DataType, TemplateID: s.TemplateRoot,
 			Path: rel + "/" + name, IV: a.IV, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(s.Text)), Version: 1})
+		// "created" on the section whose encrypt made its type's key;
+		// every other section of that type reuses it.
 		row := ProtectRow{FragmentID: s.ID, Label: s.Label, DataType: s.DataType, Bytes: len(s.Text), Key: how[s.DataType]}
-		if how[s.DataType] == "created" && seenType[s.DataType] {
+		switch {
+		case a.CreatesKey:
+			row.Key = "created"
+			summary.CreatedKeys++
+		case how[s.DataType] == "created":
 			row.Key = "reused"
 		}
-		if how[s.DataType] == "created" && !seenType[s.DataType] && a.CreatesKey {
-			summary.CreatedKeys++
-		}
-		seenType[s.DataType] = true
 		summary.Rows = append(summary.Rows, row)
 	}
 	skName := "skeleton" + skeletonExt(split.Form)
