@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
 )
 
 // maxProviderBody bounds what is read from the provider's discovery and
@@ -39,13 +40,51 @@ func NewProviderClient(caFile string, timeout time.Duration) (*http.Client, erro
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return &http.Client{
-		Transport: tr,
+		Transport: limitBodies{tr},
 		Timeout:   timeout,
 		// A redirect could take a key fetch somewhere the operator did not
 		// name; the provider's documents are read where discovery says.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}, nil
 }
+
+// limitBodies cuts every response body at maxProviderBody: go-oidc reads
+// discovery documents and key sets whole, and a provider's answer is never
+// that large. Reading past the limit is an error, not a silent truncation.
+type limitBodies struct{ base http.RoundTripper }
+
+func (l limitBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: maxProviderBody}
+	return resp, nil
+}
+
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return n + int(b.left), errBodyTooLarge
+	}
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
+
+var errBodyTooLarge = fmt.Errorf("the provider's answer is larger than %d bytes", maxProviderBody)
 
 // ProviderMetadata is the part of the provider's OpenID discovery document
 // this package uses.
@@ -79,10 +118,12 @@ func (p *Provider) Issuer() string { return p.issuer }
 // Client is the HTTP client that reaches the provider.
 func (p *Provider) Client() *http.Client { return p.client }
 
-// Metadata returns the provider's discovery document, fetching it from
-// <issuer>/.well-known/openid-configuration on first use. A document whose
-// issuer differs from the configured one, or whose endpoints are not https,
-// is refused (OpenID Connect Discovery §4.3).
+// Metadata returns the provider's discovery document, fetched by go-oidc
+// from <issuer>/.well-known/openid-configuration on first use with the
+// provider's client (CA-pinned, no redirects, bounded bodies). A document
+// whose issuer differs from the configured one (OpenID Connect Discovery
+// §4.3, go-oidc's check), or whose endpoints are not https, is refused. A
+// failure is not kept: the next call tries again.
 func (p *Provider) Metadata(ctx context.Context) (ProviderMetadata, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -90,12 +131,17 @@ func (p *Provider) Metadata(ctx context.Context) (ProviderMetadata, error) {
 		return *p.meta, nil
 	}
 	u := strings.TrimSuffix(p.issuer, "/") + "/.well-known/openid-configuration"
-	var m ProviderMetadata
-	if err := p.getJSON(ctx, u, &m); err != nil {
-		return ProviderMetadata{}, fmt.Errorf("provider discovery: %w", err)
+	op, err := oidc.NewProvider(oidc.ClientContext(ctx, p.client), p.issuer)
+	var mismatch *oidc.IssuerMismatchError
+	switch {
+	case errors.As(err, &mismatch):
+		return ProviderMetadata{}, fmt.Errorf("provider discovery at %s names issuer %q, not the configured %q", u, mismatch.Discovered, p.issuer)
+	case err != nil:
+		return ProviderMetadata{}, fmt.Errorf("provider discovery at %s: %w", u, err)
 	}
-	if m.Issuer != p.issuer {
-		return ProviderMetadata{}, fmt.Errorf("provider discovery at %s names issuer %q, not the configured %q", u, m.Issuer, p.issuer)
+	var m ProviderMetadata
+	if err := op.Claims(&m); err != nil {
+		return ProviderMetadata{}, fmt.Errorf("provider discovery at %s: %w", u, err)
 	}
 	for name, v := range map[string]string{"jwks_uri": m.JWKSURI, "token_endpoint": m.TokenEndpoint} {
 		if err := checkHTTPS(v); err != nil {
@@ -129,17 +175,6 @@ func (p *Provider) get(ctx context.Context, u string) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s: document larger than %d bytes", u, maxProviderBody)
 	}
 	return body, nil
-}
-
-func (p *Provider) getJSON(ctx context.Context, u string, v any) error {
-	body, err := p.get(ctx, u)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("GET %s: not a JSON document: %w", u, err)
-	}
-	return nil
 }
 
 func checkHTTPS(raw string) error {

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,5 +241,43 @@ func writePEM(t *testing.T, path, typ string, der []byte, mode os.FileMode) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProviderDiscoveryRefusals: go-oidc's discovery through the provider
+// client refuses an oversized document and does not follow a redirect.
+func TestProviderDiscoveryRefusals(t *testing.T) {
+	cases := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    string
+	}{
+		{"oversized document", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"issuer":"` + strings.Repeat("x", maxProviderBody+10) + `"}`))
+		}, "larger than"},
+		{"redirect", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "https://elsewhere.example/.well-known/openid-configuration", http.StatusFound)
+		}, "302"},
+		{"endpoint not https", func(w http.ResponseWriter, r *http.Request) {
+			iss := "https://" + r.Host
+			writeJSON(w, http.StatusOK, map[string]any{"issuer": iss, "jwks_uri": "http://" + r.Host + "/jwks", "token_endpoint": iss + "/token"})
+		}, "jwks_uri"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewTLSServer(c.handler)
+			defer srv.Close()
+			caFile := filepath.Join(t.TempDir(), "ca.pem")
+			writePEM(t, caFile, "CERTIFICATE", srv.Certificate().Raw, 0o600)
+			client, err := NewProviderClient(caFile, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = NewProvider(srv.URL, client).Metadata(context.Background())
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error with %q", err, c.want)
+			}
+		})
 	}
 }

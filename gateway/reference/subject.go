@@ -1,6 +1,7 @@
 package reference
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -11,12 +12,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/lestrrat-go/jwx/v2/jwa"
-	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
 	"github.com/lestrrat-go/jwx/v2/jwt"
 
@@ -77,14 +79,13 @@ func (g *Gateway) subjectPrincipal(ctx context.Context, sv *service, raw string,
 	if hdr.KeyID() == "" {
 		return nil, time.Time{}, subjectRefused("the subject token names no signing key (kid); present a token from the bound provider")
 	}
-	key, err := g.providers.key(ctx, b, hdr.KeyID())
-	if err != nil {
+	if err := g.providers.verify(ctx, b, raw, hdr.KeyID()); err != nil {
+		if errors.Is(err, errBadSignature) {
+			return nil, time.Time{}, subjectRefused("the subject token's signature does not verify with the provider's key; present a token the provider issued")
+		}
 		g.log.Warn("OpenID provider keys unavailable", "issuer", b.Issuer, "err", err)
 		return nil, time.Time{}, idpUnavailable(g.cfg.IdPRetryAfter,
 			"the Gateway could not get the provider's signing key just now; wait for Retry-After, then present the token again")
-	}
-	if _, err := jws.Verify([]byte(raw), jws.WithKey(alg, key)); err != nil {
-		return nil, time.Time{}, subjectRefused("the subject token's signature does not verify with the provider's key; present a token the provider issued")
 	}
 	tok, err := jwt.Parse([]byte(raw), jwt.WithVerify(false), jwt.WithValidate(false))
 	if err != nil {
@@ -148,16 +149,26 @@ func claimString(tok jwt.Token, name string) string {
 	return s
 }
 
-// providerCache keeps each bound provider's JWKS, fetched over TLS trusting
-// only the binding's CA.
+// providerCache keeps, per bound provider (issuer and CA), go-oidc's remote
+// key set for the provider's jwks_uri, found by go-oidc's discovery with its
+// issuer check, over TLS trusting only the binding's CA. The key set fetches
+// the keys on first use and again for a kid it does not hold; a recorder on
+// its HTTP client notes which kids the last fetch published, so that a kid
+// the provider does not publish (IDP_UNAVAILABLE) is told apart from a
+// signature that does not verify (SUBJECT_REFUSED).
 type providerCache struct {
 	timeout time.Duration
 	mu      sync.Mutex
-	sets    map[string]jwk.Set
+	sets    map[string]*providerKeys
+}
+
+type providerKeys struct {
+	set *oidc.RemoteKeySet
+	rec *jwksRecorder
 }
 
 func newProviderCache(timeout time.Duration) *providerCache {
-	return &providerCache{timeout: timeout, sets: map[string]jwk.Set{}}
+	return &providerCache{timeout: timeout, sets: map[string]*providerKeys{}}
 }
 
 func cacheKey(b *providerBinding) string {
@@ -176,95 +187,139 @@ func (p *providerCache) forget(issuer string) {
 	}
 }
 
+// errBadSignature: the provider publishes the token's kid, and the
+// signature does not verify with its keys.
+var errBadSignature = errors.New("the subject token's signature does not verify")
+
 // errUnknownKid is a kid the provider does not publish even after a fresh
 // fetch of its keys.
 var errUnknownKid = errors.New("the provider publishes no key with the token's kid")
 
-// key is the provider's key kid, fetching the provider's keys when they are
-// not cached and once more when kid is not among them.
-func (p *providerCache) key(ctx context.Context, b *providerBinding, kid string) (jwk.Key, error) {
-	ck := cacheKey(b)
-	p.mu.Lock()
-	set := p.sets[ck]
-	p.mu.Unlock()
-	if set != nil {
-		if k, ok := set.LookupKeyID(kid); ok {
-			return k, nil
+// verify checks raw's signature against the provider's keys. Any error but
+// errBadSignature means the keys could not be had, or do not name kid.
+func (p *providerCache) verify(ctx context.Context, b *providerBinding, raw, kid string) error {
+	keys, err := p.keys(ctx, b)
+	if err != nil {
+		return err
+	}
+	if _, err := keys.set.VerifySignature(ctx, raw); err != nil {
+		switch fetched, ok := keys.rec.last(); {
+		case !ok:
+			return fmt.Errorf("jwks: %w", err)
+		case !slices.Contains(fetched, kid):
+			return errUnknownKid
+		default:
+			return errBadSignature
 		}
 	}
-	set, err := p.fetch(ctx, b)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	p.sets[ck] = set
-	p.mu.Unlock()
-	if k, ok := set.LookupKeyID(kid); ok {
-		return k, nil
-	}
-	return nil, errUnknownKid
+	return nil
 }
 
-func (p *providerCache) fetch(ctx context.Context, b *providerBinding) (jwk.Set, error) {
+// keys returns the binding's key set, running discovery when there is none
+// yet. A failed discovery is not kept.
+func (p *providerCache) keys(ctx context.Context, b *providerBinding) (*providerKeys, error) {
+	ck := cacheKey(b)
+	p.mu.Lock()
+	keys := p.sets[ck]
+	p.mu.Unlock()
+	if keys != nil {
+		return keys, nil
+	}
 	roots, err := x509.SystemCertPool()
 	if b.CAPEM != "" || err != nil {
 		roots = x509.NewCertPool()
 		roots.AppendCertsFromPEM([]byte(b.CAPEM))
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
-	defer tr.CloseIdleConnections()
+	rec := &jwksRecorder{base: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
 	client := &http.Client{
-		Transport: tr,
+		Transport: rec,
 		Timeout:   p.timeout,
 		// A provider's documents are fetched where they are; a redirect
 		// could leave TLS or the provider.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	var disc struct {
-		Issuer  string `json:"issuer"`
-		JWKSURI string `json:"jwks_uri"`
-	}
-	if err := getJSON(ctx, client, strings.TrimSuffix(b.Issuer, "/")+"/.well-known/openid-configuration", &disc); err != nil {
+	op, err := oidc.NewProvider(oidc.ClientContext(ctx, client), b.Issuer)
+	if err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	if disc.Issuer != b.Issuer {
-		return nil, errors.New("discovery: the document names another issuer")
+	var disc struct {
+		JWKSURI string `json:"jwks_uri"`
 	}
-	if u, err := url.Parse(disc.JWKSURI); err != nil || u.Scheme != "https" {
+	if err := op.Claims(&disc); err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	if u, err := url.Parse(disc.JWKSURI); err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, errors.New("discovery: jwks_uri is not an https URL")
 	}
-	body, err := get(ctx, client, disc.JWKSURI)
-	if err != nil {
-		return nil, fmt.Errorf("jwks: %w", err)
-	}
-	set, err := jwk.Parse(body)
-	if err != nil {
-		return nil, fmt.Errorf("jwks: %w", err)
-	}
-	return set, nil
+	rec.jwksURL = disc.JWKSURI
+	// The key set keeps this context for its fetches: only its client.
+	keys = &providerKeys{set: oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), client), disc.JWKSURI), rec: rec}
+	p.mu.Lock()
+	p.sets[ck] = keys
+	p.mu.Unlock()
+	return keys, nil
 }
 
-func get(ctx context.Context, client *http.Client, u string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %d", u, resp.StatusCode)
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, providerBodyLimit))
+// jwksRecorder is the provider client's transport: it bounds every body
+// and, for the jwks_uri, records the kids of the last key set fetched (or
+// that the fetch failed).
+type jwksRecorder struct {
+	base    http.RoundTripper
+	jwksURL string
+
+	mu   sync.Mutex
+	kids []string
+	ok   bool
 }
 
-func getJSON(ctx context.Context, client *http.Client, u string, v any) error {
-	body, err := get(ctx, client, u)
+func (r *jwksRecorder) last() ([]string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kids, r.ok
+}
+
+func (r *jwksRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	isJWKS := r.jwksURL != "" && req.URL.String() == r.jwksURL
+	resp, err := r.base.RoundTrip(req)
 	if err != nil {
-		return err
+		if isJWKS {
+			r.record(nil, false)
+		}
+		return nil, err
 	}
-	return json.Unmarshal(body, v)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, providerBodyLimit+1))
+	resp.Body.Close()
+	if err == nil && len(body) > providerBodyLimit {
+		err = fmt.Errorf("%s: answer larger than %d bytes", req.URL.Redacted(), providerBodyLimit)
+	}
+	if err != nil {
+		if isJWKS {
+			r.record(nil, false)
+		}
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if isJWKS {
+		var set struct {
+			Keys []struct {
+				Kid string `json:"kid"`
+			} `json:"keys"`
+		}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &set) != nil {
+			r.record(nil, false)
+		} else {
+			kids := make([]string, 0, len(set.Keys))
+			for _, k := range set.Keys {
+				kids = append(kids, k.Kid)
+			}
+			r.record(kids, true)
+		}
+	}
+	return resp, nil
+}
+
+func (r *jwksRecorder) record(kids []string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kids, r.ok = kids, ok
 }
