@@ -14,21 +14,39 @@ import (
 )
 
 func newDevCmd() *cobra.Command {
-	var state string
+	var state, provider, keycloakInfo string
 	dev := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole stack on loopback: Gateway, key server, OpenID provider and the MCP server over HTTPS",
 		Long: "dev runs a development CA, the reference Gateway and key server, a development OpenID provider with " +
 			"three users (alice: every document, bob: some, carol: none), seeds synthetic documents, and serves the " +
 			"MCP server over Streamable HTTP on 127.0.0.1 with TLS. Its state is kept in --state and reused. " +
-			"Ctrl-C revokes every session and stops everything.",
+			"Ctrl-C revokes every session and stops everything. With --provider keycloak the provider is a Keycloak " +
+			"that deploy/keycloak/test/keycloak.sh started with the same --state and deploy/keycloak's realm: the " +
+			"users are made there and the Gateway is bound to it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return devstack.Run(cmd.Context(), devstack.Options{State: state, Version: versionString(), Logger: newLogger(),
-				Ready: func(info *devstack.Info) { printDevInfo(cmd.OutOrStdout(), state, info) }})
+			opts := devstack.Options{State: state, Version: versionString(), Logger: newLogger(),
+				Ready: func(info *devstack.Info) { printDevInfo(cmd.OutOrStdout(), state, info) }}
+			switch provider {
+			case "dev":
+				if cmd.Flags().Changed("keycloak-info") {
+					return fmt.Errorf("--keycloak-info needs --provider keycloak")
+				}
+			case "keycloak":
+				opts.Keycloak = keycloakInfo
+				if opts.Keycloak == "" {
+					opts.Keycloak = filepath.Join(state, "keycloak", "keycloak.json")
+				}
+			default:
+				return fmt.Errorf("--provider is %q: it is dev (the built-in development provider) or keycloak", provider)
+			}
+			return devstack.Run(cmd.Context(), opts)
 		},
 	}
 	dev.PersistentFlags().StringVar(&state, "state", ".pdmcp-dev", "the state folder (reused by a second run)")
+	dev.Flags().StringVar(&provider, "provider", "dev", "the OpenID provider: dev (built in) or keycloak (started by deploy/keycloak/test/keycloak.sh)")
+	dev.Flags().StringVar(&keycloakInfo, "keycloak-info", "", "with --provider keycloak: the keycloak.json keycloak.sh wrote (default <state>/keycloak/keycloak.json)")
 	dev.AddCommand(newDevGatewayCmd(&state), newDevTokenCmd(&state))
 	return dev
 }

@@ -8,6 +8,7 @@
 package devstack
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -20,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,6 +105,11 @@ type Options struct {
 	Logger  *slog.Logger
 	// Ready is called once everything serves, with what dev.json holds.
 	Ready func(*Info)
+	// Keycloak, when set, is the keycloak.json of a Keycloak that
+	// deploy/keycloak/test/keycloak.sh started with deploy/keycloak's realm:
+	// it replaces the development provider (its users are made there, and
+	// the Gateway maps them by Keycloak's subjects).
+	Keycloak string
 }
 
 // InfoPath is where Run writes dev.json.
@@ -156,43 +163,41 @@ func Run(ctx context.Context, o Options) error {
 	info.GatewayURL = gw.URL
 	info.Ports.Gateway = portOf(gw.URL)
 
-	// The development OpenID provider.
+	// The OpenID provider: the development one, or a Keycloak.
 	idpDir := filepath.Join(state, "idp")
 	if err := os.MkdirAll(idpDir, 0o700); err != nil {
 		return err
 	}
-	idpCert, idpKey, err := ca.Issue(idpDir, "idp-tls")
-	if err != nil {
-		return err
-	}
 	secretPath := filepath.Join(idpDir, "adapter-client-secret")
-	adapterSecret, err := secretFile(secretPath)
-	if err != nil {
-		return err
+	providerCA := ca.CertPEM
+	subjects := map[string]string{}
+	if o.Keycloak != "" {
+		kc, err := LoadKeycloakInfo(o.Keycloak)
+		if err != nil {
+			return err
+		}
+		// One CA for everything, so hosts trust one file: Keycloak's
+		// certificate comes from this state folder's CA.
+		if same, err := sameFile(kc.CAFile, ca.CertPEM); err != nil || !same {
+			return fmt.Errorf("keycloak's CA %s is not this stack's %s: start Keycloak with deploy/keycloak/test/keycloak.sh start --state %s", kc.CAFile, ca.CertPEM, o.State)
+		}
+		if subjects, err = keycloakProvider(ctx, kc, secretPath); err != nil {
+			return err
+		}
+		info.Issuer, providerCA = kc.Issuer, kc.CAFile
+	} else {
+		stop, err := serveDevIdP(ctx, o, info, ca, idpDir, secretPath)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		for _, u := range devUsers {
+			subjects[u.name] = u.name
+		}
 	}
-	idpLn, err := listen(info.Ports.IdP)
-	if err != nil {
-		return err
-	}
-	info.Ports.IdP = idpLn.Addr().(*net.TCPAddr).Port
-	info.Issuer = fmt.Sprintf("https://127.0.0.1:%d", info.Ports.IdP)
-	var users []devidp.User
-	for _, u := range devUsers {
-		users = append(users, devidp.User{Username: u.name, Password: u.password, Subject: u.name, Name: u.name})
-	}
-	idp, err := devidp.New(ctx, devidp.Config{Issuer: info.Issuer, Users: users, AdapterClientSecret: adapterSecret,
-		Logger: o.Logger.With("component", "idp")})
-	if err != nil {
-		idpLn.Close()
-		return err
-	}
-	defer idp.Close()
-	idpSrv := &http.Server{Handler: idp, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = idpSrv.ServeTLS(idpLn, idpCert, idpKey) }()
-	defer idpSrv.Close()
 
 	// The service, its data and its users, made once and reused.
-	if err := provision(ctx, state, info, ca, gw.URL, adminPWFile); err != nil {
+	if err := provision(ctx, state, info, ca, gw.URL, adminPWFile, providerCA, subjects); err != nil {
 		return err
 	}
 
@@ -216,7 +221,7 @@ func Run(ctx context.Context, o Options) error {
 	httpCfg := map[string]any{
 		"listen": map[string]any{"host": "127.0.0.1", "port": info.Ports.MCP},
 		"tls":    map[string]any{"certificate": rel(state, mcpCert), "key": rel(state, mcpKey)},
-		"provider": map[string]any{"issuer": info.Issuer, "caFile": rel(state, ca.CertPEM),
+		"provider": map[string]any{"issuer": info.Issuer, "caFile": rel(state, providerCA),
 			"allowedAlgs": []string{"ES256", "RS256"}, "jwksRefreshMinSeconds": 5},
 		"exchange": map[string]any{"clientId": devidp.DefaultAdapterClientID, "clientSecretFile": rel(state, secretPath),
 			"gatewayAudience": devidp.DefaultGatewayAudience},
@@ -242,6 +247,41 @@ func Run(ctx context.Context, o Options) error {
 			}
 		},
 	})
+}
+
+// serveDevIdP serves the development OpenID provider on its remembered port
+// with the development users; stop ends it.
+func serveDevIdP(ctx context.Context, o Options, info *Info, ca *devpki.CA, idpDir, secretPath string) (stop func(), err error) {
+	idpCert, idpKey, err := ca.Issue(idpDir, "idp-tls")
+	if err != nil {
+		return nil, err
+	}
+	adapterSecret, err := secretFile(secretPath)
+	if err != nil {
+		return nil, err
+	}
+	idpLn, err := listen(info.Ports.IdP)
+	if err != nil {
+		return nil, err
+	}
+	info.Ports.IdP = idpLn.Addr().(*net.TCPAddr).Port
+	info.Issuer = fmt.Sprintf("https://127.0.0.1:%d", info.Ports.IdP)
+	var users []devidp.User
+	for _, u := range devUsers {
+		users = append(users, devidp.User{Username: u.name, Password: u.password, Subject: u.name, Name: u.name})
+	}
+	idp, err := devidp.New(ctx, devidp.Config{Issuer: info.Issuer, Users: users, AdapterClientSecret: adapterSecret,
+		Logger: o.Logger.With("component", "idp")})
+	if err != nil {
+		idpLn.Close()
+		return nil, err
+	}
+	idpSrv := &http.Server{Handler: idp, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = idpSrv.ServeTLS(idpLn, idpCert, idpKey) }()
+	return func() {
+		idpSrv.Close()
+		idp.Close()
+	}, nil
 }
 
 // ServeGateway serves the reference Gateway and key server from the state
@@ -277,7 +317,8 @@ func ServeGateway(ctx context.Context, state string, ca *devpki.CA, port int, lo
 // binds the provider and maps the users, and writes a caller-identity
 // grant, on the first run; later runs reuse what is there and renew the
 // grant.
-func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gatewayURL, adminPWFile string) error {
+func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gatewayURL, adminPWFile, providerCA string,
+	subjects map[string]string) error {
 	info.ServiceConfig = filepath.Join(state, "config.json")
 	data := filepath.Join(state, "task-data")
 	info.Manifest = filepath.Join(data, "manifest.json")
@@ -325,7 +366,7 @@ func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gat
 			Documents: append([]string{}, u.documents...), DataTypes: append([]string{}, devDataTypes[u.name]...)})
 	}
 	// Bind the provider (its port may have changed) and map the users.
-	caPEM, err := os.ReadFile(ca.CertPEM)
+	caPEM, err := os.ReadFile(providerCA)
 	if err != nil {
 		return err
 	}
@@ -344,7 +385,7 @@ func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gat
 	}
 	for _, u := range info.Users {
 		if err := admin.MapIdentity(ctx, api.MapIdentityRequest{ServiceID: sc.ServiceID, Issuer: info.Issuer,
-			Subject: u.Name, Principal: u.Principal}); err != nil {
+			Subject: subjects[u.Name], Principal: u.Principal}); err != nil {
 			return fmt.Errorf("map %s: %w", u.Name, err)
 		}
 	}
@@ -390,6 +431,10 @@ func Token(ctx context.Context, state, user string) (string, error) {
 	}
 	hc, err := trustingClient(ca)
 	if err != nil {
+		return "", err
+	}
+	// Keycloak's sign-in keeps its state in cookies.
+	if hc.Jar, err = cookiejar.New(nil); err != nil {
 		return "", err
 	}
 	tok, err := devidp.Login(ctx, hc, devidp.LoginParams{Issuer: info.Issuer, ClientID: info.HostClientID,
@@ -457,6 +502,19 @@ func rel(base, p string) string {
 		return r
 	}
 	return p
+}
+
+// sameFile reports whether two files hold the same bytes.
+func sameFile(a, b string) (bool, error) {
+	ab, err := os.ReadFile(a)
+	if err != nil {
+		return false, err
+	}
+	bb, err := os.ReadFile(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(ab, bb), nil
 }
 
 // trustingClient trusts only the development CA.

@@ -3,9 +3,13 @@
 package keycloaktest
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/server/devstack"
 )
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
@@ -35,6 +40,14 @@ func TestKeycloak(t *testing.T) {
 		t.Logf("token response: expires_in %d, scope %q, refresh token %v, ID token %v",
 			alice.ExpiresIn, alice.Scope, alice.RefreshToken != "", alice.IDToken != "")
 
+		if alice.RefreshToken != "" {
+			_, rc := claims(t, alice.RefreshToken)
+			t.Logf("refresh token: typ %v, lifetime %vs", rc["typ"], num(rc["exp"])-num(rc["iat"]))
+		}
+		if alice.IDToken != "" {
+			ih, ic := claims(t, alice.IDToken)
+			t.Logf("ID token: header typ %v; typ %v, aud %v, azp %v, nonce %v", ih["typ"], ic["typ"], ic["aud"], ic["azp"], ic["nonce"] != nil)
+		}
 		// What pdmcp relies on, as Keycloak puts it in the host's token.
 		h, c := claims(t, alice.AccessToken)
 		t.Logf("access token header %v; claims typ=%v azp=%v aud=%v scope=%q lifetime=%vs sid? %v",
@@ -281,4 +294,57 @@ func num(v any) float64 {
 func str(v any) string {
 	s, _ := v.(string)
 	return s
+}
+
+// TestDevProviderKeycloak runs `pdmcp dev --provider keycloak`'s stack
+// against the Keycloak keycloak.sh started, in its state folder (so the
+// stack and Keycloak share the CA): a development user's token from
+// Keycloak's sign-in reads a document, another user is refused by the key
+// server.
+func TestDevProviderKeycloak(t *testing.T) {
+	kc := loadInfo(t)
+	state := filepath.Dir(filepath.Dir(os.Getenv("KEYCLOAK_INFO")))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan *devstack.Info, 1)
+	done := make(chan error, 1)
+	log := &syncBuffer{}
+	go func() {
+		done <- devstack.Run(ctx, devstack.Options{State: state, Version: "test", Logger: slogTo(log),
+			Keycloak: os.Getenv("KEYCLOAK_INFO"), Ready: func(i *devstack.Info) { ready <- i }})
+	}()
+	var info *devstack.Info
+	select {
+	case info = <-ready:
+	case err := <-done:
+		t.Fatalf("devstack.Run: %v\n%s", err, log.String())
+	}
+	if info.Issuer != kc.Issuer {
+		t.Errorf("dev.json issuer %s, want Keycloak's %s", info.Issuer, kc.Issuer)
+	}
+	s := &stack{kc: kc, mcpURL: info.MCPURL}
+	caPEM, _ := os.ReadFile(info.CAFile)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	s.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for user, want := range map[string]string{"alice": "", "bob": "ACL_DENIED"} {
+		tok, err := devstack.Token(ctx, state, user)
+		if err != nil {
+			t.Fatalf("pdmcp dev token %s: %v", user, err)
+		}
+		if _, c := claims(t, tok); c["iss"] != kc.Issuer || c["azp"] != hostClient {
+			t.Errorf("%s's token: iss %v azp %v", user, c["iss"], c["azp"])
+		}
+		m, isErr := read(t, s.connect(t, tok), sharedDocument)
+		switch {
+		case want == "" && (isErr || !strings.Contains(str(m["text"]), "Supplier proposal")):
+			t.Errorf("%s reads %s: %v", user, sharedDocument, m)
+		case want != "" && (!isErr || m["layer"] != "keyserver" || m["code"] != want):
+			t.Errorf("%s reads %s: %v, want keyserver %s", user, sharedDocument, m, want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("devstack.Run after Ctrl-C: %v", err)
+	}
 }

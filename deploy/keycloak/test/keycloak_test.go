@@ -435,7 +435,16 @@ func read(t *testing.T, cs *mcp.ClientSession, doc string) (map[string]any, bool
 	if err != nil {
 		t.Fatalf("read_protected_document: %v", err)
 	}
-	b, _ := json.Marshal(res.StructuredContent)
+	v := res.StructuredContent
+	if res.IsError {
+		// A refusal is carried in the text content only.
+		r, ok := server.RefusalOf(res)
+		if !ok {
+			t.Fatalf("read_protected_document: an isError result that is not a refusal: %+v", res)
+		}
+		v = r
+	}
+	b, _ := json.Marshal(v)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
 	return m, res.IsError
