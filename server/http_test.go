@@ -677,11 +677,12 @@ func TestHTTPGoSDKOAuthClient(t *testing.T) {
 					return nil, err
 				}
 				state := u.Query().Get("state")
-				code, err := devidp.Authorize(ctx, hs.hc, args.URL, redirect, user, password, state)
+				res, err := devidp.AuthorizeResponse(ctx, hs.hc, args.URL, redirect, user, password, state)
 				if err != nil {
 					return nil, err
 				}
-				return &sdkauth.AuthorizationResult{Code: code, State: state}, nil
+				// The provider advertises RFC 9207 iss, so the SDK requires it.
+				return &sdkauth.AuthorizationResult{Code: res.Code, State: state, Iss: res.Iss}, nil
 			},
 			Client: hs.hc,
 		})

@@ -33,7 +33,7 @@ func newHostClient(id, loginURL string, lifetime time.Duration) *client {
 		id:            id,
 		appType:       op.ApplicationTypeNative,
 		authMethod:    oidc.AuthMethodNone,
-		grantTypes:    []oidc.GrantType{oidc.GrantTypeCode},
+		grantTypes:    []oidc.GrantType{oidc.GrantTypeCode, oidc.GrantTypeRefreshToken},
 		responseTypes: []oidc.ResponseType{oidc.ResponseTypeCode},
 		loginURL:      loginURL,
 		lifetime:      lifetime,

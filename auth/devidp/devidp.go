@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -21,10 +22,19 @@ import (
 
 // Defaults for the Config fields left empty.
 const (
-	DefaultHostClientID        = "mcp-host"
-	DefaultAdapterClientID     = "mcp-adapter"
-	DefaultGatewayAudience     = "gateway-api"
-	DefaultAccessTokenLifetime = 300 * time.Second
+	DefaultHostClientID    = "mcp-host"
+	DefaultAdapterClientID = "mcp-adapter"
+	DefaultGatewayAudience = "gateway-api"
+	// DefaultAccessTokenLifetime outlives the five-minute expiry margin some
+	// hosts apply (Gemini CLI treats a token that expires within five
+	// minutes as expired already).
+	DefaultAccessTokenLifetime = 15 * time.Minute
+	// DefaultRefreshTokenLifetime is how long an unused refresh token stays
+	// redeemable; each use starts a new one.
+	DefaultRefreshTokenLifetime = 7 * 24 * time.Hour
+	// DefaultSignInLifetime is how long one sign-in can be kept alive by
+	// refreshing; after it the user signs in again.
+	DefaultSignInLifetime = 30 * 24 * time.Hour
 )
 
 // Paths under the issuer. The op routes are the library's defaults.
@@ -81,6 +91,20 @@ type Config struct {
 	// ExchangedTokenLifetime of Gateway tokens, which never outlive the
 	// subject token either (AccessTokenLifetime when zero).
 	ExchangedTokenLifetime time.Duration
+	// RefreshTokenLifetime is how long an unused refresh token of the host
+	// client stays redeemable (DefaultRefreshTokenLifetime when zero).
+	RefreshTokenLifetime time.Duration
+	// SignInLifetime bounds how long refreshing keeps one sign-in alive
+	// (DefaultSignInLifetime when zero).
+	SignInLifetime time.Duration
+	// StateDir, when set, is a folder (created with mode 0700) where the
+	// provider keeps its signing key, the sign-ins in progress and the
+	// records of the tokens it issued, in one file of mode 0600, so that a
+	// provider started again on the same folder (and issuer) keeps every
+	// issued token and refresh token valid. Empty: everything lives in
+	// memory and dies with the provider. It cannot be combined with
+	// SigningKey.
+	StateDir string
 	// SigningKey is a P-256 ECDSA key (ES256) or an RSA key of at least 2048
 	// bits (RS256). A P-256 key is generated when nil. RotateKey makes keys
 	// of the same kind.
@@ -103,10 +127,15 @@ type Provider struct {
 	gatewayAud string
 	atLifetime time.Duration
 	xLifetime  time.Duration
-	now        func() time.Time
-	log        *slog.Logger
-	users      map[string]User // by username
-	loginTmpl  *template.Template
+	// rtLifetime and signInLifetime bound refresh tokens (see Config).
+	rtLifetime     time.Duration
+	signInLifetime time.Duration
+	// codeKey seals authorization codes (the library's CryptoKey).
+	codeKey   [32]byte
+	now       func() time.Time
+	log       *slog.Logger
+	users     map[string]User // by username
+	loginTmpl *template.Template
 
 	keys  *keyring
 	store *storage
@@ -143,14 +172,16 @@ func newProvider(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{
-		issuer:     cfg.Issuer,
-		issuerPath: issuerPath,
-		gatewayAud: orDefault(cfg.GatewayAudience, DefaultGatewayAudience),
-		atLifetime: cfg.AccessTokenLifetime,
-		xLifetime:  cfg.ExchangedTokenLifetime,
-		now:        cfg.Now,
-		log:        cfg.Logger,
-		users:      make(map[string]User, len(cfg.Users)),
+		issuer:         cfg.Issuer,
+		issuerPath:     issuerPath,
+		gatewayAud:     orDefault(cfg.GatewayAudience, DefaultGatewayAudience),
+		atLifetime:     cfg.AccessTokenLifetime,
+		xLifetime:      cfg.ExchangedTokenLifetime,
+		rtLifetime:     orDefaultDuration(cfg.RefreshTokenLifetime, DefaultRefreshTokenLifetime),
+		signInLifetime: orDefaultDuration(cfg.SignInLifetime, DefaultSignInLifetime),
+		now:            cfg.Now,
+		log:            cfg.Logger,
+		users:          make(map[string]User, len(cfg.Users)),
 	}
 	if p.atLifetime == 0 {
 		p.atLifetime = DefaultAccessTokenLifetime
@@ -158,7 +189,7 @@ func newProvider(cfg Config) (*Provider, error) {
 	if p.xLifetime == 0 {
 		p.xLifetime = p.atLifetime
 	}
-	if p.atLifetime < 0 || p.xLifetime < 0 {
+	if p.atLifetime < 0 || p.xLifetime < 0 || p.rtLifetime < 0 || p.signInLifetime < 0 {
 		return nil, fmt.Errorf("%w: token lifetimes must be positive", ErrConfig)
 	}
 	if p.now == nil {
@@ -205,6 +236,15 @@ func newProvider(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("devidp: sign-in page: %w", err)
 	}
 
+	if cfg.StateDir != "" {
+		if cfg.SigningKey != nil {
+			return nil, fmt.Errorf("%w: SigningKey and StateDir cannot both be set (the state folder keeps its own key)", ErrConfig)
+		}
+		if err := p.openState(cfg.StateDir); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
 	signer := cfg.SigningKey
 	if signer == nil {
 		if signer, err = generateLike(nil); err != nil {
@@ -214,21 +254,54 @@ func newProvider(cfg Config) (*Provider, error) {
 	if p.keys, err = newKeyring(signer); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	p.store = &storage{p: p, authReqs: map[string]*authRequest{}, codes: map[string]string{}, tokens: map[string]tokenRecord{}}
+	if _, err := rand.Read(p.codeKey[:]); err != nil {
+		return nil, err
+	}
+	p.store = newStorage(p, "")
 	return p, nil
+}
+
+// openState loads the provider's keys and records from dir, or, the first
+// time, makes a key and writes them there.
+func (p *Provider) openState(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("devidp: state folder: %w", err)
+	}
+	st, err := loadState(dir)
+	if err != nil {
+		return err
+	}
+	p.store = newStorage(p, dir)
+	if st == nil {
+		signer, err := generateLike(nil)
+		if err != nil {
+			return err
+		}
+		if p.keys, err = newKeyring(signer); err != nil {
+			return err
+		}
+		if _, err := rand.Read(p.codeKey[:]); err != nil {
+			return err
+		}
+		return p.store.save()
+	}
+	keys, err := unmarshalKeys(st.Keys)
+	if err != nil {
+		return err
+	}
+	p.keys = &keyring{current: keys[0], published: keys}
+	copy(p.codeKey[:], st.CodeKey)
+	p.store.load(st)
+	return nil
 }
 
 // wire builds the op provider, the Server around it and the routes.
 func (p *Provider) wire() error {
-	var cryptoKey [32]byte
-	if _, err := rand.Read(cryptoKey[:]); err != nil {
-		return err
-	}
 	provider, err := op.NewProvider(&op.Config{
-		CryptoKey:             cryptoKey,
+		CryptoKey:             p.codeKey,
 		CodeMethodS256:        true,
 		AuthMethodPost:        true,
-		GrantTypeRefreshToken: false,
+		GrantTypeRefreshToken: true,
 		SupportedScopes:       hostScopes(),
 	}, p.store, op.StaticIssuer(p.issuer))
 	if err != nil {
@@ -254,7 +327,7 @@ func (p *Provider) wire() error {
 	}
 	// The metadata handler sits in front because the RFC 8414 form puts the
 	// issuer path after the well-known segment, at the root of the host.
-	p.handler = op.RegisterMetadataServer(&metadataServer{p: p}).Intercept(inner)
+	p.handler = withIssParameter(p.issuer, op.RegisterMetadataServer(&metadataServer{p: p}).Intercept(inner))
 	return nil
 }
 
@@ -326,6 +399,13 @@ func checkIssuer(issuer string) (string, error) {
 		return "", fmt.Errorf("%w: Issuer: %w", ErrConfig, err)
 	}
 	return u.Path, nil
+}
+
+func orDefaultDuration(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 func orDefault(v, def string) string {

@@ -41,7 +41,7 @@ func TestDiscoveryDocuments(t *testing.T) {
 			wantList := map[string][]string{
 				"code_challenge_methods_supported":      {"S256"},
 				"response_types_supported":              {"code"},
-				"grant_types_supported":                 {"authorization_code", "urn:ietf:params:oauth:grant-type:token-exchange"},
+				"grant_types_supported":                 {"authorization_code", "refresh_token", "urn:ietf:params:oauth:grant-type:token-exchange"},
 				"token_endpoint_auth_methods_supported": {"none", "client_secret_basic", "client_secret_post"},
 				"scopes_supported":                      {"openid", "profile", "email"},
 				"id_token_signing_alg_values_supported": {"ES256"},
@@ -53,6 +53,9 @@ func TestDiscoveryDocuments(t *testing.T) {
 			}
 			if slices.Contains(claimStrings(d["scopes_supported"]), "offline_access") {
 				t.Error("offline_access is advertised")
+			}
+			if d["authorization_response_iss_parameter_supported"] != true {
+				t.Error("RFC 9207 iss support is not advertised")
 			}
 			for _, k := range []string{"userinfo_endpoint", "introspection_endpoint", "revocation_endpoint", "device_authorization_endpoint", "end_session_endpoint"} {
 				if _, ok := d[k]; ok {
@@ -127,11 +130,11 @@ func TestLoginCodeFlow(t *testing.T) {
 	e := startEnv(t, "", nil)
 	tok := e.login(t, "alice", alicePassword, "openid", "email", "profile")
 
-	if tok.RefreshToken != "" {
-		t.Error("a refresh token was issued")
+	if tok.RefreshToken == "" {
+		t.Error("no refresh token was issued to the host client")
 	}
-	if got := tok.Extra("expires_in"); got != float64(300) {
-		t.Errorf("expires_in = %v, want 300", got)
+	if got := tok.Extra("expires_in"); got != float64(900) {
+		t.Errorf("expires_in = %v, want 900 (15 minutes)", got)
 	}
 	hdr, at := e.verified(t, tok.AccessToken)
 	if hdr.Type() != "at+jwt" || hdr.KeyID() != e.p.KeyID() || hdr.Algorithm().String() != "ES256" {
@@ -153,8 +156,8 @@ func TestLoginCodeFlow(t *testing.T) {
 		t.Errorf("access token aud = %v, want [mcp-adapter]", got)
 	}
 	now := float64(e.clock.Now().Unix())
-	if at["iat"] != now || at["exp"] != now+300 {
-		t.Errorf("iat=%v exp=%v, want %v and +300", at["iat"], at["exp"], now)
+	if at["iat"] != now || at["exp"] != now+900 {
+		t.Errorf("iat=%v exp=%v, want %v and +900", at["iat"], at["exp"], now)
 	}
 	if jti, _ := at["jti"].(string); jti == "" {
 		t.Error("access token has no jti")

@@ -1,8 +1,10 @@
 // Package devidp is a development OpenID provider for tests and for
 // `pdmcp dev`. It is NOT an identity provider for real use: its users and
-// passwords live in memory as given in Config, sign-in requests and issued
-// tokens are remembered only in memory and only until they expire, and
-// nothing is persisted. Point a real deployment at a real provider.
+// passwords live in memory as given in Config, and sign-in requests and
+// issued tokens are remembered until they expire, in memory, or, with
+// Config.StateDir, also in one private file there (with the signing key), so
+// that a provider started again on the same folder keeps every token and
+// sign-in valid. Point a real deployment at a real provider.
 //
 // It is built on github.com/zitadel/oidc/v3's pkg/op and serves the shape of
 // provider the MCP server's HTTP transport is configured against:
@@ -10,18 +12,22 @@
 //   - discovery at /.well-known/openid-configuration and RFC 8414
 //     authorization-server metadata at /.well-known/oauth-authorization-server
 //     (with the issuer path inserted, when the issuer has one), advertising
-//     S256 as the only PKCE method and no offline_access;
+//     S256 as the only PKCE method, no offline_access, and RFC 9207 iss
+//     support;
 //   - a JWKS at /keys;
 //   - the authorization code flow with PKCE S256 required, for one
 //     pre-registered public host client whose redirect URI may be any port and
-//     any path on http://localhost or http://127.0.0.1;
+//     any path on http://localhost or http://127.0.0.1, whose every
+//     authorization response carries iss (RFC 9207);
 //   - an HTML sign-in form at /login that a person or a script can fill;
 //   - JWT access tokens (typ at+jwt, RFC 9068) whose aud is the adapter's
 //     client id, and ID tokens (typ JWT, aud the host client) when openid is
 //     asked for;
 //   - RFC 8693 token exchange for the adapter's confidential client, from a
 //     user's access token to one for the Gateway API audience;
-//   - no refresh tokens.
+//   - rotating refresh tokens for the host client, issued with every code
+//     without offline_access (see refresh.go), so a host stays signed in
+//     past its access token's life (DefaultAccessTokenLifetime, 15 minutes).
 //
 // The library does the protocol work: request parsing, client
 // authentication, codes, PKCE verification, the token exchange grant and the
@@ -32,7 +38,9 @@
 // here because it is a rule, not a list; PKCE S256 is required here because
 // the library also accepts plain or none; and token exchange accepts only
 // access tokens this provider issued for the adapter, because the library
-// would also take an ID token or a Gateway token as the subject.
+// would also take an ID token or a Gateway token as the subject. The library
+// issues refresh tokens only with offline_access and has no hook for iss on
+// authorization responses; the provider adds both.
 //
 // Login does the code flow as a script would, without a callback listener,
 // for tests and for `pdmcp dev token USER`.

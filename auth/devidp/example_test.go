@@ -39,6 +39,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(tok.TokenType, tok.RefreshToken == "", tok.Extra("id_token") != nil)
+	// The host client gets a refresh token without asking for offline_access.
+	fmt.Println(tok.TokenType, tok.RefreshToken != "", tok.Extra("id_token") != nil)
 	// Output: Bearer true true
 }

@@ -147,7 +147,7 @@ func TestTokenExchangeRefusals(t *testing.T) {
 		{name: "other resource", form: func(f url.Values) { f.Set("resource", "https://elsewhere.example/api") }, status: 400, error: "invalid_target"},
 		{name: "no target", form: func(f url.Values) { f.Del("audience"); f.Del("scope") }, status: 400, error: "invalid_target"},
 		{name: "other scope", form: func(f url.Values) { f.Set("scope", "gateway-api openid") }, status: 400, error: "invalid_scope"},
-		{name: "expired subject token", advance: 301 * time.Second, status: 400, error: "invalid_request"},
+		{name: "expired subject token", advance: DefaultAccessTokenLifetime + time.Second, status: 400, error: "invalid_request"},
 		{name: "subject token for another audience", form: func(f url.Values) { f.Set("subject_token", gateway) }, status: 400, error: "invalid_request"},
 		{name: "ID token as access token", form: func(f url.Values) { f.Set("subject_token", idToken) }, status: 400, error: "invalid_request"},
 		{name: "ID token as ID token", form: func(f url.Values) {

@@ -107,6 +107,13 @@ func newKeyring(priv crypto.Signer) (*keyring, error) {
 	return &keyring{current: k, published: []*signingKey{k}}, nil
 }
 
+// all is every published key, the current one first.
+func (r *keyring) all() []*signingKey {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Clone(r.published)
+}
+
 func (r *keyring) signing() *signingKey {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -163,6 +170,9 @@ func (r *keyring) rotate(keepOld bool) (*signingKey, error) {
 func (p *Provider) RotateKey(keepOld bool) (string, error) {
 	k, err := p.keys.rotate(keepOld)
 	if err != nil {
+		return "", err
+	}
+	if err := p.store.save(); err != nil {
 		return "", err
 	}
 	p.log.Info("signing key rotated", "kid", k.kid, "kept_old_keys", keepOld)

@@ -58,9 +58,9 @@ const maxRedirects = 10
 // authorization URL with PKCE S256 and a random state, GETs it (following
 // redirects to the sign-in form), fills the form's username and password and
 // POSTs it, stops at the redirect to RedirectURL without requesting it, checks
-// the state, and redeems the code with the verifier. No callback listener is
-// needed. hc must trust the provider's TLS certificate; its CheckRedirect is
-// not used.
+// the state and the RFC 9207 issuer, and redeems the code with the verifier.
+// No callback listener is needed. hc must trust the provider's TLS
+// certificate; its CheckRedirect is not used.
 //
 // A wrong password gives an error wrapping ErrLoginRefused; an error redirect
 // from the provider gives an *AuthorizationError; a refused code redemption
@@ -116,10 +116,16 @@ func Login(ctx context.Context, hc *http.Client, lp LoginParams) (*oauth2.Token,
 		opts = append(opts, oauth2.SetAuthURLParam("resource", lp.Resource))
 	}
 
-	code, err := Authorize(ctx, hc, cfg.AuthCodeURL(state, opts...), lp.RedirectURL, lp.Username, lp.Password, state)
+	res, err := AuthorizeResponse(ctx, hc, cfg.AuthCodeURL(state, opts...), lp.RedirectURL, lp.Username, lp.Password, state)
 	if err != nil {
 		return nil, err
 	}
+	// RFC 9207: the answer must come from the issuer the request went to;
+	// a provider that advertises iss must send it.
+	if (res.Iss != "" || meta.IssParameterSupported) && res.Iss != lp.Issuer {
+		return nil, fmt.Errorf("devidp: Login: the authorization response names issuer %q, want %q", res.Iss, lp.Issuer)
+	}
+	code := res.Code
 	tok, err := cfg.Exchange(context.WithValue(ctx, oauth2.HTTPClient, hc), code, oauth2.VerifierOption(verifier))
 	if err != nil {
 		return nil, fmt.Errorf("devidp: Login: redeem code: %w", err)
@@ -132,18 +138,44 @@ func Login(ctx context.Context, hc *http.Client, lp LoginParams) (*oauth2.Token,
 // parameters), fills this provider's sign-in form with username and
 // password, and returns the code from the redirect to redirectURL, whose
 // state must equal state. Nothing needs to listen at redirectURL. It is for
-// scripted sign-ins in tests and for OAuth clients' code fetchers.
+// scripted sign-ins in tests and for OAuth clients' code fetchers; those
+// that check RFC 9207's iss use AuthorizeResponse.
 func Authorize(ctx context.Context, hc *http.Client, authURL, redirectURL, username, password, state string) (string, error) {
+	res, err := AuthorizeResponse(ctx, hc, authURL, redirectURL, username, password, state)
+	if err != nil {
+		return "", err
+	}
+	return res.Code, nil
+}
+
+// AuthorizationResponse is what the redirect to the client carried.
+type AuthorizationResponse struct {
+	Code string
+	// Iss is the RFC 9207 issuer parameter ("" when the provider sent none).
+	Iss string
+}
+
+// AuthorizeResponse is Authorize, returning the issuer parameter with the
+// code.
+func AuthorizeResponse(ctx context.Context, hc *http.Client, authURL, redirectURL, username, password, state string) (*AuthorizationResponse, error) {
+	code, iss, err := authorize(ctx, hc, authURL, redirectURL, username, password, state)
+	if err != nil {
+		return nil, err
+	}
+	return &AuthorizationResponse{Code: code, Iss: iss}, nil
+}
+
+func authorize(ctx context.Context, hc *http.Client, authURL, redirectURL, username, password, state string) (string, string, error) {
 	if hc == nil {
-		return "", errors.New("devidp: Authorize needs an HTTP client that trusts the provider")
+		return "", "", errors.New("devidp: Authorize needs an HTTP client that trusts the provider")
 	}
 	target, err := url.Parse(redirectURL)
 	if err != nil || target.Host == "" {
-		return "", fmt.Errorf("devidp: redirect URL %q is not absolute", redirectURL)
+		return "", "", fmt.Errorf("devidp: redirect URL %q is not absolute", redirectURL)
 	}
 	authU, err := url.Parse(authURL)
 	if err != nil || authU.Scheme != "https" {
-		return "", errors.New("devidp: the authorization URL is not https")
+		return "", "", errors.New("devidp: the authorization URL is not https")
 	}
 	issuerURL := authU
 	// A copy of the client that stops at the redirect to the loopback URI.
@@ -160,48 +192,48 @@ func Authorize(ctx context.Context, hc *http.Client, authURL, redirectURL, usern
 
 	page, err := get(ctx, &browser, authURL)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if page.callback != nil && !sameEndpoint(page.callback, target) {
-		return "", fmt.Errorf("devidp: redirected to %s, not to the redirect URL", where(page.callback))
+		return "", "", fmt.Errorf("devidp: redirected to %s, not to the redirect URL", where(page.callback))
 	}
 	if page.callback == nil {
 		form, err := parseLoginForm(page.body, page.url)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		// The password goes only to the provider's own host.
 		if form.action.Scheme != "https" || form.action.Host != issuerURL.Host {
-			return "", fmt.Errorf("devidp: the sign-in form posts to %s, not to the issuer's host", where(form.action))
+			return "", "", fmt.Errorf("devidp: the sign-in form posts to %s, not to the issuer's host", where(form.action))
 		}
 		form.values.Set("username", username)
 		form.values.Set("password", password)
 		if page, err = post(ctx, &browser, form.action.String(), form.values); err != nil {
-			return "", err
+			return "", "", err
 		}
 		if page.callback != nil && !sameEndpoint(page.callback, target) {
-			return "", fmt.Errorf("devidp: redirected to %s, not to the redirect URL", where(page.callback))
+			return "", "", fmt.Errorf("devidp: redirected to %s, not to the redirect URL", where(page.callback))
 		}
 		if page.callback == nil {
 			if msg := pageError(page.body); msg != "" {
-				return "", fmt.Errorf("%w: %s", ErrLoginRefused, msg)
+				return "", "", fmt.Errorf("%w: %s", ErrLoginRefused, msg)
 			}
-			return "", fmt.Errorf("devidp: the sign-in did not redirect to %s (status %d)", redirectURL, page.status)
+			return "", "", fmt.Errorf("devidp: the sign-in did not redirect to %s (status %d)", redirectURL, page.status)
 		}
 	}
 
 	q := page.callback.Query()
 	if code := q.Get("error"); code != "" {
-		return "", &AuthorizationError{Code: code, Description: q.Get("error_description")}
+		return "", "", &AuthorizationError{Code: code, Description: q.Get("error_description")}
 	}
 	if q.Get("state") != state {
-		return "", errors.New("devidp: the redirect carries the wrong state")
+		return "", "", errors.New("devidp: the redirect carries the wrong state")
 	}
 	code := q.Get("code")
 	if code == "" {
-		return "", errors.New("devidp: the redirect carries no code")
+		return "", "", errors.New("devidp: the redirect carries no code")
 	}
-	return code, nil
+	return code, q.Get("iss"), nil
 }
 
 // metadata is the part of a discovery document Login uses.
@@ -210,6 +242,7 @@ type metadata struct {
 	AuthorizationEndpoint         string   `json:"authorization_endpoint"`
 	TokenEndpoint                 string   `json:"token_endpoint"`
 	CodeChallengeMethodsSupported []string `json:"code_challenge_methods_supported"`
+	IssParameterSupported         bool     `json:"authorization_response_iss_parameter_supported"`
 }
 
 func fetchMetadata(ctx context.Context, hc *http.Client, issuer string) (*metadata, error) {

@@ -53,6 +53,11 @@ func (s *server) Authorize(ctx context.Context, r *op.ClientRequest[oidc.AuthReq
 	case slices.Contains(r.Data.Prompt, oidc.PromptNone):
 		// No sign-in session is kept, so every sign-in needs the form.
 		return nil, oidc.ErrLoginRequired().WithDescription("no session is kept; sign in with the form")
+	case r.Data.ResponseMode != "" && r.Data.ResponseMode != oidc.ResponseModeQuery:
+		// Only query responses are offered (and carry iss); the refusal
+		// itself goes back in the query.
+		r.Data.ResponseMode = oidc.ResponseModeQuery
+		return nil, oidc.ErrInvalidRequest().WithDescription("response_mode must be query")
 	}
 	return s.LegacyServer.Authorize(ctx, r)
 }
@@ -71,32 +76,65 @@ func (s *server) VerifyClient(ctx context.Context, r *op.Request[op.ClientCreden
 	return c, err
 }
 
-// CodeExchange redeems a code with the library, then finishes the tokens:
-// the access token gets typ at+jwt and the provider's clock, the ID token
-// gets aud = the host client and the at_hash of the final access token, and
-// is left out when openid was not granted (the library always makes one).
+// CodeExchange redeems a code with the library, then finishes the tokens
+// (finishTokens) and, for the host client, adds the sign-in's first refresh
+// token: the library issues one only with offline_access, which is never
+// granted here.
 func (s *server) CodeExchange(ctx context.Context, r *op.ClientRequest[oidc.AccessTokenRequest]) (*op.Response, error) {
 	resp, err := s.LegacyServer.CodeExchange(ctx, r)
 	if err != nil {
 		return nil, err
 	}
+	tr, rec, err := s.finishTokens(resp)
+	if err != nil {
+		return nil, err
+	}
+	tr.RefreshToken = ""
+	if rec.clientID == s.p.host.id {
+		if tr.RefreshToken, err = s.p.store.issueRefresh(rec); err != nil {
+			return nil, oidc.ErrServerError().WithParent(err)
+		}
+	}
+	return resp, nil
+}
+
+// RefreshToken redeems a host client's refresh token with the library
+// (which retires it and returns the next one through the storage), then
+// finishes the tokens like a code's.
+func (s *server) RefreshToken(ctx context.Context, r *op.ClientRequest[oidc.RefreshTokenRequest]) (*op.Response, error) {
+	resp, err := s.LegacyServer.RefreshToken(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := s.finishTokens(resp); err != nil {
+		return nil, err
+	}
+	s.p.log.Info("tokens refreshed", "client", r.Client.GetID())
+	return resp, nil
+}
+
+// finishTokens completes a library-made token response: the access token
+// gets typ at+jwt and the provider's clock, the ID token gets aud = the host
+// client and the at_hash of the final access token, and is left out when
+// openid was not granted (the library always makes one).
+func (s *server) finishTokens(resp *op.Response) (*oidc.AccessTokenResponse, tokenRecord, error) {
 	tr, ok := resp.Data.(*oidc.AccessTokenResponse)
 	if !ok {
-		return nil, oidc.ErrServerError().WithParent(fmt.Errorf("devidp: unexpected token response %T", resp.Data))
+		return nil, tokenRecord{}, oidc.ErrServerError().WithParent(fmt.Errorf("devidp: unexpected token response %T", resp.Data))
 	}
 	at, rec, err := s.p.finishAccessToken(tr.AccessToken)
 	if err != nil {
-		return nil, oidc.ErrServerError().WithParent(err)
+		return nil, tokenRecord{}, oidc.ErrServerError().WithParent(err)
 	}
 	idToken := ""
 	if slices.Contains(rec.scopes, oidc.ScopeOpenID) && tr.IDToken != "" {
 		if idToken, err = s.p.finishIDToken(tr.IDToken, at); err != nil {
-			return nil, oidc.ErrServerError().WithParent(err)
+			return nil, tokenRecord{}, oidc.ErrServerError().WithParent(err)
 		}
 	}
-	tr.AccessToken, tr.IDToken, tr.RefreshToken = at, idToken, ""
+	tr.AccessToken, tr.IDToken = at, idToken
 	tr.ExpiresIn = s.p.expiresIn(rec)
-	return resp, nil
+	return tr, rec, nil
 }
 
 // TokenExchange names the target for the library, which takes the issued
@@ -217,11 +255,22 @@ func (m *metadataServer) serve(r *op.Request[op.MetadataRequest]) (*op.Response,
 	return op.NewResponse(m.p.discovery()), nil
 }
 
+// discoveryDocument is the library's metadata type plus what it has no field
+// for.
+type discoveryDocument struct {
+	*oidc.DiscoveryConfiguration
+	// AuthorizationResponseIssParameterSupported (RFC 9207): every
+	// authorization response carries iss (withIssParameter).
+	AuthorizationResponseIssParameterSupported bool `json:"authorization_response_iss_parameter_supported"`
+}
+
 // discovery is the provider's metadata. It lists only what is served: the
 // library's defaults would add implicit and JWT bearer grants, the id_token
 // response types, plain PKCE, offline_access and endpoints not routed here.
-func (p *Provider) discovery() *oidc.DiscoveryConfiguration {
-	return &oidc.DiscoveryConfiguration{
+// Refresh tokens are listed as a grant but offline_access is not a scope:
+// the host client gets a refresh token without asking for one.
+func (p *Provider) discovery() *discoveryDocument {
+	return &discoveryDocument{AuthorizationResponseIssParameterSupported: true, DiscoveryConfiguration: &oidc.DiscoveryConfiguration{
 		Issuer:                            p.issuer,
 		AuthorizationEndpoint:             p.issuer + authorizePath,
 		TokenEndpoint:                     p.issuer + tokenPath,
@@ -229,12 +278,12 @@ func (p *Provider) discovery() *oidc.DiscoveryConfiguration {
 		ScopesSupported:                   hostScopes(),
 		ResponseTypesSupported:            []string{string(oidc.ResponseTypeCode)},
 		ResponseModesSupported:            []string{string(oidc.ResponseModeQuery)},
-		GrantTypesSupported:               []oidc.GrantType{oidc.GrantTypeCode, oidc.GrantTypeTokenExchange},
+		GrantTypesSupported:               []oidc.GrantType{oidc.GrantTypeCode, oidc.GrantTypeRefreshToken, oidc.GrantTypeTokenExchange},
 		SubjectTypesSupported:             []string{"public"},
 		IDTokenSigningAlgValuesSupported:  []string{string(p.keys.signing().alg)},
 		TokenEndpointAuthMethodsSupported: []oidc.AuthMethod{oidc.AuthMethodNone, oidc.AuthMethodBasic, oidc.AuthMethodPost},
 		CodeChallengeMethodsSupported:     []oidc.CodeChallengeMethod{oidc.CodeChallengeMethodS256},
 		ClaimsSupported: []string{"iss", "sub", "aud", "exp", "iat", "nbf", "jti", "auth_time", "nonce", "amr",
 			"azp", "client_id", "scope", "at_hash", "c_hash", "name", "preferred_username", "email", "email_verified"},
-	}
+	}}
 }

@@ -37,18 +37,80 @@ type tokenRecord struct {
 	clientID string
 	audience []string
 	scopes   []string
+	authTime time.Time // of the sign-in behind a user's token
 	issued   time.Time
 	expires  time.Time
 }
 
-// storage is the in-memory op.Storage and op.TokenExchangeStorage.
+// storage is the op.Storage and op.TokenExchangeStorage. It lives in
+// memory; with a state folder (Config.StateDir) every change is also
+// written to the state file before it takes effect, so a restarted provider
+// knows every sign-in and token the last one did.
 type storage struct {
-	p *Provider
+	p   *Provider
+	dir string // "" when nothing is persisted
 
 	mu       sync.Mutex
 	authReqs map[string]*authRequest
 	codes    map[string]string // code -> auth request id
 	tokens   map[string]tokenRecord
+	refresh  map[string]refreshRecord // by refreshKey
+}
+
+func newStorage(p *Provider, dir string) *storage {
+	return &storage{p: p, dir: dir, authReqs: map[string]*authRequest{}, codes: map[string]string{},
+		tokens: map[string]tokenRecord{}, refresh: map[string]refreshRecord{}}
+}
+
+// load fills the storage from a state file.
+func (s *storage) load(st *stateFile) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, a := range st.AuthRequests {
+		s.authReqs[id] = a.authRequest(id)
+	}
+	for code, id := range st.Codes {
+		s.codes[code] = id
+	}
+	for jti, t := range st.Tokens {
+		s.tokens[jti] = t.record()
+	}
+	for k, r := range st.Refresh {
+		s.refresh[k] = r.record()
+	}
+}
+
+// save writes the state file (see saveLocked).
+func (s *storage) save() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.saveLocked()
+}
+
+// saveLocked writes the whole state to the state folder, if there is one.
+// The caller holds s.mu and undoes its change when this fails, so memory
+// never promises what a restart would not keep.
+func (s *storage) saveLocked() error {
+	if s.dir == "" {
+		return nil
+	}
+	keys, err := marshalKeys(s.p.keys.all())
+	if err != nil {
+		return err
+	}
+	st := &stateFile{Version: stateVersion, CodeKey: s.p.codeKey[:], Keys: keys,
+		AuthRequests: make(map[string]stateAuthRequest, len(s.authReqs)), Codes: s.codes,
+		Tokens: make(map[string]stateToken, len(s.tokens)), Refresh: make(map[string]stateRefresh, len(s.refresh))}
+	for id, a := range s.authReqs {
+		st.AuthRequests[id] = a.toState()
+	}
+	for jti, t := range s.tokens {
+		st.Tokens[jti] = t.toState()
+	}
+	for k, r := range s.refresh {
+		st.Refresh[k] = r.toState()
+	}
+	return writeState(s.dir, st)
 }
 
 var (
@@ -68,6 +130,7 @@ func (s *storage) reset() {
 	clear(s.authReqs)
 	clear(s.codes)
 	clear(s.tokens)
+	clear(s.refresh)
 }
 
 // authRequest is one started sign-in. The storage hands out copies, so the
@@ -157,6 +220,10 @@ func (s *storage) CreateAuthRequest(_ context.Context, req *oidc.AuthRequest, _ 
 	defer s.mu.Unlock()
 	s.pruneLocked()
 	s.authReqs[id] = a
+	if err := s.saveLocked(); err != nil {
+		delete(s.authReqs, id)
+		return nil, err
+	}
 	return a.clone(), nil
 }
 
@@ -209,6 +276,11 @@ func (s *storage) SaveAuthCode(_ context.Context, id, code string) error {
 	}
 	a.code = code
 	s.codes[code] = id
+	if err := s.saveLocked(); err != nil {
+		a.code = ""
+		delete(s.codes, code)
+		return err
+	}
 	return nil
 }
 
@@ -220,6 +292,8 @@ func (s *storage) DeleteAuthRequest(_ context.Context, id string) error {
 	if a, ok := s.authReqs[id]; ok {
 		delete(s.codes, a.code)
 		delete(s.authReqs, id)
+		// On a failed write the library hands out no tokens for the code.
+		return s.saveLocked()
 	}
 	return nil
 }
@@ -236,6 +310,10 @@ func (s *storage) completeAuthRequest(id, subject string) error {
 		return errUnknownAuthRequest
 	}
 	a.subject, a.authTime, a.done = subject, s.p.now(), true
+	if err := s.saveLocked(); err != nil {
+		a.subject, a.authTime, a.done = "", time.Time{}, false
+		return err
+	}
 	return nil
 }
 
@@ -267,6 +345,11 @@ func (s *storage) pruneLocked() {
 			delete(s.tokens, jti)
 		}
 	}
+	for k, r := range s.refresh {
+		if !now.Before(r.expires) {
+			delete(s.refresh, k)
+		}
+	}
 }
 
 func (s *storage) token(jti string) (tokenRecord, bool) {
@@ -296,8 +379,8 @@ func (s *storage) CreateAccessToken(_ context.Context, tr op.TokenRequest) (stri
 		rec = tokenRecord{kind: kindGateway, subject: r.GetSubject(), clientID: r.GetClientID(),
 			audience: slices.Clone(r.GetAudience()), scopes: slices.Clone(r.GetScopes()), issued: now, expires: exp}
 	case *authRequest:
-		rec = tokenRecord{kind: kindUser, subject: r.subject, clientID: r.clientID,
-			audience: slices.Clone(r.audience), scopes: slices.Clone(r.scopes), issued: now, expires: now.Add(p.atLifetime)}
+		rec = tokenRecord{kind: kindUser, subject: r.subject, clientID: r.clientID, audience: slices.Clone(r.audience),
+			scopes: slices.Clone(r.scopes), authTime: r.authTime, issued: now, expires: now.Add(p.atLifetime)}
 	default:
 		return "", time.Time{}, fmt.Errorf("devidp: no access tokens for %T", tr)
 	}
@@ -309,25 +392,17 @@ func (s *storage) CreateAccessToken(_ context.Context, tr op.TokenRequest) (stri
 	defer s.mu.Unlock()
 	s.pruneLocked()
 	s.tokens[jti] = rec
+	if err := s.saveLocked(); err != nil {
+		delete(s.tokens, jti)
+		return "", time.Time{}, err
+	}
 	return jti, rec.expires, nil
-}
-
-func (s *storage) CreateAccessAndRefreshTokens(context.Context, op.TokenRequest, string) (string, string, time.Time, error) {
-	return "", "", time.Time{}, oidc.ErrInvalidRequest().WithDescription("refresh tokens are not issued")
-}
-
-func (s *storage) TokenRequestByRefreshToken(context.Context, string) (op.RefreshTokenRequest, error) {
-	return nil, oidc.ErrInvalidGrant().WithDescription("refresh tokens are not issued")
 }
 
 func (s *storage) TerminateSession(context.Context, string, string) error { return nil }
 
 func (s *storage) RevokeToken(context.Context, string, string, string) *oidc.Error {
 	return oidc.ErrInvalidRequest().WithDescription("revocation is not offered")
-}
-
-func (s *storage) GetRefreshTokenInfo(context.Context, string, string) (string, string, error) {
-	return "", "", op.ErrInvalidRefreshToken
 }
 
 func (s *storage) SigningKey(context.Context) (op.SigningKey, error) {
@@ -398,14 +473,17 @@ func (s *storage) GetPrivateClaimsFromScopes(context.Context, string, string, []
 	return nil, nil
 }
 
-// GetPrivateClaimsFromRequest adds azp and scope to a user's access token;
+// GetPrivateClaimsFromRequest adds azp and scope to a user's access token
+// (from a code or a refresh token);
 // the library sets neither.
 func (s *storage) GetPrivateClaimsFromRequest(_ context.Context, tr op.TokenRequest, _ []string) (map[string]any, error) {
-	a, ok := tr.(*authRequest)
-	if !ok {
-		return nil, nil
+	switch r := tr.(type) {
+	case *authRequest:
+		return accessClaims(r.clientID, r.scopes), nil
+	case *refreshRequest:
+		return accessClaims(r.rec.clientID, r.scopes), nil
 	}
-	return accessClaims(a.clientID, a.scopes), nil
+	return nil, nil
 }
 
 func accessClaims(azp string, scopes []string) map[string]any {

@@ -6,15 +6,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/auth/devpki"
 	"github.com/pdmcp/pdmcp/server/devstack"
 )
 
 func newDevCmd() *cobra.Command {
-	var state, provider, keycloakInfo string
+	var (
+		state, provider, keycloakInfo string
+		lifetime                      time.Duration
+	)
 	dev := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole stack on loopback: Gateway, key server, OpenID provider and the MCP server over HTTPS",
@@ -26,14 +31,21 @@ func newDevCmd() *cobra.Command {
 			"users are made there and the Gateway is bound to it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if lifetime <= 0 {
+				return fmt.Errorf("--access-token-lifetime %s: it must be positive", lifetime)
+			}
 			opts := devstack.Options{State: state, Version: versionString(), Logger: newLogger(),
-				Ready: func(info *devstack.Info) { printDevInfo(cmd.OutOrStdout(), state, info) }}
+				AccessTokenLifetime: lifetime,
+				Ready:               func(info *devstack.Info) { printDevInfo(cmd.OutOrStdout(), state, info) }}
 			switch provider {
 			case "dev":
 				if cmd.Flags().Changed("keycloak-info") {
 					return fmt.Errorf("--keycloak-info needs --provider keycloak")
 				}
 			case "keycloak":
+				if cmd.Flags().Changed("access-token-lifetime") {
+					return fmt.Errorf("--access-token-lifetime needs --provider dev: Keycloak's realm sets its own")
+				}
 				opts.Keycloak = keycloakInfo
 				if opts.Keycloak == "" {
 					opts.Keycloak = filepath.Join(state, "keycloak", "keycloak.json")
@@ -47,6 +59,8 @@ func newDevCmd() *cobra.Command {
 	dev.PersistentFlags().StringVar(&state, "state", ".pdmcp-dev", "the state folder (reused by a second run)")
 	dev.Flags().StringVar(&provider, "provider", "dev", "the OpenID provider: dev (built in) or keycloak (started by deploy/keycloak/test/keycloak.sh)")
 	dev.Flags().StringVar(&keycloakInfo, "keycloak-info", "", "with --provider keycloak: the keycloak.json keycloak.sh wrote (default <state>/keycloak/keycloak.json)")
+	dev.Flags().DurationVar(&lifetime, "access-token-lifetime", devidp.DefaultAccessTokenLifetime,
+		"with --provider dev: lifetime of users' access tokens (hosts refresh them with their refresh token; shorter values test that)")
 	dev.AddCommand(newDevGatewayCmd(&state), newDevTokenCmd(&state))
 	return dev
 }

@@ -19,10 +19,10 @@ type devRun struct {
 	out   *lockedBuffer // what it printed
 }
 
-func startDev(t *testing.T, state string) *devRun {
+func startDev(t *testing.T, state string, args ...string) *devRun {
 	t.Helper()
 	_ = os.Remove(filepath.Join(state, "dev.json"))
-	cmd := exec.Command(binary(t), "dev", "--state", state)
+	cmd := exec.Command(binary(t), append([]string{"dev", "--state", state}, args...)...)
 	cmd.Env = cleanEnv()
 	cmd.Stderr = &testLog{t: t}
 	out := &lockedBuffer{}

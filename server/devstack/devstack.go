@@ -103,6 +103,10 @@ type Options struct {
 	State   string // the state folder
 	Version string
 	Logger  *slog.Logger
+	// AccessTokenLifetime of users' access tokens at the development
+	// provider (devidp.DefaultAccessTokenLifetime when zero); shorter ones
+	// exercise hosts' refresh.
+	AccessTokenLifetime time.Duration
 	// Ready is called once everything serves, with what dev.json holds.
 	Ready func(*Info)
 	// Keycloak, when set, is the keycloak.json of a Keycloak that
@@ -270,8 +274,11 @@ func serveDevIdP(ctx context.Context, o Options, info *Info, ca *devpki.CA, idpD
 	for _, u := range devUsers {
 		users = append(users, devidp.User{Username: u.name, Password: u.password, Subject: u.name, Name: u.name})
 	}
+	// The provider keeps its signing key and the records of the sign-ins
+	// and tokens it issued in idpDir, so tokens (and hosts' refresh tokens)
+	// outlive a restart: the issuer stays the same through ports.json.
 	idp, err := devidp.New(ctx, devidp.Config{Issuer: info.Issuer, Users: users, AdapterClientSecret: adapterSecret,
-		Logger: o.Logger.With("component", "idp")})
+		AccessTokenLifetime: o.AccessTokenLifetime, StateDir: idpDir, Logger: o.Logger.With("component", "idp")})
 	if err != nil {
 		idpLn.Close()
 		return nil, err
