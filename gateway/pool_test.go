@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -805,5 +806,58 @@ func TestSubjectTokenNeverPrinted(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "2030-01-02T03:04:05Z") {
 		t.Fatalf("the expiry is not shown:\n%s", out.String())
+	}
+}
+
+// Widen: a key the user's session covers changes nothing; another key
+// revokes that session first and mints one covering it, which renewals
+// keep; past api.MaxObjects keys it is a *ScopeFullError and nothing is
+// minted.
+func TestPoolWiden(t *testing.T) {
+	w := newPoolWorld(t)
+	clock := &fakeClock{}
+	objects := []string{w.ttag}
+	for i := len(objects); i < api.MaxObjects-1; i++ {
+		objects = append(objects, fmt.Sprintf("filler-%02d", i))
+	}
+	p := w.pool(t, gateway.PoolConfig{Now: clock.Now, Objects: objects})
+	alice := w.user(t, "alice")
+	src := w.source(alice, nil)
+	ctx := context.Background()
+
+	first := w.session(t, p, alice)
+	if s, err := p.Widen(ctx, alice.caller.ID(), src, w.ttag); err != nil || s != first {
+		t.Fatalf("Widen to a covered key: %v, same %v", err, s == first)
+	}
+	mints, revokes := w.count(api.RouteScoped), w.count(api.RouteRevoke)
+	wider, err := p.Widen(ctx, alice.caller.ID(), src, "minted-in-the-folder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wider == first || !slices.Contains(wider.Objects(), "minted-in-the-folder") {
+		t.Fatalf("not widened: %v", wider.Objects())
+	}
+	if w.count(api.RouteScoped)-mints != 1 || w.count(api.RouteRevoke)-revokes != 1 {
+		t.Fatal("widening did not revoke one session and mint one")
+	}
+	w.wantEnded(t, first)
+	// A renewal keeps the widened key.
+	clock.Set(api.MaxScopedTTL - 20*time.Second)
+	renewed := w.session(t, p, alice)
+	if renewed == wider || !slices.Contains(renewed.Objects(), "minted-in-the-folder") {
+		t.Fatalf("renewed session covers %v", renewed.Objects())
+	}
+	// One more key would be 65.
+	mints = w.count(api.RouteScoped)
+	_, err = p.Widen(ctx, alice.caller.ID(), src, "one-too-many")
+	var full *gateway.ScopeFullError
+	if !errors.As(err, &full) || full.Count != api.MaxObjects+1 || full.Max != api.MaxObjects {
+		t.Fatalf("Widen past the cap: %v", err)
+	}
+	if w.count(api.RouteScoped) != mints {
+		t.Fatal("a refused widen minted a session")
+	}
+	if s := w.session(t, p, alice); s != renewed {
+		t.Fatal("a refused widen changed the user's session")
 	}
 }
