@@ -279,9 +279,10 @@ type request struct {
 
 	relogin bool // recorded as part of a service re-sign-in
 
-	// raw, when set, is the body's JSON as built by the caller (the crypto
-	// routes append base64 straight into it); body is then ignored.
-	raw []byte
+	// raw, when set, builds the body's JSON per attempt (the crypto routes
+	// append base64 straight into one buffer); body is then ignored. Built
+	// per attempt, the body is not kept while the answer is read.
+	raw func() []byte
 }
 
 // readBody reads an answer of at most maxResponseBytes (+1, to tell a
@@ -301,8 +302,8 @@ func readBody(resp *http.Response) ([]byte, error) {
 // do sends r, and once more when its proof was refused as stale: the
 // refusal's Date header has re-measured the clock by then.
 func (c *Client) do(ctx context.Context, r *request) error {
-	payload := r.raw
-	if r.build == nil && payload == nil {
+	var payload []byte
+	if r.build == nil && r.raw == nil {
 		var err error
 		if payload, err = json.Marshal(r.body); err != nil {
 			return fmt.Errorf("encode %s request: %w", r.route, err)
@@ -330,6 +331,9 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 			return fmt.Errorf("encode %s request: %w", r.route, err)
 		}
 	}
+	if r.raw != nil {
+		payload = r.raw()
+	}
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(payload))
@@ -354,6 +358,9 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 
 	start := time.Now()
 	resp, err := c.http.Do(req)
+	// The request is sent: drop its body, which resp.Request would keep
+	// alive while the answer (as large, for the crypto routes) is read.
+	req.Body, req.GetBody, payload = nil, nil, nil
 	var body []byte
 	if err == nil {
 		body, err = readBody(resp)

@@ -298,7 +298,7 @@ func (s *Session) Encrypt(ctx context.Context, in EncryptInput) (*EncryptResult,
 	if err != nil {
 		return nil, fmt.Errorf("encode encrypt request: %w", err)
 	}
-	payload := appendBase64Field(head, "plaintext", in.Plaintext)
+	payload := func() []byte { return appendBase64Field(head, "plaintext", in.Plaintext) }
 	var out struct {
 		TTag       string `json:"ttag"`
 		IV         []byte `json:"iv"`
@@ -335,7 +335,7 @@ func appendBase64Field(head []byte, name string, data []byte) []byte {
 }
 
 // callRaw is call with a body already encoded.
-func (s *Session) callRaw(ctx context.Context, route string, payload []byte, out any) error {
+func (s *Session) callRaw(ctx context.Context, route string, payload func() []byte, out any) error {
 	s.keyMu.RLock()
 	revoked := s.revoked
 	s.keyMu.RUnlock()
@@ -372,7 +372,7 @@ func (s *Session) DecryptWithLink(ctx context.Context, ttag string, iv, cipherte
 	if err != nil {
 		return nil, fmt.Errorf("encode decrypt request: %w", err)
 	}
-	payload := appendBase64Field(head, "ciphertext", ciphertext)
+	payload := func() []byte { return appendBase64Field(head, "ciphertext", ciphertext) }
 	var out struct {
 		Plaintext []byte `json:"plaintext"`
 		Link      string `json:"link"`

@@ -167,8 +167,11 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	if _, err := rand.Read(iv); err != nil {
 		return zero, s.releaseAfter(ctx, key, fmt.Errorf("encrypt_file IV: %w", err))
 	}
-	enc, err := sess.Encrypt(ctx, gateway.EncryptInput{IV: iv, Plaintext: data})
+	// The plaintext goes into the request and is dropped here, so the
+	// collector may free it while the answer is read.
+	req := gateway.EncryptInput{IV: iv, Plaintext: data}
 	data = nil
+	enc, err := sess.Encrypt(ctx, req)
 	if err != nil {
 		if refusedBeforeWork(err) {
 			return zero, s.releaseAfter(ctx, key, err)
@@ -193,6 +196,16 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		TTag: enc.TTag, LinkDigest: audit.Digest12(enc.Link), IV: enc.IV, Ciphertext: enc.Ciphertext})
 	if err != nil {
 		return zero, fmt.Errorf("record minted key: %w", err)
+	}
+	if row.TTag != enc.TTag {
+		// Another answer was recorded first (a second process): write
+		// that one's envelope, from the journal.
+		if row, err = s.cfg.Journal.GetFile(context.WithoutCancel(ctx), key); err != nil {
+			return zero, fmt.Errorf("read file row: %w", err)
+		}
+	} else {
+		// The state change does not read the ciphertext back.
+		row.Ciphertext = enc.Ciphertext
 	}
 	enc = nil
 	s.cfg.CrashPoint("encrypt_file:minted")

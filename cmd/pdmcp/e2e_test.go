@@ -48,7 +48,7 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	bin, err := buildOnce()
 	if err != nil {
@@ -65,7 +65,7 @@ func cleanEnv() []string {
 
 // run runs pdmcp with args and returns its stdout; it fails the test on a
 // non-zero exit.
-func run(t *testing.T, args ...string) string {
+func run(t testing.TB, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary(t), args...)
 	cmd.Env = cleanEnv()
@@ -89,7 +89,7 @@ type stack struct {
 	audit    string
 }
 
-func newStack(t *testing.T, grantArgs ...string) *stack {
+func newStack(t testing.TB, grantArgs ...string) *stack {
 	t.Helper()
 	s := &stack{env: reftest.Start(t, reference.Config{}), dir: t.TempDir()}
 	s.config = filepath.Join(s.dir, "config.json")
@@ -116,7 +116,7 @@ func newStack(t *testing.T, grantArgs ...string) *stack {
 
 // connect starts `pdmcp serve` as a host would and connects the go-sdk
 // client to it over stdio.
-func (s *stack) connect(t *testing.T, extraEnv ...string) *mcp.ClientSession {
+func (s *stack) connect(t testing.TB, extraEnv ...string) *mcp.ClientSession {
 	t.Helper()
 	cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant,
 		"--audit", s.audit)
@@ -134,7 +134,7 @@ func (s *stack) connect(t *testing.T, extraEnv ...string) *mcp.ClientSession {
 }
 
 type testLog struct {
-	t  *testing.T
+	t  testing.TB
 	mu sync.Mutex
 }
 

@@ -18,7 +18,7 @@ import (
 
 // newFileStack is a stack whose grant gives the file tools on a fresh
 // folder, made by the launcher as an operator would.
-func newFileStack(t *testing.T) (*stack, string) {
+func newFileStack(t testing.TB) (*stack, string) {
 	t.Helper()
 	root, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {

@@ -64,7 +64,9 @@ type MintedKey struct {
 }
 
 // FileRecord is a file encryption's row. The key fields are set from
-// FileMinted on.
+// FileMinted on. Ciphertext is filled by ReserveFile and GetFile only: the
+// state changes and MintedFile leave it nil rather than copy up to 16 MiB
+// out of the database each time.
 type FileRecord struct {
 	Key              FileKey
 	New              bool // this call created the row
@@ -99,7 +101,7 @@ ON CONFLICT DO NOTHING`, key.Caller, key.Root, key.RelPath, key.ContentSHA256, n
 		if err != nil {
 			return fmt.Errorf("journal: reserve file %s: %w", key, err)
 		}
-		if r, err = getFile(ctx, tx, key); err != nil {
+		if r, err = getFile(ctx, tx, key, true); err != nil {
 			return err
 		}
 		r.New = n == 1
@@ -180,7 +182,7 @@ func (j *Journal) GetFile(ctx context.Context, key FileKey) (FileRecord, error) 
 	if err := key.check(); err != nil {
 		return FileRecord{}, err
 	}
-	return getFile(ctx, j.db, key)
+	return getFile(ctx, j.db, key, true)
 }
 
 // KeyMintedHere reports whether encrypt_file minted the key ttag in the
@@ -195,7 +197,8 @@ func (j *Journal) KeyMintedHere(ctx context.Context, root, ttag string) (bool, e
 }
 
 // MintedFile returns the row of the encryption that minted ttag in root
-// (with the plaintext sha256 decrypt_file checks), or ErrNotFound.
+// (with the plaintext sha256, the IV and the ciphertext's sha256 that
+// decrypt_file checks; not the ciphertext itself), or ErrNotFound.
 func (j *Journal) MintedFile(ctx context.Context, root, ttag string) (FileRecord, error) {
 	if root == "" || ttag == "" {
 		return FileRecord{}, fmt.Errorf("journal: %w: a root and a t-Tag are needed", ErrInvalid)
@@ -210,7 +213,7 @@ SELECT caller, root, rel_path, content_sha256 FROM files WHERE root = ? AND ttag
 	if err != nil {
 		return FileRecord{}, fmt.Errorf("journal: look up minted key: %w", err)
 	}
-	return getFile(ctx, j.db, key)
+	return getFile(ctx, j.db, key, false)
 }
 
 func (j *Journal) fileStep(ctx context.Context, key FileKey, fn func(*sql.Tx, FileRecord) error) (FileRecord, error) {
@@ -219,7 +222,7 @@ func (j *Journal) fileStep(ctx context.Context, key FileKey, fn func(*sql.Tx, Fi
 	}
 	var r FileRecord
 	err := j.inTx(ctx, func(tx *sql.Tx) error {
-		before, err := getFile(ctx, tx, key)
+		before, err := getFile(ctx, tx, key, false)
 		if err != nil {
 			return err
 		}
@@ -229,21 +232,27 @@ func (j *Journal) fileStep(ctx context.Context, key FileKey, fn func(*sql.Tx, Fi
 			}
 			return fmt.Errorf("journal: update file %s: %w", key, err)
 		}
-		r, err = getFile(ctx, tx, key)
+		r, err = getFile(ctx, tx, key, false)
 		return err
 	})
 	return r, err
 }
 
-func getFile(ctx context.Context, q queryer, key FileKey) (FileRecord, error) {
+// getFile reads a row; withBlob also reads its IV's ciphertext (up to 16
+// MiB), which only a rewrite of the envelope needs.
+func getFile(ctx context.Context, q queryer, key FileKey, withBlob bool) (FileRecord, error) {
 	var (
 		r                         FileRecord
 		state                     string
 		ttag, link, ctSum, minted sql.NullString
 		created, updated          string
 	)
+	blob := "NULL"
+	if withBlob {
+		blob = "ciphertext"
+	}
 	err := q.QueryRowContext(ctx, `
-SELECT state, ttag, link_digest, iv, ciphertext, ciphertext_sha256, minted_at, created_at, updated_at
+SELECT state, ttag, link_digest, iv, `+blob+`, ciphertext_sha256, minted_at, created_at, updated_at
 FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
 		key.Caller, key.Root, key.RelPath, key.ContentSHA256).
 		Scan(&state, &ttag, &link, &r.IV, &r.Ciphertext, &ctSum, &minted, &created, &updated)
@@ -277,7 +286,7 @@ func (j *Journal) ReleaseFile(ctx context.Context, key FileKey) error {
 		return err
 	}
 	return j.inTx(ctx, func(tx *sql.Tx) error {
-		r, err := getFile(ctx, tx, key)
+		r, err := getFile(ctx, tx, key, false)
 		if err != nil {
 			return err
 		}
