@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { before, describe, test } from 'node:test';
 
-import { auditLines, bin, cleanEnv, describeRun, devInfo, devToken, grantTools, newAuditLines, run, secret, tempDir } from './lib.mjs';
+import { auditLines, bin, cleanEnv, describeRun, devInfo, devToken, devGrantTools, newAuditLines, run, secret, tempDir } from './lib.mjs';
 
 describe('MCP Inspector CLI', () => {
   let info;
@@ -33,7 +33,7 @@ describe('MCP Inspector CLI', () => {
     assert.equal(r.code, 0, describeRun('inspector tools/list', r));
     const out = JSON.parse(r.stdout);
     const names = out.tools.map((x) => x.name).sort();
-    assert.deepEqual(names, grantTools);
+    assert.deepEqual(names, devGrantTools);
     const read = out.tools.find((x) => x.name === 'read_protected_document');
     assert.deepEqual(read.inputSchema.required, ['documentId']);
     assert.equal(read.inputSchema.additionalProperties, false, 'input schemas are closed');

@@ -13,7 +13,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 
-import { devInfo, grantTools, mask, scriptedSignIn, secret, user } from './lib.mjs';
+import { devInfo, devGrantTools, mask, scriptedSignIn, secret, user } from './lib.mjs';
 
 // ScriptedSignInProvider is an OAuthClientProvider for a host whose client
 // is registered at the provider in advance (no dynamic registration), and
@@ -179,7 +179,7 @@ describe('MCP TypeScript SDK client with OAuth', () => {
       assert.deepEqual((q.get('scope') ?? '').split(' '), ['openid']);
 
       const tools = await client.listTools();
-      assert.deepEqual(tools.tools.map((t) => t.name).sort(), grantTools);
+      assert.deepEqual(tools.tools.map((t) => t.name).sort(), devGrantTools);
 
       const read = await client.callTool({ name: 'read_protected_document', arguments: { documentId: 'proposal-aurora' } });
       assert.notEqual(read.isError, true, `alice's read was refused: ${JSON.stringify(read.structuredContent)}`);
