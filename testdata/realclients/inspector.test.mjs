@@ -33,7 +33,7 @@ describe('MCP Inspector CLI', () => {
     assert.equal(r.code, 0, describeRun('inspector tools/list', r));
     const out = JSON.parse(r.stdout);
     const names = out.tools.map((x) => x.name).sort();
-    assert.deepEqual(names, devGrantTools);
+    assert.deepEqual(names, devGrantTools());
     const read = out.tools.find((x) => x.name === 'read_protected_document');
     assert.deepEqual(read.inputSchema.required, ['documentId']);
     assert.equal(read.inputSchema.additionalProperties, false, 'input schemas are closed');

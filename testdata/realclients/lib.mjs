@@ -293,11 +293,10 @@ function decodeEntities(s) {
 /** The tools every dev grant offers over HTTP. */
 export const grantTools = ['list_approved_documents', 'read_protected_document', 'save_protected_result'];
 
-/** The tools pdmcp dev's grant allows (sorted): the document tools and the section tools of compound documents. */
-export const devGrantTools = [
-  'list_approved_documents', 'read_protected_document', 'read_protected_fragment', 'save_protected_fragment',
-  'save_protected_result',
-];
+/** The tools pdmcp dev's grant allows, sorted, read from the grant it wrote (dev.json names it). */
+export function devGrantTools() {
+  return JSON.parse(readFileSync(devInfo().grant, 'utf8')).allowedTools.slice().sort();
+}
 
 /** The server's audit file, one parsed object per line. */
 export function auditLines(info) {

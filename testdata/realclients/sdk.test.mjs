@@ -7,6 +7,7 @@
 // loopback callback (nothing listens there).
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { before, describe, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -179,7 +180,7 @@ describe('MCP TypeScript SDK client with OAuth', () => {
       assert.deepEqual((q.get('scope') ?? '').split(' '), ['openid']);
 
       const tools = await client.listTools();
-      assert.deepEqual(tools.tools.map((t) => t.name).sort(), devGrantTools);
+      assert.deepEqual(tools.tools.map((t) => t.name).sort(), devGrantTools());
 
       const read = await client.callTool({ name: 'read_protected_document', arguments: { documentId: 'proposal-aurora' } });
       assert.notEqual(read.isError, true, `alice's read was refused: ${JSON.stringify(read.structuredContent)}`);
@@ -187,8 +188,12 @@ describe('MCP TypeScript SDK client with OAuth', () => {
       assert.ok(text.includes('Aurora'), 'the document text does not mention Aurora');
 
       const list = await client.callTool({ name: 'list_approved_documents', arguments: {} });
+      // Over HTTP one grant serves every caller: the list is the grant's
+      // documents (the key server decides what each caller may open).
       const ids = list.structuredContent.documents.map((d) => d.documentId).sort();
-      assert.deepEqual(ids, [...user(info, 'alice').documents].sort());
+      const granted = JSON.parse(readFileSync(info.grant, 'utf8')).documents;
+      assert.deepEqual(ids, [...granted].sort());
+      for (const id of user(info, 'alice').documents) assert.ok(ids.includes(id), `alice's ${id} is not listed`);
     } finally {
       await client.close();
     }
@@ -199,7 +204,9 @@ describe('MCP TypeScript SDK client with OAuth', () => {
     try {
       const read = await client.callTool({ name: 'read_protected_document', arguments: { documentId: 'proposal-aurora' } });
       assert.equal(read.isError, true, 'carol read a document she has no access to');
-      const sc = read.structuredContent;
+      // A refusal is JSON in the text content, with no structuredContent.
+      assert.equal(read.structuredContent, undefined);
+      const sc = JSON.parse(read.content[0].text);
       assert.equal(sc.refused, true);
       assert.equal(sc.layer, 'keyserver', JSON.stringify(sc));
       assert.equal(sc.code, 'ACL_DENIED', JSON.stringify(sc));
