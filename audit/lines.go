@@ -64,6 +64,11 @@ type ToolCall struct {
 	LatencyMs       int64     `json:"latencyMs"`
 	GatewayRequests []Request `json:"gatewayRequests,omitempty"`
 	ServiceRelogin  bool      `json:"serviceRelogin,omitempty"`
+	// SessionReplaced says the Gateway no longer knew the session the
+	// call began on (restart, revoke, expiry), so a new one was minted and
+	// the call sent once more; ActingAs, JKT and HandleDigest then name
+	// the new session.
+	SessionReplaced bool `json:"sessionReplaced,omitempty"`
 
 	// File tools: the path relative to the file root, the plaintext's
 	// sha256, whether a key was minted, and Digest12 of its hidden link.

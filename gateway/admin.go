@@ -84,3 +84,13 @@ func (a *Admin) UnmapIdentity(ctx context.Context, m api.MapIdentityRequest) err
 	var out api.OKResponse
 	return a.call(ctx, api.RouteAdminUnmapIdentity, m, &out)
 }
+
+// RevokeSessions revokes every live scoped session acting as principal, or
+// every one when principal is empty, and says how many it revoked.
+func (a *Admin) RevokeSessions(ctx context.Context, principal string) (int, error) {
+	var out api.RevokeSessionsResponse
+	if err := a.call(ctx, api.RouteAdminRevokeSessions, api.RevokeSessionsRequest{Principal: principal}, &out); err != nil {
+		return 0, err
+	}
+	return out.Revoked, nil
+}

@@ -42,6 +42,9 @@ type Client struct {
 	http    *http.Client
 	timeout time.Duration
 	log     *slog.Logger
+	// prefix is the service's principal prefix as config.json names it;
+	// every minted session is checked against it.
+	prefix string
 
 	// The service's credentials; nil when the client only runs admin routes.
 	cert     *x509.Certificate
@@ -85,6 +88,7 @@ func New(cfg Config) (*Client, error) {
 		base:     u.String(),
 		timeout:  cfg.Timeout,
 		log:      cfg.Logger,
+		prefix:   cfg.Prefix,
 		signLock: make(chan struct{}, 1),
 	}
 	if c.timeout < 0 {

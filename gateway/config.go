@@ -43,6 +43,10 @@ type Config struct {
 	ServiceCertFile string // PEM certificate the service registered
 	LoginKeyFile    string // PEM key of ServiceCertFile (P-256 ECDSA or RSA)
 	SenderKeyFile   string // PEM P-256 key the service's proofs are signed with
+	// Prefix is the service's principal prefix (config.json's "prefix"):
+	// every minted scoped session must act inside it. When empty, the
+	// prefix the service's sign-in answers is used instead.
+	Prefix string
 
 	ServiceCert *x509.Certificate // instead of ServiceCertFile
 	LoginKey    crypto.Signer     // instead of LoginKeyFile
@@ -84,6 +88,7 @@ func (sc *ServiceConfig) ClientConfig() Config {
 		ServiceCertFile:   sc.ServiceCert,
 		LoginKeyFile:      sc.ServiceLoginKey,
 		SenderKeyFile:     sc.SenderKey,
+		Prefix:            sc.Prefix,
 	}
 }
 

@@ -333,7 +333,11 @@ func (g *fakeGateway) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		h := g.newHandle()
 		g.scoped[h] = &fakeScoped{jkt: jkt, objects: req.Objects}
-		writeJSON(w, http.StatusOK, api.ScopedResponse{Handle: h, ActingAs: req.ActingAs, SystemID: 7,
+		actingAs := req.ActingAs
+		if actingAs == "" {
+			actingAs = "xa.test.mapped-user" // the principal a subject token maps to
+		}
+		writeJSON(w, http.StatusOK, api.ScopedResponse{Handle: h, ActingAs: actingAs, SystemID: 7,
 			PrincipalID: "1001", JKT: jkt, ExpiresAt: g.now().Add(time.Duration(req.TTLSeconds) * time.Second),
 			Objects: req.Objects})
 	case api.RouteRevoke:

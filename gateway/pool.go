@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -19,6 +20,8 @@ const (
 	DefaultMaxCallers = 8
 	// DefaultMaxRetryWait is PoolConfig.MaxRetryWait when it is zero.
 	DefaultMaxRetryWait = 3 * time.Second
+	// DefaultMaxPlaceWait is PoolConfig.MaxPlaceWait when it is zero.
+	DefaultMaxPlaceWait = 5 * time.Second
 	// PoolReuseMargin: a caller's session is reused only while more than
 	// this remains of it, so that it does not run out in the middle of a
 	// tool call.
@@ -39,6 +42,10 @@ var ErrPoolClosed = errors.New("gateway session pool is closed: the server is sh
 // ErrSubjectTokenExpired is the cause when a caller's subject token has
 // expired, or expires too soon to bind a session to it.
 var ErrSubjectTokenExpired = errors.New("the subject token has expired; the user must sign in again")
+
+// ErrPastNotAfter is returned when a session would be needed at or after
+// PoolConfig.NotAfter: no session of the pool lives past it.
+var ErrPastNotAfter = errors.New("the session pool's notAfter has passed; no session is minted past it")
 
 // SubjectToken is a token the provider issued to the Gateway's audience for
 // one user, and when it expires. It prints and logs without the token.
@@ -78,12 +85,21 @@ type Minter interface {
 type PoolConfig struct {
 	// Minter mints the sessions: the service's *Client.
 	Minter Minter
-	// Objects are the grant's t-Tags; every session covers exactly these.
+	// Objects are the grant's t-Tags; every session covers these (and the
+	// keys the user's session was widened to).
 	// At least one, at most api.MaxObjects, none empty.
 	Objects []string
-	// MaxCallers is how many users may hold a session at once
-	// (DefaultMaxCallers when zero).
+	// MaxCallers is how many sessions the pool holds at once, at most
+	// (DefaultMaxCallers when zero): one per user.
 	MaxCallers int
+	// MaxPlaceWait is how long a user with no session waits for one of
+	// the MaxCallers places when every place is held by a call in flight
+	// (DefaultMaxPlaceWait when zero); then the call is refused
+	// SESSIONS_BUSY with a Retry-After.
+	MaxPlaceWait time.Duration
+	// NotAfter, when set, is when every session ends at the latest (the
+	// grant's notAfter); no session is minted past it.
+	NotAfter time.Time
 	// MaxRetryWait: an IDP_UNAVAILABLE whose Retry-After is at most this is
 	// waited out once and the mint tried again (DefaultMaxRetryWait when
 	// zero). A longer one is returned as it is.
@@ -98,25 +114,39 @@ type PoolConfig struct {
 
 // Pool keeps one scoped session per user for the HTTP transport: each
 // minted from that user's subject token with its own holder key, renewed
-// before it runs out, and never shared. It is safe for concurrent use.
+// before it runs out, never past NotAfter, and never shared. It is safe for
+// concurrent use.
+//
+// MaxCallers is a hard cap: never more sessions than that are live at the
+// Gateway at once, counting those being minted and those being revoked.
+// A user who needs a session when every place is taken takes the place of
+// the user who called least recently among those with no call in flight
+// (their session is revoked, its holder key destroyed, before the new one
+// is minted); when every place is busy, they wait up to MaxPlaceWait and
+// are then refused SESSIONS_BUSY, retryable.
 //
 // Concurrent calls of one user wait for each other, so that they mint at
 // most one session; no lock is held across a Gateway request that another
-// user's call needs. When more than MaxCallers users hold a session, the
-// user who called least recently is ended: their session revoked, its
-// holder key destroyed. They get a new session when they call again.
+// user's call needs.
 type Pool struct {
 	minter       Minter
 	objects      []string
 	maxCallers   int
+	maxPlaceWait time.Duration
+	notAfter     time.Time
 	maxRetryWait time.Duration
 	now          func() time.Time
 	log          *slog.Logger
 
 	mu      sync.Mutex
 	callers map[string]*poolEntry
-	tick    uint64 // orders calls, for least-recently-calling eviction
-	closed  bool
+	// places counts entries holding a place (see poolEntry.place).
+	places int
+	// freed is closed, and replaced, whenever a place is given up or a
+	// user's last call in flight ends: a waiter then looks again.
+	freed  chan struct{}
+	tick   uint64 // orders calls, for least-recently-calling eviction
+	closed bool
 }
 
 // poolEntry is one user's place in the pool.
@@ -124,19 +154,25 @@ type poolEntry struct {
 	id     string
 	digest string // names the user in logs
 	// lock is held by the one call of this user that checks, renews or
-	// mints its session. A channel so that a waiter can give up with its
-	// context, and so that eviction can try it without waiting.
+	// mints its session, and by whoever takes the entry out of the pool to
+	// end it. A channel so that a waiter can give up with its context, and
+	// so that eviction can try it without waiting.
 	lock chan struct{}
 
 	// Guarded by Pool.mu.
 	sess     *Session
 	deadline time.Time // on the pool's clock; the session is not used past it
-	// extra are keys this user's session was widened to (decrypt_file),
-	// beyond the grant's objects; a renewal keeps them. Changed with lock
-	// and Pool.mu held.
-	extra    []string
 	lastCall uint64
 	gone     bool // taken out of the pool; whoever holds lock starts over
+	// place says the entry holds one of the MaxCallers places: its
+	// session is live, being minted or being revoked. It is given up only
+	// once the session that used it is revoked or known gone.
+	place bool
+	busy  int // calls given the session and not yet released
+	// extra are keys this user's session was widened to (decrypt_file),
+	// beyond the grant's objects; a renewal or replacement keeps them.
+	// Changed with lock and Pool.mu held.
+	extra []string
 }
 
 func (e *poolEntry) acquire(ctx context.Context) error {
@@ -185,14 +221,20 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.MaxRetryWait < 0 {
 		return nil, fmt.Errorf("session pool: MaxRetryWait %s is negative", cfg.MaxRetryWait)
 	}
+	if cfg.MaxPlaceWait < 0 {
+		return nil, fmt.Errorf("session pool: MaxPlaceWait %s is negative", cfg.MaxPlaceWait)
+	}
 	p := &Pool{
 		minter:       cfg.Minter,
 		objects:      slices.Clone(cfg.Objects),
 		maxCallers:   cmp.Or(cfg.MaxCallers, DefaultMaxCallers),
+		maxPlaceWait: cmp.Or(cfg.MaxPlaceWait, DefaultMaxPlaceWait),
+		notAfter:     cfg.NotAfter,
 		maxRetryWait: cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait),
 		now:          cfg.Now,
 		log:          cfg.Logger,
 		callers:      map[string]*poolEntry{},
+		freed:        make(chan struct{}),
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -203,34 +245,51 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	return p, nil
 }
 
-// Session returns the scoped session of the user callerID (their verified
+// Session is Acquire for a caller that does not say when it is done: the
+// session counts as idle at once (and so may be ended to make room for
+// another user).
+func (p *Pool) Session(ctx context.Context, callerID string, subject SubjectSource) (*Session, error) {
+	s, release, err := p.Acquire(ctx, callerID, subject)
+	if err != nil {
+		return nil, err
+	}
+	release()
+	return s, nil
+}
+
+// Acquire returns the scoped session of the user callerID (their verified
 // identity, for example auth.Caller.ID()): the one they hold while more
 // than PoolReuseMargin of it remains, or a new one minted from subject,
-// living min(api.MaxScopedTTL, the subject token's remaining life). The
-// session it replaces is revoked first.
+// living min(api.MaxScopedTTL, the subject token's remaining life, the time
+// to NotAfter). The session it replaces is revoked first. The user counts
+// as busy, and is never evicted, until release is called.
 //
 // A mint refused IDP_UNAVAILABLE with a Retry-After of at most MaxRetryWait
 // is tried once more after that wait; any other failure is returned as it
 // is and leaves nothing cached for the user. Refusals are *api.Error.
-func (p *Pool) Session(ctx context.Context, callerID string, subject SubjectSource) (*Session, error) {
+func (p *Pool) Acquire(ctx context.Context, callerID string, subject SubjectSource) (_ *Session, release func(), _ error) {
 	if callerID == "" {
-		return nil, errors.New("session pool: empty caller id")
+		return nil, nil, errors.New("session pool: empty caller id")
 	}
 	if subject == nil {
-		return nil, errors.New("session pool: no subject token source")
+		return nil, nil, errors.New("session pool: no subject token source")
 	}
 	for {
 		e, err := p.entry(callerID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := e.acquire(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		s, again, err := p.serve(ctx, e, subject)
 		e.release()
 		if !again {
-			return s, err
+			if err != nil {
+				return nil, nil, err
+			}
+			var once sync.Once
+			return s, func() { once.Do(func() { p.idle(e) }) }, nil
 		}
 		// The entry left the pool while this call waited for it or
 		// minted: start over with the user's current entry.
@@ -247,33 +306,43 @@ func (e *ScopeFullError) Error() string {
 	return fmt.Sprintf("a session would cover %d keys, over the limit of %d", e.Count, e.Max)
 }
 
-// Widen returns the user's session covering ttag too. A session that
-// already covers it is returned as it is; otherwise the user's session is
-// revoked first and a new one minted over the grant's objects, the keys
-// this user's session was widened to before, and ttag, so the user holds
-// one session. Past api.MaxObjects keys it is a *ScopeFullError and the
-// session is left as it was.
+// Widen is AcquireWidened for a caller that does not say when it is done.
 func (p *Pool) Widen(ctx context.Context, callerID string, subject SubjectSource, ttag string) (*Session, error) {
+	s, release, err := p.AcquireWidened(ctx, callerID, subject, ttag)
+	if err != nil {
+		return nil, err
+	}
+	release()
+	return s, nil
+}
+
+// AcquireWidened is Acquire of the user's session covering ttag too. A
+// session that already covers it is returned as it is; otherwise the
+// user's session is revoked first and a new one minted over the grant's
+// objects, the keys this user's session was widened to before, and ttag,
+// so the user holds one session. Past api.MaxObjects keys it is a
+// *ScopeFullError and the session is left as it was.
+func (p *Pool) AcquireWidened(ctx context.Context, callerID string, subject SubjectSource, ttag string) (_ *Session, release func(), _ error) {
 	if callerID == "" || ttag == "" {
-		return nil, errors.New("session pool: widen needs a caller and a t-Tag")
+		return nil, nil, errors.New("session pool: widen needs a caller and a t-Tag")
 	}
 	if subject == nil {
-		return nil, errors.New("session pool: no subject token source")
+		return nil, nil, errors.New("session pool: no subject token source")
 	}
 	for {
 		e, err := p.entry(callerID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := e.acquire(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		p.mu.Lock()
 		if !e.gone && !slices.Contains(p.objects, ttag) && !slices.Contains(e.extra, ttag) {
 			if n := len(p.objects) + len(e.extra) + 1; n > api.MaxObjects {
 				p.mu.Unlock()
 				e.release()
-				return nil, &ScopeFullError{Count: n, Max: api.MaxObjects}
+				return nil, nil, &ScopeFullError{Count: n, Max: api.MaxObjects}
 			}
 			e.extra = append(e.extra, ttag)
 		}
@@ -285,9 +354,45 @@ func (p *Pool) Widen(ctx context.Context, callerID string, subject SubjectSource
 		s, again, err := p.serve(ctx, e, subject)
 		e.release()
 		if !again {
-			return s, err
+			if err != nil {
+				return nil, nil, err
+			}
+			var once sync.Once
+			return s, func() { once.Do(func() { p.idle(e) }) }, nil
 		}
 	}
+}
+
+// idle ends one call's use of e's session.
+func (p *Pool) idle(e *poolEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e.busy--
+	if e.busy == 0 {
+		p.signalLocked()
+	}
+}
+
+// signalLocked wakes every waiter for a place. p.mu is held.
+func (p *Pool) signalLocked() {
+	close(p.freed)
+	p.freed = make(chan struct{})
+}
+
+// givePlaceLocked gives up e's place. p.mu is held.
+func (p *Pool) givePlaceLocked(e *poolEntry) {
+	if e.place {
+		e.place = false
+		p.places--
+		p.signalLocked()
+	}
+}
+
+// givePlace is givePlaceLocked taking p.mu.
+func (p *Pool) givePlace(e *poolEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.givePlaceLocked(e)
 }
 
 // entry is the user's entry, made when they have none, marked as called now.
@@ -307,8 +412,9 @@ func (p *Pool) entry(id string) (*poolEntry, error) {
 	return e, nil
 }
 
-// serve runs with e.lock held: it reuses, or renews, the user's session.
-// again says the entry left the pool meanwhile and the call must start over.
+// serve runs with e.lock held: it reuses, or renews, the user's session,
+// and marks the call busy. again says the entry left the pool meanwhile and
+// the call must start over.
 func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (_ *Session, again bool, _ error) {
 	p.mu.Lock()
 	if e.gone {
@@ -316,6 +422,7 @@ func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (
 		return nil, true, nil
 	}
 	if s := e.sess; s != nil && s.Live() && p.now().Add(PoolReuseMargin).Before(e.deadline) {
+		e.busy++
 		p.mu.Unlock()
 		return s, false, nil
 	}
@@ -327,11 +434,26 @@ func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (
 		// two sessions.
 		p.revoke(ctx, taken{e, old}, "renewed")
 	}
+	// No place is held while the subject token is fetched: a slow
+	// provider for one user never keeps a place from another.
+	p.givePlace(e)
+	tok, err := p.subjectToken(ctx, e, subject)
+	if err != nil {
+		p.forget(e)
+		return nil, false, err
+	}
+	if again, err := p.takePlace(ctx, e); again || err != nil {
+		if err != nil {
+			p.forget(e)
+		}
+		return nil, again, err
+	}
 
-	s, deadline, err := p.mint(ctx, e, subject)
+	s, deadline, err := p.mint(ctx, e, tok)
 
 	p.mu.Lock()
 	if err != nil {
+		p.givePlaceLocked(e)
 		if !e.gone {
 			delete(p.callers, e.id)
 			e.gone = true
@@ -344,76 +466,162 @@ func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (
 		// minted: it must not outlive them.
 		p.mu.Unlock()
 		p.revoke(ctx, taken{e, s}, "ended")
+		p.givePlace(e)
 		return nil, true, nil
 	}
 	e.sess, e.deadline = s, deadline
+	e.busy++
 	p.tick++
 	e.lastCall = p.tick
-	victims := p.evictable(e)
 	p.mu.Unlock()
 
 	p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: session minted",
 		slog.String("caller", e.digest), slog.String("session", s.HandleDigest()),
-		slog.Time("expiresAt", s.ExpiresAt()), slog.Int("evicting", len(victims)))
-	for _, v := range victims {
-		p.revoke(ctx, v, "evicted")
-		v.entry.release()
-	}
+		slog.Time("expiresAt", s.ExpiresAt()))
 	return s, false, nil
 }
 
-// evictable takes out of the pool, least recent caller first, as many
-// users as hold a session beyond MaxCallers, never keep. A user whose own
-// call is busy with their entry is passed over: their session is being
-// renewed, so they hold none (or are about to use it). Each entry returned
-// is locked; the caller revokes and releases it. p.mu is held.
-func (p *Pool) evictable(keep *poolEntry) []taken {
-	held := 0
+// forget takes e out of the pool after a failure before its mint, giving
+// up its place.
+func (p *Pool) forget(e *poolEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.givePlaceLocked(e)
+	if !e.gone {
+		delete(p.callers, e.id)
+		e.gone = true
+	}
+}
+
+// takePlace makes sure e holds a place before it mints: a free one, or the
+// place of the least recent user with no call in flight, whose session is
+// revoked first; else it waits, up to MaxPlaceWait, for either. e.lock is
+// held. again says e left the pool meanwhile (its place, if any, is given
+// up).
+func (p *Pool) takePlace(ctx context.Context, e *poolEntry) (again bool, _ error) {
+	var timer *time.Timer
+	for {
+		p.mu.Lock()
+		switch {
+		case p.closed:
+			p.givePlaceLocked(e)
+			p.mu.Unlock()
+			return false, ErrPoolClosed
+		case e.gone:
+			p.givePlaceLocked(e)
+			p.mu.Unlock()
+			return true, nil
+		case e.place:
+			p.mu.Unlock()
+			return false, nil
+		case p.places < p.maxCallers:
+			e.place = true
+			p.places++
+			p.mu.Unlock()
+			return false, nil
+		}
+		if v := p.idlestLocked(e); v != nil {
+			// v's place passes to e once v's session is revoked: e mints
+			// only after that, so the count at the Gateway never rises.
+			delete(p.callers, v.id)
+			vs := v.sess
+			v.gone, v.sess, v.place, e.place = true, nil, false, true
+			p.mu.Unlock()
+			if vs != nil {
+				p.revoke(ctx, taken{v, vs}, "evicted")
+			}
+			v.release()
+			return false, nil
+		}
+		freed := p.freed
+		p.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(p.maxPlaceWait)
+			defer timer.Stop()
+			p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: every place busy; waiting",
+				slog.String("caller", e.digest), slog.Int("maxCallers", p.maxCallers))
+		}
+		select {
+		case <-freed:
+		case <-timer.C:
+			p.log.LogAttrs(ctx, slog.LevelWarn, "gateway session pool: every place stayed busy; call refused SESSIONS_BUSY",
+				slog.String("caller", e.digest), slog.Int("maxCallers", p.maxCallers))
+			return false, p.busyRefusal()
+		case <-ctx.Done():
+			return false, fmt.Errorf("waiting for a place in the session pool: %w", ctx.Err())
+		}
+	}
+}
+
+// busyRefusal is the retryable refusal when every place stays busy.
+func (p *Pool) busyRefusal() *api.Error {
+	wait := max(p.maxPlaceWait, time.Second)
+	return &api.Error{Layer: api.LayerAdapter, Code: api.CodeSessionsBusy, Status: http.StatusServiceUnavailable,
+		RetryAfter: wait,
+		Detail: fmt.Sprintf("every one of this server's %d Gateway sessions is in use by other calls in flight; "+
+			"nothing was sent; retry after %d seconds", p.maxCallers, int((wait+time.Second-1)/time.Second))}
+}
+
+// idlestLocked takes out of use, and locks, the entry holding a place that
+// called least recently among those with no call in flight and not being
+// served, never keep; nil when there is none. p.mu is held.
+func (p *Pool) idlestLocked(keep *poolEntry) *poolEntry {
 	var candidates []*poolEntry
 	for _, e := range p.callers {
-		if e.sess == nil {
-			continue
-		}
-		held++
-		if e != keep {
+		if e != keep && e.place && e.busy == 0 && !e.gone {
 			candidates = append(candidates, e)
 		}
 	}
-	if held <= p.maxCallers {
-		return nil
-	}
 	slices.SortFunc(candidates, func(a, b *poolEntry) int { return cmp.Compare(a.lastCall, b.lastCall) })
-	var out []taken
 	for _, e := range candidates {
-		if held <= p.maxCallers {
-			break
+		if e.tryAcquire() {
+			return e
 		}
-		if !e.tryAcquire() {
-			continue
-		}
-		out = append(out, taken{e, e.sess})
-		delete(p.callers, e.id)
-		e.gone, e.sess = true, nil
-		held--
 	}
-	return out
+	return nil
 }
 
-// mint gets the user's subject token and mints a session from it, waiting
-// out one short IDP_UNAVAILABLE. It returns the session and the time, on
-// the pool's clock, past which it is not used.
-func (p *Pool) mint(ctx context.Context, e *poolEntry, subject SubjectSource) (*Session, time.Time, error) {
+// Drop forgets dead, the user's session, when the Gateway said it no
+// longer knows it (IsSessionGone) and it is still the one the pool holds:
+// its holder key is destroyed, nothing is sent, and its place is free.
+// The user's next call mints a new session covering the same keys.
+func (p *Pool) Drop(ctx context.Context, callerID string, dead *Session) {
+	p.mu.Lock()
+	e := p.callers[callerID]
+	if e == nil || e.sess == nil || e.sess != dead {
+		p.mu.Unlock()
+		return
+	}
+	e.sess = nil
+	p.givePlaceLocked(e) // the Gateway holds nothing for it any more
+	p.mu.Unlock()
+	dead.Discard()
+	p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: session dropped; the Gateway no longer knows it",
+		slog.String("caller", e.digest), slog.String("session", dead.HandleDigest()))
+}
+
+// subjectToken gets the user's subject token.
+func (p *Pool) subjectToken(ctx context.Context, e *poolEntry, subject SubjectSource) (SubjectToken, error) {
 	tok, err := subject(ctx)
 	if err != nil {
 		p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: no subject token",
 			slog.String("caller", e.digest), slog.String("code", refusalCode(err)))
-		return nil, time.Time{}, fmt.Errorf("subject token for the Gateway: %w", err)
+		return SubjectToken{}, fmt.Errorf("subject token for the Gateway: %w", err)
 	}
 	if tok.Token == "" {
-		return nil, time.Time{}, errors.New("subject token for the Gateway: the source gave an empty token")
+		return SubjectToken{}, errors.New("subject token for the Gateway: the source gave an empty token")
 	}
-	objects := append(slices.Clone(p.objects), e.extra...)
-	s, deadline, err := p.mintOnce(ctx, tok, objects)
+	return tok, nil
+}
+
+// mint mints a session from tok, waiting out one short IDP_UNAVAILABLE.
+// It returns the session and the time, on the pool's clock, past which it
+// is not used.
+func (p *Pool) mint(ctx context.Context, e *poolEntry, tok SubjectToken) (*Session, time.Time, error) {
+	p.mu.Lock()
+	scope := append(slices.Clone(p.objects), e.extra...)
+	p.mu.Unlock()
+	s, deadline, err := p.mintOnce(ctx, tok, scope)
 	var ae *api.Error
 	if err == nil || !errors.As(err, &ae) || !isRefusal(err, api.CodeIdPUnavailable) ||
 		ae.RetryAfter <= 0 || ae.RetryAfter > p.maxRetryWait {
@@ -429,19 +637,26 @@ func (p *Pool) mint(ctx context.Context, e *poolEntry, subject SubjectSource) (*
 	case <-ctx.Done():
 		return nil, time.Time{}, fmt.Errorf("%w (gave up waiting for its Retry-After: %w)", err, ctx.Err())
 	}
-	s, deadline, err = p.mintOnce(ctx, tok, objects)
+	s, deadline, err = p.mintOnce(ctx, tok, scope)
 	p.logOutcome(ctx, e, err)
 	return s, deadline, err
 }
 
 // mintOnce asks for one session bound to tok, living no longer than tok.
-func (p *Pool) mintOnce(ctx context.Context, tok SubjectToken, objects []string) (*Session, time.Time, error) {
+func (p *Pool) mintOnce(ctx context.Context, tok SubjectToken, scope []string) (*Session, time.Time, error) {
 	start := p.now()
 	ttl := min(api.MaxScopedTTL, tok.Expiry.Sub(start)-subjectTTLMargin).Truncate(time.Second)
 	if tok.Expiry.IsZero() || ttl < time.Second {
 		return nil, time.Time{}, fmt.Errorf("subject token for the Gateway: %w", ErrSubjectTokenExpired)
 	}
-	s, err := p.minter.Mint(ctx, MintRequest{Objects: objects, SubjectToken: tok.Token, TTL: ttl})
+	if !p.notAfter.IsZero() {
+		left := p.notAfter.Sub(start)
+		if left < time.Second {
+			return nil, time.Time{}, ErrPastNotAfter
+		}
+		ttl = min(ttl, left.Truncate(time.Second))
+	}
+	s, err := p.minter.Mint(ctx, MintRequest{Objects: slices.Clone(scope), SubjectToken: tok.Token, TTL: ttl})
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -484,12 +699,36 @@ func (p *Pool) End(ctx context.Context, callerID string) {
 		return
 	}
 	delete(p.callers, callerID)
-	e.gone = true
-	s := e.sess
-	e.sess = nil
+	v, locked := p.takeOutLocked(e)
+	p.signalLocked() // a call of theirs waiting for a place starts over
 	p.mu.Unlock()
-	if s != nil {
-		p.revoke(ctx, taken{e, s}, "ended")
+	p.settle(ctx, v, locked, "ended")
+}
+
+// takeOutLocked marks e gone and takes its session. The caller settles e's
+// place: when it took a session, or e holds a place with no call of the
+// user serving it (locked: e.lock is then held); otherwise the call
+// serving e gives the place up when it sees e gone. p.mu is held.
+func (p *Pool) takeOutLocked(e *poolEntry) (v taken, locked bool) {
+	e.gone = true
+	v = taken{e, e.sess}
+	e.sess = nil
+	if v.sess == nil && e.place {
+		locked = e.tryAcquire()
+	}
+	return v, locked
+}
+
+// settle revokes what takeOutLocked took and gives up the place.
+func (p *Pool) settle(ctx context.Context, v taken, locked bool, why string) {
+	if v.sess != nil {
+		p.revoke(ctx, v, why)
+	}
+	if v.sess != nil || locked {
+		p.givePlace(v.entry)
+	}
+	if locked {
+		v.entry.release()
 	}
 }
 
@@ -500,21 +739,23 @@ func (p *Pool) End(ctx context.Context, callerID string) {
 func (p *Pool) EndAll(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
-	var held []taken
+	type out struct {
+		v      taken
+		locked bool
+	}
+	var outs []out
 	entries := make([]*poolEntry, 0, len(p.callers))
 	for id, e := range p.callers {
 		delete(p.callers, id)
-		e.gone = true
 		entries = append(entries, e)
-		if e.sess != nil {
-			held = append(held, taken{e, e.sess})
-			e.sess = nil
-		}
+		v, locked := p.takeOutLocked(e)
+		outs = append(outs, out{v, locked})
 	}
+	p.signalLocked() // waiters for a place see the pool closed
 	p.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, v := range held {
-		wg.Go(func() { p.revoke(ctx, v, "shutdown") })
+	for _, o := range outs {
+		wg.Go(func() { p.settle(ctx, o.v, o.locked, "shutdown") })
 	}
 	wg.Wait()
 	for _, e := range entries {
@@ -535,6 +776,14 @@ func (p *Pool) Current(callerID string) *Session {
 		return nil
 	}
 	return e.sess
+}
+
+// Places is how many of the MaxCallers places are held now: sessions
+// live, being minted or being revoked.
+func (p *Pool) Places() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.places
 }
 
 // Len is how many users hold a session now.

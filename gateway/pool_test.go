@@ -57,6 +57,14 @@ var poolUsers = []devidp.User{
 	{Username: "alice", Password: "alice-password", Subject: "sub-alice"},
 	{Username: "bob", Password: "bob-password", Subject: "sub-bob"},
 	{Username: "carol", Password: "carol-password", Subject: "sub-carol"},
+	{Username: "user1", Password: "user1-password", Subject: "sub-user1"},
+	{Username: "user2", Password: "user2-password", Subject: "sub-user2"},
+	{Username: "user3", Password: "user3-password", Subject: "sub-user3"},
+	{Username: "user4", Password: "user4-password", Subject: "sub-user4"},
+	{Username: "user5", Password: "user5-password", Subject: "sub-user5"},
+	{Username: "user6", Password: "user6-password", Subject: "sub-user6"},
+	{Username: "user7", Password: "user7-password", Subject: "sub-user7"},
+	{Username: "user8", Password: "user8-password", Subject: "sub-user8"},
 }
 
 func newPoolWorld(t *testing.T) *poolWorld {
@@ -580,8 +588,9 @@ func TestPoolEvictsLeastRecentCaller(t *testing.T) {
 
 func TestPoolIdentityNotMappedIsFinal(t *testing.T) {
 	w := newPoolWorld(t)
-	// One place only: a refused user must not take it from alice.
-	p := w.pool(t, gateway.PoolConfig{MaxCallers: 1})
+	// A free place: a refused user takes it only for the mint and gives
+	// it back, and never costs alice her session.
+	p := w.pool(t, gateway.PoolConfig{MaxCallers: 2})
 	alice, carol := w.user(t, "alice"), w.user(t, "carol")
 	ctx := context.Background()
 	as := w.session(t, p, alice)
@@ -602,8 +611,8 @@ func TestPoolIdentityNotMappedIsFinal(t *testing.T) {
 	if w.count(api.RouteRevoke) != revokes {
 		t.Fatal("carol's refusal revoked a session")
 	}
-	if p.Len() != 1 {
-		t.Fatalf("Len = %d, want 1", p.Len())
+	if p.Len() != 1 || p.Places() != 1 {
+		t.Fatalf("Len = %d, places %d, want 1 and 1", p.Len(), p.Places())
 	}
 	if s := w.session(t, p, alice); s != as {
 		t.Fatal("alice lost her session to carol's refusal")

@@ -116,6 +116,13 @@ func (c *Client) signIn(ctx context.Context, relogin bool) (*serviceSession, err
 	if out.Handle == "" || out.ExpiresAt.IsZero() {
 		return nil, badResponse(200, errors.New("service sign-in answered no handle or expiry"))
 	}
+	if c.prefix != "" && out.Prefix != c.prefix {
+		// Every scoped session will then fail the prefix check; say why
+		// once, here, where the operator can see the two apart.
+		c.log.LogAttrs(ctx, slog.LevelError, "gateway service sign-in answered another prefix than config.json names; "+
+			"every scoped session will be refused SESSION_IDENTITY_MISMATCH",
+			slog.String("configured", c.prefix), slog.String("answered", out.Prefix))
+	}
 	sv := &serviceSession{handle: out.Handle, expiresAt: out.ExpiresAt, prefix: out.Prefix,
 		systemID: out.SystemID, serviceID: out.ServiceID}
 	c.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,10 +108,51 @@ func (c *Client) Mint(ctx context.Context, m MintRequest) (*Session, error) {
 		key:         key,
 		objects:     slices.Clone(out.Objects),
 	}
+	if err := c.checkIdentity(ctx, m, s); err != nil {
+		return nil, err
+	}
 	c.log.LogAttrs(ctx, slog.LevelDebug, "gateway scoped session minted",
 		slog.String("session", s.digest), slog.Int("objects", len(out.Objects)), slog.Time("expiresAt", out.ExpiresAt))
 	return s, nil
 }
+
+// checkIdentity is the prefix check every minted session passes before it
+// is used: it must act inside the service's prefix (the one config.json
+// names, else the one the sign-in answered) and, when a principal was
+// named, as exactly that principal. A session that fails is revoked at once
+// and refused SESSION_IDENTITY_MISMATCH: a Gateway that answers another
+// principal must never have this server act as someone else.
+func (c *Client) checkIdentity(ctx context.Context, m MintRequest, s *Session) error {
+	prefix := c.prefix
+	if prefix == "" {
+		prefix = c.Prefix()
+	}
+	var problem string
+	switch {
+	case prefix == "":
+		problem = "no service prefix is known to check it against"
+	case !strings.HasPrefix(s.actingAs, prefix) || len(s.actingAs) == len(prefix):
+		problem = "it acts outside the service's prefix"
+	case m.ActingAs != "" && s.actingAs != m.ActingAs:
+		problem = "it acts as another principal than the one asked for"
+	default:
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+	defer cancel()
+	revokeErr := s.Revoke(rctx)
+	c.log.LogAttrs(ctx, slog.LevelError, "gateway scoped session refused: "+problem+"; revoked unused",
+		slog.String("code", api.CodeSessionIdentityMismatch), slog.String("session", s.digest),
+		slog.String("prefix", prefix), slog.String("asked", m.ActingAs),
+		slog.String("answered", s.actingAs), slog.Bool("revokeConfirmed", revokeErr == nil))
+	return &api.Error{Layer: api.LayerAdapter, Code: api.CodeSessionIdentityMismatch, Status: http.StatusBadGateway,
+		Detail: "the Gateway answered a session acting as another principal than this server asked for; " +
+			"it was revoked unused and nothing was read or written; do not retry; tell the operator",
+		Cause: errors.New(problem)}
+}
+
+// revokeTimeout bounds a revoke sent on the client's own initiative.
+const revokeTimeout = 5 * time.Second
 
 // handleDigest is the first 12 hex digits of sha256(handle).
 func handleDigest(handle string) string {
@@ -262,10 +304,33 @@ func (s *Session) Revoke(ctx context.Context) error {
 	}()
 	var out api.RevokeResponse
 	err := s.c.do(ctx, &request{route: api.RouteRevoke, body: struct{}{}, out: &out, handle: s.handle, prove: s.proveRevoke})
-	if isRefusal(err, api.CodeSessionRevoked) || isRefusal(err, api.CodeSessionExpired) {
+	if IsSessionGone(err) {
 		return nil
 	}
 	return err
+}
+
+// Discard forgets a session the Gateway said it no longer knows: the
+// holder key is destroyed and later calls are refused, and nothing is sent
+// (there is nothing left to revoke).
+func (s *Session) Discard() {
+	s.keyMu.Lock()
+	defer s.keyMu.Unlock()
+	s.revoked = true
+	if s.key != nil {
+		s.key.Destroy()
+		s.key = nil
+	}
+}
+
+// IsSessionGone reports whether err says a scoped session can no longer be
+// used: the Gateway answered SESSION_MISSING (it forgot the session, for
+// example in a restart), SESSION_EXPIRED or SESSION_REVOKED (an operator
+// revoked it), or this client had already ended it. A call refused so did
+// nothing at the Gateway, so it is safe to repeat on a new session.
+func IsSessionGone(err error) bool {
+	return errors.Is(err, ErrSessionEnded) || isRefusal(err, api.CodeSessionMissing) ||
+		isRefusal(err, api.CodeSessionExpired) || isRefusal(err, api.CodeSessionRevoked)
 }
 
 // EncryptInput is what to encrypt. No TTag mints a new key owned by the

@@ -437,11 +437,10 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 	}
 	c.line.PlaintextSHA256 = row.Key.ContentSHA256
 	c.line.KeyLink = row.LinkDigest
-	sess, err := s.cfg.Sessions.Widen(ctx, c.caller, env.TTag)
+	sess, err := s.widenedSession(ctx, c, env.TTag)
 	if err != nil {
 		return zero, err
 	}
-	c.session = sess
 	dec, err := sess.DecryptWithLink(ctx, env.TTag, env.IV, env.Ciphertext)
 	if err != nil {
 		return zero, err

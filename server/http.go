@@ -65,6 +65,50 @@ func (p *poolSessions) Widen(ctx context.Context, c Caller, ttag string) (Sessio
 	return sess, err
 }
 
+func (p *poolSessions) Acquire(ctx context.Context, c Caller) (Session, func(), error) {
+	if c.ID == "" || c.Credential.Caller == nil {
+		return nil, nil, refuse(CodeInternal, 500, "no verified caller on this request")
+	}
+	sess, release, err := p.pool.Acquire(ctx, c.ID, p.subject(c))
+	if err != nil {
+		return nil, nil, p.refusal(c, err)
+	}
+	return sess, release, nil
+}
+
+func (p *poolSessions) AcquireWidened(ctx context.Context, c Caller, ttag string) (Session, func(), error) {
+	if c.ID == "" || c.Credential.Caller == nil {
+		return nil, nil, refuse(CodeInternal, 500, "no verified caller on this request")
+	}
+	sess, release, err := p.pool.AcquireWidened(ctx, c.ID, p.subject(c), ttag)
+	if err != nil {
+		return nil, nil, p.refusal(c, err)
+	}
+	return sess, release, nil
+}
+
+// refusal maps what the pool refused with for a tool call.
+func (p *poolSessions) refusal(c Caller, err error) error {
+	var full *gateway.ScopeFullError
+	switch {
+	case errors.As(err, &full):
+		return scopeFull(full.Count)
+	case errors.Is(err, gateway.ErrPastNotAfter):
+		return refuse(CodeGrantExpired, 403, "this task's grant has ended; nothing was sent; ask the operator for a new grant")
+	case errors.Is(err, &api.Error{Code: api.CodeSubjectRefused}):
+		// The Gateway would not take the exchanged token: do not present
+		// it again; the next call exchanges afresh.
+		p.ex.Forget(c.ID)
+	}
+	return err
+}
+
+func (p *poolSessions) Drop(ctx context.Context, c Caller, dead Session) {
+	if s, ok := dead.(*gateway.Session); ok {
+		p.pool.Drop(ctx, c.ID, s)
+	}
+}
+
 func (p *poolSessions) subject(c Caller) gateway.SubjectSource {
 	return func(ctx context.Context) (gateway.SubjectToken, error) {
 		t, err := p.ex.Exchange(ctx, c.Credential.Caller, c.Credential.AccessToken())
@@ -234,7 +278,7 @@ func runHTTP(ctx context.Context, o Options) error {
 		return err
 	}
 	pool, err := gateway.NewPool(gateway.PoolConfig{Minter: d.client, Objects: grant.Keys(d.grant, d.manifest),
-		MaxCallers: cfg.MaxCallers, Now: o.Now, Logger: o.Logger})
+		MaxCallers: cfg.MaxCallers, NotAfter: d.grant.NotAfter, Now: o.Now, Logger: o.Logger})
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,15 @@ type Sessions interface {
 	// revoked, so the caller holds one session. Past api.MaxObjects keys
 	// it refuses GRANT_TOO_WIDE.
 	Widen(ctx context.Context, c Caller, ttag string) (Session, error)
+	// Acquire is Session, and AcquireWidened Widen, for a tool call: the
+	// caller counts as busy until release is called (once), and a busy
+	// caller's session is never ended to make room for another caller.
+	Acquire(ctx context.Context, c Caller) (sess Session, release func(), err error)
+	AcquireWidened(ctx context.Context, c Caller, ttag string) (sess Session, release func(), err error)
+	// Drop forgets dead, a session of the caller's that the Gateway no
+	// longer knows, if it is still the one held: the next call mints a
+	// new one covering the same keys.
+	Drop(ctx context.Context, c Caller, dead Session)
 	End(ctx context.Context, c Caller)
 	EndAll(ctx context.Context)
 }

@@ -24,7 +24,9 @@ const refreshMargin = 30 * time.Second
 // GrantSessions keeps the one scoped session of a stdio task: acting as the
 // grant's user, covering exactly the grant's keys, never past the grant's
 // notAfter and never longer than the Gateway's five minutes. A fresh one is
-// minted on demand while the grant is valid; the old one is revoked.
+// minted on demand while the grant is valid; the old one is revoked. A
+// session the Gateway no longer knows is dropped (Drop) and the next call
+// mints anew.
 type GrantSessions struct {
 	minter   Minter
 	actingAs string
@@ -62,7 +64,7 @@ func (g *GrantSessions) Session(ctx context.Context, caller Caller) (Session, er
 		g.endLocked(ctx)
 		return nil, refuse(CodeGrantExpired, 403, "this task's grant has ended; nothing was sent; ask the operator for a new grant")
 	}
-	if g.cur != nil && g.cur.ExpiresAt().Sub(now) > refreshMargin {
+	if g.cur != nil && g.cur.Live() && g.cur.ExpiresAt().Sub(now) > refreshMargin {
 		return g.cur, nil
 	}
 	ttl := g.notAfter.Sub(now)
@@ -125,6 +127,39 @@ func (g *GrantSessions) Current(caller Caller) Session {
 		return nil
 	}
 	return g.cur
+}
+
+// Acquire is Session; over stdio there is one caller and nothing to
+// release.
+func (g *GrantSessions) Acquire(ctx context.Context, caller Caller) (Session, func(), error) {
+	s, err := g.Session(ctx, caller)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() {}, nil
+}
+
+// AcquireWidened is Widen, with nothing to release.
+func (g *GrantSessions) AcquireWidened(ctx context.Context, caller Caller, ttag string) (Session, func(), error) {
+	s, err := g.Widen(ctx, caller, ttag)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() {}, nil
+}
+
+// Drop forgets dead if it is still the current session: the Gateway no
+// longer knows it, so nothing is sent; its holder key is destroyed. The
+// next call mints a new one over the task's keys (widened ones included).
+func (g *GrantSessions) Drop(_ context.Context, _ Caller, dead Session) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cur == nil || Session(g.cur) != dead {
+		return
+	}
+	g.cur.Discard()
+	g.log.Info("scoped session dropped: the Gateway no longer knows it", "jkt", g.cur.JKT())
+	g.cur = nil
 }
 
 // Len is 1 while a session is held, else 0.

@@ -27,7 +27,9 @@ type tool struct {
 type call struct {
 	caller  Caller
 	session Session
-	line    audit.ToolCall
+	// releases end the call's hold on the sessions it acquired.
+	releases []func()
+	line     audit.ToolCall
 	// mcp is the host's MCP session, and inputs the answers it sent with a
 	// retried call (an elicitation's, for a hand-off's confirmation).
 	mcp    *mcp.ServerSession
@@ -69,6 +71,7 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 		start := s.cfg.Now()
 		c := &call{caller: callerOf(req), line: audit.ToolCall{Tool: d.Name}, mcp: req.Session,
 			inputs: req.Params.InputResponses}
+		defer c.releaseSessions()
 		rec := &gateway.Recorder{}
 		ctx = gateway.WithRecorder(ctx, rec)
 		out, err := runTool(ctx, s, c, start, req.Params.Arguments, in, h)
@@ -173,15 +176,17 @@ type sessionPeeker interface {
 	Current(c Caller) Session
 }
 
-// session gets the caller's Gateway session and remembers it for the audit
-// line.
+// session gets the caller's Gateway session for this call, held busy
+// until the call ends, and remembers it for the audit line. The session
+// returned replaces itself once if the Gateway says it no longer knows it
+// (see liveSession).
 func (s *Server) session(ctx context.Context, c *call) (Session, error) {
-	sess, err := s.cfg.Sessions.Session(ctx, c.caller)
-	if err != nil {
-		return nil, err
-	}
-	c.session = sess
-	return sess, nil
+	return s.liveSession(ctx, c, "")
+}
+
+// widenedSession is session covering ttag too (Sessions.Widen).
+func (s *Server) widenedSession(ctx context.Context, c *call, ttag string) (Session, error) {
+	return s.liveSession(ctx, c, ttag)
 }
 
 // callerOf is the verified caller of an HTTP request; the empty Caller over

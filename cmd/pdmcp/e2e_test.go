@@ -523,9 +523,9 @@ func TestHostConfigStartsTheServer(t *testing.T) {
 
 // startDevGateway runs `pdmcp dev gateway` and returns its URL and CA file
 // once it prints them; the process is stopped (SIGTERM) at test end.
-func startDevGateway(t *testing.T, state string) (url, ca, pwFile string, stop func()) {
+func startDevGateway(t *testing.T, state string, extra ...string) (url, ca, pwFile string, stop func()) {
 	t.Helper()
-	cmd := exec.Command(binary(t), "dev", "gateway", "--state", state)
+	cmd := exec.Command(binary(t), append([]string{"dev", "gateway", "--state", state}, extra...)...)
 	cmd.Env = cleanEnv()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

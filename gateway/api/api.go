@@ -35,6 +35,7 @@ const (
 	RouteAdminBindProvider    = "/api/v1/admin/providers/bind"
 	RouteAdminMapIdentity     = "/api/v1/admin/identities/map"
 	RouteAdminUnmapIdentity   = "/api/v1/admin/identities/unmap"
+	RouteAdminRevokeSessions  = "/api/v1/admin/sessions/revoke"
 
 	// Test controls of the reference Gateway (package gateway/reference),
 	// for tests that run it as another process. Admin Basic credentials.
@@ -103,6 +104,14 @@ const (
 	// answer from the Gateway.
 	CodeUnreachable = "GATEWAY_UNREACHABLE"
 	CodeBadResponse = "GATEWAY_BAD_RESPONSE"
+
+	// CodeSessionIdentityMismatch (adapter): a minted scoped session acts
+	// as a principal outside the service's prefix, or not as the one asked
+	// for; it was revoked at once and never used.
+	CodeSessionIdentityMismatch = "SESSION_IDENTITY_MISMATCH"
+	// CodeSessionsBusy (adapter): every one of the session pool's places
+	// is held by a call in flight; retry after RetryAfter.
+	CodeSessionsBusy = "SESSIONS_BUSY"
 )
 
 // Rights on a key's access control list.
@@ -340,4 +349,15 @@ type MapIdentityRequest struct {
 	Subject   string `json:"subject"`
 	Principal string `json:"principal"`
 	Disabled  bool   `json:"disabled,omitempty"`
+}
+
+// RevokeSessionsRequest (admin) revokes every live scoped session acting as
+// Principal, or every live scoped session when Principal is empty.
+type RevokeSessionsRequest struct {
+	Principal string `json:"principal,omitempty"`
+}
+
+// RevokeSessionsResponse says how many scoped sessions were revoked.
+type RevokeSessionsResponse struct {
+	Revoked int `json:"revoked"`
 }

@@ -41,6 +41,10 @@ type Faults struct {
 	// IdPUnavailable, while > 0, makes every subject-token mint answer 503
 	// IDP_UNAVAILABLE with this Retry-After.
 	IdPUnavailable time.Duration `json:"idpUnavailable,omitempty"`
+	// MintAsPrincipal, when set, makes every scoped mint that would
+	// succeed act as this principal (any service's) instead of the one
+	// asked for or mapped: a Gateway answering another principal.
+	MintAsPrincipal string `json:"mintAsPrincipal,omitempty"`
 }
 
 // faultState is the current Faults, shared by every request.
@@ -95,6 +99,12 @@ func (s *faultState) idpUnavailable() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.f.IdPUnavailable
+}
+
+func (s *faultState) mintAsPrincipal() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.f.MintAsPrincipal
 }
 
 // wait sleeps the injected delay, or until the request is abandoned, the
@@ -206,12 +216,19 @@ func (g *Gateway) Count(route string) int {
 	return g.counts.n[route]
 }
 
-// ResetCounts sets every count to zero.
+// ResetCounts sets every count to zero, and the peak of live scoped
+// sessions to those live now.
 func (g *Gateway) ResetCounts() {
 	g.counts.mu.Lock()
 	defer g.counts.mu.Unlock()
 	clear(g.counts.n)
+	g.sessions.resetPeak(g.now())
 }
+
+// LiveScopedSessions is how many scoped sessions are live (neither revoked
+// nor expired) now, and the most that were live at once since the Gateway
+// opened or ResetCounts.
+func (g *Gateway) LiveScopedSessions() (live, peak int) { return g.sessions.live(g.now()) }
 
 // The same controls over HTTP, for a Gateway run as another process.
 
@@ -224,6 +241,10 @@ type CountsRequest struct {
 // CountsResponse answers POST /api/v1/admin/test/counts.
 type CountsResponse struct {
 	Counts map[string]int `json:"counts"`
+	// LiveScoped and PeakLiveScoped are LiveScopedSessions, read before
+	// any reset.
+	LiveScoped     int `json:"liveScoped"`
+	PeakLiveScoped int `json:"peakLiveScoped"`
 }
 
 func (g *Gateway) controlFaults(_ context.Context, c *call) (any, error) {
@@ -255,8 +276,10 @@ func (g *Gateway) controlCounts(_ context.Context, c *call) (any, error) {
 	g.counts.mu.Lock()
 	defer g.counts.mu.Unlock()
 	ans := CountsResponse{Counts: maps.Clone(g.counts.n)}
+	ans.LiveScoped, ans.PeakLiveScoped = g.sessions.live(g.now())
 	if req.Reset {
 		clear(g.counts.n)
+		g.sessions.resetPeak(g.now())
 	}
 	return ans, nil
 }

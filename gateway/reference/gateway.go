@@ -201,6 +201,7 @@ func (g *Gateway) routeTable() map[string]route {
 		api.RouteAdminBindProvider:    {auth: authAdmin, limit: smallBodyLimit, handle: g.bindProvider},
 		api.RouteAdminMapIdentity:     {auth: authAdminOrService, limit: smallBodyLimit, handle: g.mapIdentity},
 		api.RouteAdminUnmapIdentity:   {auth: authAdminOrService, limit: smallBodyLimit, handle: g.unmapIdentity},
+		api.RouteAdminRevokeSessions:  {auth: authAdmin, limit: smallBodyLimit, emptyOK: true, handle: g.revokeSessions},
 
 		api.RouteAdminTestFaults:              {auth: authAdmin, limit: smallBodyLimit, control: true, emptyOK: true, handle: g.controlFaults},
 		api.RouteAdminTestCounts:              {auth: authAdmin, limit: smallBodyLimit, control: true, emptyOK: true, handle: g.controlCounts},

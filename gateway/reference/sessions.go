@@ -123,6 +123,9 @@ type sessionTable struct {
 	mu      sync.Mutex
 	service map[string]*serviceSession
 	scoped  map[string]*scopedSession
+	// peak is the most scoped sessions live at once, counted at each mint
+	// since the Gateway opened or its counts were reset.
+	peak int
 }
 
 func newSessionTable() *sessionTable {
@@ -148,7 +151,56 @@ func (t *sessionTable) addScoped(s *scopedSession, now time.Time) string {
 		}
 	}
 	t.scoped[handle] = s
+	t.peak = max(t.peak, t.liveLocked(now))
 	return handle
+}
+
+// liveLocked counts the scoped sessions neither revoked nor expired.
+func (t *sessionTable) liveLocked(now time.Time) int {
+	n := 0
+	for _, s := range t.scoped {
+		s.mu.Lock()
+		if !s.revoked && now.Before(s.expiresAt) {
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// live is how many scoped sessions are live now; peak the most that were
+// live at once.
+func (t *sessionTable) live(now time.Time) (live, peak int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.liveLocked(now), t.peak
+}
+
+// resetPeak starts the peak count again from the sessions live now.
+func (t *sessionTable) resetPeak(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.peak = t.liveLocked(now)
+}
+
+// revokeScoped revokes every live scoped session acting as principal (all
+// of them when principal is empty) and says how many.
+func (t *sessionTable) revokeScoped(principal string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, s := range t.scoped {
+		if principal != "" && s.principal != principal {
+			continue
+		}
+		s.mu.Lock()
+		if !s.revoked {
+			s.revoked = true
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
 }
 
 // lookupService is the live service session of handle. Anything else on a
@@ -330,6 +382,13 @@ func (g *Gateway) mintScoped(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if other := g.faults.mintAsPrincipal(); other != "" {
+		// Fault: the session acts as someone else than the service asked
+		// for or the provider's identity maps to.
+		if p, err = g.store.principalByName(ctx, g.store.db, other); err != nil {
+			return nil, fmt.Errorf("fault mintAsPrincipal %q: %w", other, err)
+		}
+	}
 	s := &scopedSession{serviceID: sv.ID, principal: p.Name, systemID: p.SystemID, principalID: p.PrincipalID,
 		jkt: jkt, expiresAt: expiresAt, objects: map[string]bool{}, order: objects}
 	for _, o := range objects {
@@ -393,6 +452,17 @@ func (g *Gateway) widen(_ context.Context, c *call) (any, error) {
 	s := c.scoped
 	return api.ScopedResponse{ActingAs: s.principal, SystemID: s.systemID, PrincipalID: s.principalID,
 		JKT: s.jkt, ExpiresAt: s.expiresAt.UTC(), Objects: s.objectList()}, nil
+}
+
+// revokeSessions is the administrator's revoke of scoped sessions.
+func (g *Gateway) revokeSessions(_ context.Context, c *call) (any, error) {
+	var req api.RevokeSessionsRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	n := g.sessions.revokeScoped(req.Principal)
+	g.log.Info("scoped sessions revoked by the administrator", "count", n)
+	return api.RevokeSessionsResponse{Revoked: n}, nil
 }
 
 func (g *Gateway) revoke(_ context.Context, c *call) (any, error) {

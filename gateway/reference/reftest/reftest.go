@@ -6,6 +6,7 @@ package reftest
 import (
 	"context"
 	"encoding/pem"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -52,13 +53,26 @@ func Start(t testing.TB, cfg reference.Config) *Env {
 	return e
 }
 
-func (e *Env) open(t testing.TB) {
+func (e *Env) open(t testing.TB) { e.openAt(t, "") }
+
+// openAt opens the Gateway on e's database, listening on addr ("" for any
+// free port).
+func (e *Env) openAt(t testing.TB, addr string) {
 	t.Helper()
 	g, err := reference.Open(context.Background(), e.cfg)
 	if err != nil {
 		t.Fatalf("open reference gateway: %v", err)
 	}
 	srv := httptest.NewUnstartedServer(g)
+	if addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			_ = g.Close()
+			t.Fatalf("listen again on %s: %v", addr, err)
+		}
+		_ = srv.Listener.Close()
+		srv.Listener = ln
+	}
 	srv.StartTLS()
 	e.Gateway, e.Server, e.URL = g, srv, srv.URL
 	e.CAFile = filepath.Join(e.dir, "gateway-ca.pem")
@@ -86,6 +100,17 @@ func (e *Env) Restart(t testing.TB) {
 	t.Helper()
 	e.stop()
 	e.open(t)
+}
+
+// RestartSamePort closes the Gateway and opens it again on the same
+// database, port and certificate, as a process restart behind a fixed
+// address would: every session is forgotten, state stays, and clients
+// configured with the old URL reach the new Gateway.
+func (e *Env) RestartSamePort(t testing.TB) {
+	t.Helper()
+	addr := e.Server.Listener.Addr().String()
+	e.stop()
+	e.openAt(t, addr)
 }
 
 // Client is a client of this Gateway with no service credentials (admin
