@@ -124,7 +124,9 @@ func TestCloseStepAfterSIGKILL(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
+	// The command transport owns the process and waits for it; a second
+	// cmd.Wait here would race with it.
+	_ = cs.Close()
 	if got := s.doctorEntries(t); len(got) != 3 {
 		t.Fatalf("entries after SIGKILL: %v, want the three still there", got)
 	}
