@@ -159,6 +159,13 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	}
 	s.cfg.CrashPoint("encrypt_file:reserved")
 	sess, err := s.session(ctx, c)
+	if err == nil && len(sess.Objects()) >= api.MaxObjects {
+		// Each key this session mints joins its scope, which holds at
+		// most 64; the Gateway would refuse the next. A fresh session
+		// starts again from the task's own keys.
+		s.cfg.Sessions.End(ctx, c.caller)
+		sess, err = s.session(ctx, c)
+	}
 	if err != nil {
 		// Nothing was sent: the reservation goes.
 		return zero, s.releaseAfter(ctx, key, err)

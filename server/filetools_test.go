@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/files/filestest"
 )
 
@@ -384,5 +386,86 @@ func TestFileSizeLimit(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(root, "max.decrypted.bin"))
 	if err != nil || sha(got) != sha(max) {
 		t.Fatalf("decrypted file differs (%v)", err)
+	}
+}
+
+// Each minted key joins the session's scope, which holds 64 keys: a task
+// encrypting more files than that gets a fresh session when the scope is
+// full, and every file is encrypted under its own key.
+func TestEncryptFileBeyondOneSessionsScope(t *testing.T) {
+	root := newFileRoot(t)
+	const n = api.MaxObjects + 6
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("f%03d.txt", i)), []byte(fmt.Sprintf("file %d", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFixture(t, basicDocs, withFileRoot(root, false))
+	mints := f.env.Gateway.Count(api.RouteScoped)
+	ttags := map[string]bool{}
+	for i := range n {
+		name := fmt.Sprintf("f%03d.txt", i)
+		if res, isErr := f.call(t, "encrypt_file", map[string]any{"path": name}); isErr {
+			t.Fatalf("encrypt_file %s: %v", name, res)
+		}
+		ttags[envelopeTTag(t, filepath.Join(root, name+".pisoft"))] = true
+	}
+	if len(ttags) != n {
+		t.Fatalf("%d files under %d keys", n, len(ttags))
+	}
+	if got := f.env.Gateway.Count(api.RouteScoped) - mints; got < 2 {
+		t.Fatalf("%d sessions minted for %d new keys; the scope holds %d", got, n, api.MaxObjects)
+	}
+}
+
+// A file swapped between the path checks and the open, for a link to a
+// file outside the folder or for another file, is FILE_CHANGED from both
+// tools, with nothing sent.
+func TestFileToolsSwappedFileSendsNothing(t *testing.T) {
+	fx := filestest.New(t)
+	var swap func()
+	f := newFixture(t, basicDocs, withFileRoot(fx.Root, false), func(c *server.Config) {
+		c.CrashPoint = func(point string) {
+			if point == "file:checked" && swap != nil {
+				swap()
+				swap = nil
+			}
+		}
+	})
+	target := filepath.Join(fx.Root, "ok.txt")
+	swaps := map[string]func(){
+		"link outside": func() {
+			_ = os.Remove(target)
+			if err := os.Symlink(filepath.Join(fx.Outside, "secret.txt"), target); err != nil {
+				t.Error(err)
+			}
+		},
+		"another file": func() {
+			if err := os.WriteFile(target+".new", []byte("other"), 0o644); err != nil {
+				t.Error(err)
+			}
+			if err := os.Rename(target+".new", target); err != nil {
+				t.Error(err)
+			}
+		},
+	}
+	for name, do := range swaps {
+		for _, tool := range []string{"encrypt_file", "decrypt_file"} {
+			t.Run(name+" "+tool, func(t *testing.T) {
+				_ = os.Remove(target)
+				if err := os.WriteFile(target, []byte(filestest.Content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				swap = do
+				before := f.totalRequests()
+				res, isErr := f.call(t, tool, map[string]any{"path": "ok.txt"})
+				if !isErr || res["layer"] != "adapter" || res["code"] != "FILE_CHANGED" {
+					t.Fatalf("%s with the file swapped: %v", tool, res)
+				}
+				if n := f.totalRequests() - before; n != 0 {
+					t.Fatalf("sent %d Gateway requests", n)
+				}
+			})
+		}
 	}
 }

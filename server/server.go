@@ -47,6 +47,8 @@ type Session interface {
 	ActingAs() string
 	JKT() string
 	HandleDigest() string
+	// Objects are the keys the session covers, keys it minted included.
+	Objects() []string
 	// The key ACL routes, for hand-offs.
 	ACLGet(ctx context.Context, ttag string) ([]api.ACLEntry, error)
 	ACLGrant(ctx context.Context, g api.ACLGrantRequest) error
@@ -104,8 +106,12 @@ type Config struct {
 	// ("save:reserved", "save:encrypted", "save:file-written",
 	// "save:manifest-committed", the same steps of a section save as
 	// "fragment:...", and the hand-off's "handoff:journalled",
-	// "handoff:granted", "handoff:verified"). Tests use it to kill the
-	// process at an exact point; it is nil in normal operation.
+	// "handoff:granted", "handoff:verified", encrypt_file's
+	// "encrypt_file:reserved", "encrypt_file:encrypted",
+	// "encrypt_file:minted", "encrypt_file:envelope-written", and
+	// "file:checked" between a file tool's path checks and its open).
+	// Tests use it to kill the process at an exact point, or to change a
+	// file there; it is nil in normal operation.
 	CrashPoint func(point string)
 	// ClockOffset is the Gateway's clock minus this one (a hand-off's end
 	// is set on the Gateway's clock); nil means none.
@@ -174,7 +180,8 @@ func New(cfg Config) (*Server, error) {
 	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
 		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger})
 	if cfg.Grant.FileRoot != "" {
-		if s.files, err = files.NewResolver(cfg.Grant.FileRoot); err != nil {
+		checked := func() { s.cfg.CrashPoint("file:checked") }
+		if s.files, err = files.NewResolver(cfg.Grant.FileRoot, files.AfterCheck(checked)); err != nil {
 			root.Close()
 			return nil, fmt.Errorf("server: the grant's file root: %w", err)
 		}

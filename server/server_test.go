@@ -48,7 +48,7 @@ type doc struct {
 	inGrant         bool
 }
 
-func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manifest)) *fixture {
+func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manifest), configure ...func(*server.Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	f := &fixture{env: reftest.Start(t, reference.Config{}), dir: t.TempDir(), texts: map[string][]byte{}}
@@ -123,8 +123,12 @@ func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manif
 	t.Cleanup(func() { a.Close() })
 	f.audit, f.logs = a, &syncBuffer{}
 	sessions := server.NewGrantSessions(c, g.LocalUser, grant.Keys(g, m), g.NotAfter, nil, nil)
-	srv, err := server.New(server.Config{Grant: g, Manifest: m, ManifestPath: f.manifest, Journal: j, Audit: a,
-		Sessions: sessions, Version: "test", RunID: "run-test", Logger: slogTo(f.logs)})
+	cfg := server.Config{Grant: g, Manifest: m, ManifestPath: f.manifest, Journal: j, Audit: a,
+		Sessions: sessions, Version: "test", RunID: "run-test", Logger: slogTo(f.logs)}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}

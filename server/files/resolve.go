@@ -27,7 +27,7 @@ type Resolver struct {
 // NewResolver returns a resolver for root, which must be an absolute path
 // to a folder. Its links are resolved here, once: the root the grant records
 // is the folder's resolved path, and comparisons are made against that.
-func NewResolver(root string) (*Resolver, error) {
+func NewResolver(root string, opts ...Option) (*Resolver, error) {
 	if !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("files: the file root %q is not absolute", root)
 	}
@@ -42,8 +42,19 @@ func NewResolver(root string) (*Resolver, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("files: the file root %q is not a folder", root)
 	}
-	return &Resolver{root: resolved, flavor: Native()}, nil
+	r := &Resolver{root: resolved, flavor: Native()}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
 }
+
+// Option changes a Resolver.
+type Option func(*Resolver)
+
+// AfterCheck runs fn in Open between the checks and the open: the server
+// hands it its crash-point hook, which tests use to swap a file there.
+func AfterCheck(fn func()) Option { return func(r *Resolver) { r.afterCheck = fn } }
 
 // Root is the resolved root every path is judged against.
 func (r *Resolver) Root() string { return r.root }
