@@ -137,3 +137,4 @@ func (l *liveSession) ACLRevoke(ctx context.Context, r api.ACLRevokeRequest) err
 func (l *liveSession) ActingAs() string     { return l.current().ActingAs() }
 func (l *liveSession) JKT() string          { return l.current().JKT() }
 func (l *liveSession) HandleDigest() string { return l.current().HandleDigest() }
+func (l *liveSession) Objects() []string    { return l.current().Objects() }
