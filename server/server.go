@@ -192,7 +192,7 @@ func New(cfg Config) (*Server, error) {
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: Name, Title: "Protected documents", Version: cfg.Version},
 		&mcp.ServerOptions{
 			Instructions: s.instructions(),
-			Logger:       cfg.Logger,
+			Logger:       sdkLogger(cfg.Logger),
 		})
 	registered := map[string]bool{}
 	for _, t := range s.tools() {

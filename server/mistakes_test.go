@@ -1,0 +1,63 @@
+package server_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestHTTPClientMistakesAreNotServerErrors: requests a client sends before
+// initialize (or a second initialize) are answered with a JSON-RPC error and
+// logged at WARN with the method, never at ERROR and never with the
+// request's arguments.
+func TestHTTPClientMistakesAreNotServerErrors(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	tok := hs.token(t, "alice", "pw-a")
+	post := func(body, session string) (int, string, string) {
+		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := hs.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header.Get("Mcp-Session-Id")
+	}
+	const marker = "MARKER-d41d8cd98f"
+	before := len(hs.stderr.String())
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_protected_document","arguments":{"documentId":"` + marker + `"}}}`,
+	} {
+		if status, b, _ := post(body, ""); status != 200 || !strings.Contains(b, "invalid during session initialization") {
+			t.Errorf("%s before initialize: %d %s, want a JSON-RPC error", body, status, b)
+		}
+	}
+	initialize := `{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"` + marker + `","version":"1"}}}`
+	_, _, sid := post(initialize, "")
+	if sid == "" {
+		t.Fatal("initialize opened no session")
+	}
+	post(strings.Replace(initialize, `"id":3`, `"id":4`, 1), sid)
+
+	logged := hs.stderr.String()[before:]
+	if strings.Contains(logged, "level=ERROR") {
+		t.Errorf("a client's protocol mistake was logged at ERROR:\n%s", logged)
+	}
+	for _, want := range []string{"method=tools/list", "method=tools/call", "method=initialize"} {
+		if !strings.Contains(logged, "level=WARN msg=\"client protocol mistake") || !strings.Contains(logged, want) {
+			t.Errorf("no WARN line with %s:\n%s", want, logged)
+		}
+	}
+	if strings.Contains(logged, marker) {
+		t.Errorf("a request's payload reached the log:\n%s", logged)
+	}
+}
