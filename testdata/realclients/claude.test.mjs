@@ -1,17 +1,20 @@
-// Claude Code's `claude mcp` commands against `pdmcp dev`, configuration
-// and health checks only: no account, no sign-in, no model. Its config
-// lives in a temporary CLAUDE_CONFIG_DIR and HOME, the development CA is
-// trusted through NODE_EXTRA_CA_CERTS, and its model endpoint is a local
-// recorder that must see no request.
+// Claude Code against `pdmcp dev`: its `claude mcp` commands (no account,
+// no sign-in; the model endpoint is a local recorder that must see no
+// request), the lines `pdmcp dev` prints run as printed, and `claude -p`
+// with a scripted model (model.mjs) that asks for read_protected_document,
+// to see what Claude Code hands its model as the tool result. Its config
+// lives in a temporary CLAUDE_CONFIG_DIR and HOME; the development CA is
+// trusted through NODE_EXTRA_CA_CERTS.
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
   auditLines, bin, cleanEnv, describeRun, devInfo, devOutput, devToken, mask, newAuditLines, removeDir, run,
-  startRecorder, tempDir,
+  startRecorder, tempDir, assertNoticeThenText, assertRefusalCode, here,
 } from './lib.mjs';
+import { callPrompt, startModel } from './model.mjs';
 
 describe('Claude Code', () => {
   let info;
@@ -60,11 +63,51 @@ describe('Claude Code', () => {
     return cfg.projects?.[dirs.work]?.mcpServers ?? {};
   }
 
-  test('the claude mcp add line pdmcp dev prints is the one for this stack', () => {
-    const want = `NODE_EXTRA_CA_CERTS=${info.caFile} claude mcp add --transport http --client-id ${info.hostClientId} ` +
+  // printedBlock is what `pdmcp dev` printed under "Claude Code:", up to
+  // the next blank line, each line trimmed.
+  function printedBlock() {
+    const lines = devOutput().split('\n');
+    const start = lines.findIndex((l) => l.trim() === 'Claude Code:');
+    assert.ok(start >= 0, 'pdmcp dev printed no Claude Code block');
+    const block = [];
+    for (const l of lines.slice(start + 1)) {
+      if (l.trim() === '') break;
+      block.push(l.trim());
+    }
+    return block;
+  }
+
+  test('pdmcp dev prints an export of the CA, then the claude mcp add line for this stack', () => {
+    const block = printedBlock();
+    const add = `claude mcp add --transport http --client-id ${info.hostClientId} ` +
       `--callback-port ${info.callbackPort} ${info.serverName} ${info.mcpUrl}`;
-    const printed = devOutput().split('\n').map((l) => l.trim()).filter((l) => l.includes('claude mcp add'));
-    assert.deepEqual(printed, [want]);
+    const addAt = block.indexOf(add);
+    assert.ok(addAt >= 0, `no plain "${add}" line in:\n${block.join('\n')}`);
+    const exportAt = block.indexOf(`export NODE_EXTRA_CA_CERTS=${info.caFile}`);
+    assert.ok(exportAt >= 0 && exportAt < addAt,
+      `no "export NODE_EXTRA_CA_CERTS=${info.caFile}" line before the add line in:\n${block.join('\n')}`);
+  });
+
+  // The printed lines, pasted into a shell as they are, leave a setup that
+  // a later `claude mcp list` in the same shell can use.
+  test('the printed lines, run as printed, leave a server that needs authentication', { timeout: 180_000 }, async (t) => {
+    const d = tempDir(t, 'claude-printed');
+    for (const sub of ['home', 'config', 'work']) mkdirSync(path.join(d, sub));
+    const script = `set -e\n${printedBlock().join('\n')}\nclaude mcp list\n`;
+    const env = cleanEnv({
+      PATH: `${path.join(here, 'node_modules', '.bin')}:${process.env.PATH}`,
+      HOME: path.join(d, 'home'),
+      CLAUDE_CONFIG_DIR: path.join(d, 'config'),
+      ANTHROPIC_BASE_URL: model.url,
+      DISABLE_AUTOUPDATER: '1',
+      DISABLE_TELEMETRY: '1',
+      DISABLE_ERROR_REPORTING: '1',
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+    });
+    const r = await run('bash', ['-c', script], { env, cwd: path.join(d, 'work'), timeoutMs: 150_000 });
+    assert.equal(r.code, 0, describeRun('the printed Claude Code lines', r));
+    assert.ok(r.stdout.split('\n').includes(`${info.serverName}: ${info.mcpUrl} (HTTP) - ! Needs authentication`),
+      describeRun('the printed lines, then claude mcp list', r));
   });
 
   test('an OAuth entry (client mcp-host, callback 18124) needs authentication', { timeout: 180_000 }, async () => {
@@ -116,6 +159,54 @@ describe('Claude Code', () => {
     const clients = newAuditLines(info, seen).filter((l) => l.event === 'client' && l.name === 'claude-code');
     assert.ok(clients.some((l) => l.caller === `${info.issuer}|alice`),
       mask(`no claude-code client line for alice in the audit: ${JSON.stringify(clients)}`));
+  });
+
+  // claudeAsks runs `claude -p` with alice's token in a bearer-header MCP
+  // config and the scripted model, whose prompt asks it to call
+  // read_protected_document with documentId. Returns what the model was
+  // handed as that call's tool result, as text.
+  async function claudeAsks(t, documentId) {
+    const scripted = await startModel();
+    t.after(() => scripted.close());
+    const d = tempDir(t, 'claude-p');
+    for (const sub of ['home', 'config', 'work']) mkdirSync(path.join(d, sub));
+    const token = await devToken('alice');
+    const mcpConfig = path.join(d, 'mcp.json');
+    writeFileSync(mcpConfig, JSON.stringify({ mcpServers: { [info.serverName]: {
+      type: 'http', url: info.mcpUrl, headers: { Authorization: `Bearer ${token}` } } } }), { mode: 0o600 });
+    const env = cleanEnv({
+      HOME: path.join(d, 'home'),
+      CLAUDE_CONFIG_DIR: path.join(d, 'config'),
+      NODE_EXTRA_CA_CERTS: info.caFile,
+      ANTHROPIC_BASE_URL: scripted.url,
+      ANTHROPIC_API_KEY: 'sk-ant-scripted-model-not-a-key',
+      DISABLE_AUTOUPDATER: '1',
+      DISABLE_TELEMETRY: '1',
+      DISABLE_ERROR_REPORTING: '1',
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+      // Offer MCP tools to the model directly, not behind Claude Code's
+      // tool search, so the scripted model can name one.
+      ENABLE_TOOL_SEARCH: 'false',
+    });
+    const tool = `mcp__${info.serverName}__read_protected_document`;
+    const r = await run(bin('claude'), ['-p', callPrompt('read_protected_document', { documentId }),
+      '--mcp-config', mcpConfig, '--strict-mcp-config', '--allowedTools', tool, '--output-format', 'json'],
+    { env, cwd: path.join(d, 'work'), timeoutMs: 150_000 });
+    assert.equal(r.code, 0, describeRun('claude -p', r));
+    assert.deepEqual(scripted.calls, [{ tool, args: { documentId } }], describeRun('claude -p', r));
+    assert.equal(scripted.toolResults.length, 1, `tool results the model got: ${mask(JSON.stringify(scripted.toolResults))}`);
+    assert.equal(JSON.parse(r.stdout).result, 'done', describeRun('claude -p', r));
+    return scripted.toolResults[0].content;
+  }
+
+  test('claude -p: the model gets the untrusted notice, then the document text', { timeout: 240_000 }, async (t) => {
+    const given = await claudeAsks(t, 'proposal-aurora');
+    assertNoticeThenText(given, 'proposal-aurora', 'Supplier proposal: Aurora Components Ltd.');
+  });
+
+  test('claude -p: the model gets a refusal\'s code', { timeout: 240_000 }, async (t) => {
+    const given = await claudeAsks(t, 'no-such-doc');
+    assertRefusalCode(given, { layer: 'adapter', code: 'DOCUMENT_NOT_IN_GRANT' });
   });
 
   test('no model call was made', () => {

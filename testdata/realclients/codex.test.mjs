@@ -133,7 +133,7 @@ describe('Codex', () => {
     const stdio = JSON.parse(s.stdout);
     assert.equal(stdio.transport.command, pdmcpBin());
     assert.deepEqual(stdio.transport.args, expectedStdioArgs());
-    assert.deepEqual(stdio.enabled_tools, grantTools);
+    assert.deepEqual(stdio.enabled_tools, grantTools(grantFile));
     assert.equal(stdio.startup_timeout_sec, 30);
     assert.equal(stdio.tool_timeout_sec, 120);
 
@@ -205,7 +205,7 @@ describe('Codex', () => {
     try {
       await client.connect(transport);
       const tools = await client.listTools();
-      assert.deepEqual(tools.tools.map((t) => t.name).sort(), grantTools, stderr);
+      assert.deepEqual(tools.tools.map((t) => t.name).sort(), grantTools(grantFile), stderr);
       const read = await client.callTool({ name: 'read_protected_document', arguments: { documentId: 'proposal-aurora' } });
       assert.notEqual(read.isError, true, `the agent's read was refused: ${JSON.stringify(read.structuredContent)}`);
       assert.ok(read.content.some((c) => c.type === 'text' && c.text.includes('Aurora')));

@@ -5,7 +5,10 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { before, describe, test } from 'node:test';
 
-import { auditLines, bin, cleanEnv, describeRun, devInfo, devToken, devGrantTools, newAuditLines, run, secret, tempDir } from './lib.mjs';
+import {
+  assertRefusalCode, auditLines, bin, cleanEnv, describeRun, devInfo, devToken, gatewayCounts, grantTools, newAuditLines, run,
+  secret, tempDir,
+} from './lib.mjs';
 
 describe('MCP Inspector CLI', () => {
   let info;
@@ -33,7 +36,7 @@ describe('MCP Inspector CLI', () => {
     assert.equal(r.code, 0, describeRun('inspector tools/list', r));
     const out = JSON.parse(r.stdout);
     const names = out.tools.map((x) => x.name).sort();
-    assert.deepEqual(names, devGrantTools());
+    assert.deepEqual(names, grantTools());
     const read = out.tools.find((x) => x.name === 'read_protected_document');
     assert.deepEqual(read.inputSchema.required, ['documentId']);
     assert.equal(read.inputSchema.additionalProperties, false, 'input schemas are closed');
@@ -53,6 +56,27 @@ describe('MCP Inspector CLI', () => {
     assert.ok(text.includes('Aurora'), 'the document text does not mention Aurora');
     assert.equal(out.structuredContent.provenance.documentId, 'proposal-aurora');
     assert.equal(out.structuredContent.untrusted, true);
+  });
+
+  // The CLI lists the tools before it calls one and checks the result
+  // against the tool's output schema; before issue 8 it printed the
+  // schema error instead of the refusal.
+  test('tools/call of a document outside the grant prints a readable refusal', { timeout: 120_000 }, async (t) => {
+    const before = await gatewayCounts(info);
+    const r = await inspector(t, [
+      '--method', 'tools/call',
+      '--tool-name', 'read_protected_document',
+      '--tool-arg', 'documentId=no-such-doc',
+      '--header', `Authorization: Bearer ${token}`,
+    ]);
+    // The CLI prints the result and exits 5 (tool_is_error) for an isError
+    // result; a schema failure is exit 1 with nothing on stdout.
+    assert.equal(r.code, 5, describeRun('inspector tools/call no-such-doc', r));
+    assert.match(r.stderr, /"code":"tool_is_error"/, describeRun('inspector tools/call no-such-doc', r));
+    const out = JSON.parse(r.stdout);
+    assert.equal(out.isError, true, r.stdout);
+    assertRefusalCode(out.content, { layer: 'adapter', code: 'DOCUMENT_NOT_IN_GRANT' });
+    assert.deepEqual(await gatewayCounts(info), before, 'an adapter refusal sent a request to the Gateway');
   });
 
   test('a token the provider never issued is refused', { timeout: 120_000 }, async (t) => {

@@ -2,6 +2,7 @@
 // is, how to run a client with a clean environment and bounded time, a
 // scripted sign-in at the development provider, and masking of secrets so
 // no token ever reaches the test output.
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
@@ -105,23 +106,45 @@ for (const sig of ['SIGINT', 'SIGTERM']) {
 }
 
 /**
- * Runs a command to completion (or kills its whole process group after
- * timeoutMs) and returns its exit code and output, with every registered
- * secret masked. stdin is empty.
+ * Starts a command (killing its whole process group after timeoutMs) with
+ * stdin open. Returns { write(s), waitFor(re), done }: waitFor resolves
+ * with the match once the combined output matches re (and rejects when
+ * the command ends first); done resolves as run() does. Every registered
+ * secret is masked in what done returns.
  */
-export function run(cmd, args, { env, cwd, timeoutMs = 120_000 } = {}) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { env: env ?? cleanEnv(), cwd, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-    if (child.pid) liveGroups.add(child.pid);
-    const out = [];
-    const err = [];
-    child.stdout.on('data', (b) => out.push(b));
-    child.stderr.on('data', (b) => err.push(b));
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      killGroup(child.pid);
-    }, timeoutMs);
+export function start(cmd, args, { env, cwd, timeoutMs = 120_000 } = {}) {
+  const child = spawn(cmd, args, { env: env ?? cleanEnv(), cwd, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+  if (child.pid) liveGroups.add(child.pid);
+  const out = [];
+  const err = [];
+  let combined = '';
+  const waiters = [];
+  const check = () => {
+    for (const w of [...waiters]) {
+      const m = w.re.exec(combined);
+      if (m) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(m);
+      }
+    }
+  };
+  child.stdout.on('data', (b) => {
+    out.push(b);
+    combined += b;
+    check();
+  });
+  child.stderr.on('data', (b) => {
+    err.push(b);
+    combined += b;
+    check();
+  });
+  child.stdin.on('error', () => {});
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    killGroup(child.pid);
+  }, timeoutMs);
+  const done = new Promise((resolve, reject) => {
     child.on('error', (e) => {
       clearTimeout(timer);
       liveGroups.delete(child.pid);
@@ -138,12 +161,32 @@ export function run(cmd, args, { env, cwd, timeoutMs = 120_000 } = {}) {
         stdout: mask(Buffer.concat(out).toString('utf8')),
         stderr: mask(Buffer.concat(err).toString('utf8')),
       };
-      // The raw output is for checking that a client did not echo a
-      // secret; it is never put in a message.
       Object.defineProperty(r, 'rawStdout', { enumerable: false });
+      for (const w of waiters.splice(0)) w.reject(new Error(`${path.basename(cmd)} ended before printing ${w.re}:\n${describeRun(path.basename(cmd), r)}`));
       resolve(r);
     });
   });
+  return {
+    write: (s) => child.stdin.write(s),
+    end: () => child.stdin.end(),
+    kill: () => killGroup(child.pid),
+    waitFor: (re) => new Promise((resolve, reject) => {
+      waiters.push({ re, resolve, reject });
+      check();
+    }),
+    done,
+  };
+}
+
+/**
+ * Runs a command to completion (or kills its whole process group after
+ * timeoutMs) and returns its exit code and output, with every registered
+ * secret masked. stdin is empty.
+ */
+export async function run(cmd, args, opts = {}) {
+  const p = start(cmd, args, opts);
+  p.end();
+  return p.done;
 }
 
 /** A one-line description of a run for assertion messages (masked). */
@@ -188,10 +231,11 @@ export async function startRecorder() {
  * browser would, without a browser: GETs the authorization URL, follows
  * redirects to the sign-in form, fills username and password (keeping the
  * form's hidden inputs), POSTs it, and follows redirects until one points
- * at redirectUri. Nothing listens there: the code and state are read from
+ * at redirectUri. Nothing is sent there: the code and state are read from
  * the Location header. Returns { code, state }, or throws with the page's
  * alert when the provider shows the form again. The process must trust the
- * provider's CA (NODE_EXTRA_CA_CERTS).
+ * provider's CA (NODE_EXTRA_CA_CERTS). Also returns the whole redirect URL
+ * (callback, for a host whose own listener must receive it) and its iss.
  */
 export async function scriptedSignIn(authorizationUrl, { username, password, redirectUri }) {
   const target = new URL(redirectUri);
@@ -250,7 +294,8 @@ export async function scriptedSignIn(authorizationUrl, { username, password, red
   }
   const code = q.get('code');
   if (!code) throw new Error('the redirect carries no code');
-  return { code: secret(code), state: q.get('state') };
+  secret(step.callback.href);
+  return { code: secret(code), state: q.get('state'), callback: step.callback.href, iss: q.get('iss') };
 }
 
 // parseSignInForm finds the POST form with a password input and collects
@@ -290,12 +335,17 @@ function decodeEntities(s) {
     .replace(/&amp;/g, '&');
 }
 
-/** The tools every dev grant offers over HTTP. */
-export const grantTools = ['list_approved_documents', 'read_protected_document', 'save_protected_result'];
-
-/** The tools pdmcp dev's grant allows, sorted, read from the grant it wrote (dev.json names it). */
-export function devGrantTools() {
-  return JSON.parse(readFileSync(devInfo().grant, 'utf8')).allowedTools.slice().sort();
+/**
+ * The tools a grant file allows, sorted (by default the grant `pdmcp dev`
+ * serves over HTTP). A server must offer exactly these; the three the
+ * document tests use must be among them.
+ */
+export function grantTools(file = devInfo().grant) {
+  const tools = [...JSON.parse(readFileSync(file, 'utf8')).allowedTools].sort();
+  for (const t of ['list_approved_documents', 'read_protected_document', 'save_protected_result']) {
+    assert.ok(tools.includes(t), `the grant ${file} does not allow ${t}`);
+  }
+  return tools;
 }
 
 /** The server's audit file, one parsed object per line. */
@@ -306,4 +356,112 @@ export function auditLines(info) {
 /** The audit lines written after the first `seen` ones. */
 export function newAuditLines(info, seen) {
   return auditLines(info).slice(seen);
+}
+
+/**
+ * What a host handed its model as a tool result (a string, content blocks,
+ * a JSON object or a JSON string of one), as plain text in reading order:
+ * strings that hold JSON are opened, objects give their values in key
+ * order. Keys are left out; the model reads values.
+ */
+export function flattenText(value) {
+  if (value == null) return '';
+  if (typeof value === 'string') {
+    const s = value.trim();
+    if ((s.startsWith('{') && s.endsWith('}')) || (s.startsWith('[') && s.endsWith(']'))) {
+      try {
+        return flattenText(JSON.parse(s));
+      } catch {
+        return value;
+      }
+    }
+    return value;
+  }
+  if (Array.isArray(value)) return value.map(flattenText).join('\n');
+  if (typeof value === 'object') return Object.values(value).map(flattenText).join('\n');
+  return String(value);
+}
+
+/** Every object inside a tool result as handed to a model, JSON strings opened. */
+export function objectsIn(value, out = []) {
+  if (typeof value === 'string') {
+    // A JSON value, or one object after a host's prefix (Copilot CLI
+    // writes "MCP server '<name>': " before a refused call's text).
+    const s = value.trim();
+    const from = s.startsWith('[') ? 0 : s.indexOf('{');
+    if (from >= 0) {
+      try {
+        objectsIn(JSON.parse(s.slice(from, s.startsWith('[') ? s.length : s.lastIndexOf('}') + 1)), out);
+      } catch {
+        // not JSON; a refusal inside prose is not readable as one
+      }
+    }
+  } else if (Array.isArray(value)) {
+    for (const v of value) objectsIn(v, out);
+  } else if (value && typeof value === 'object') {
+    out.push(value);
+    for (const v of Object.values(value)) objectsIn(v, out);
+  }
+  return out;
+}
+
+// "Untrusted ..." and, soon after, "do not follow" (or never/obey): the
+// notice's sense, not its exact wording.
+const NOTICE = /untrusted[^]{0,400}?(?:do not|don't|never)\s+(?:follow|obey)/i;
+
+/**
+ * The model was handed the untrusted-content notice (naming the document)
+ * before the document's text, whose line `marker` must appear.
+ */
+export function assertNoticeThenText(given, documentId, marker) {
+  const text = flattenText(given);
+  const show = () => mask(text.slice(0, 3000));
+  const at = text.indexOf(marker);
+  assert.ok(at >= 0, `the document text ("${marker}") is not in what the model got:\n${show()}`);
+  const before = text.slice(0, at);
+  const m = NOTICE.exec(before);
+  assert.ok(m, `no untrusted-content notice before the document text in what the model got:\n${show()}`);
+  assert.ok(before.includes(documentId), `the notice does not name ${documentId}:\n${show()}`);
+}
+
+/**
+ * The model was handed a refusal it can read: an object with refused true
+ * and the layer and code given (as JSON, in whatever wrapping the host
+ * uses), and the schema error of issue 8 nowhere.
+ */
+export function assertRefusalCode(given, { layer, code }) {
+  const show = () => mask(JSON.stringify(given).slice(0, 3000));
+  const refusal = objectsIn(given).find((o) => o.refused === true);
+  assert.ok(refusal, `no refusal object in what the model got:\n${show()}`);
+  assert.equal(refusal.code, code, show());
+  assert.equal(refusal.layer, layer, show());
+  assert.equal(typeof refusal.detail, 'string', show());
+  assert.ok(refusal.detail.length > 0, show());
+  assert.ok(!/-32602|does not match the tool's output schema/i.test(JSON.stringify(given)), show());
+}
+
+/**
+ * The reference Gateway's per-route request counts (its test control,
+ * with the admin credentials `pdmcp dev` keeps in its state folder), to
+ * prove that an adapter refusal sent nothing to the Gateway.
+ */
+export async function gatewayCounts(info) {
+  const pw = readFileSync(path.join(stateDir(), 'gateway', 'admin-password'), 'utf8').trim();
+  secret(pw);
+  const res = await fetch(`${info.gatewayUrl}/api/v1/admin/test/counts`, {
+    method: 'POST',
+    headers: { authorization: `Basic ${Buffer.from(`admin:${pw}`).toString('base64')}`, 'content-type': 'application/json' },
+    body: '{}',
+  });
+  const body = await res.text();
+  if (res.status !== 200) throw new Error(mask(`gateway counts: ${res.status} ${body}`));
+  return JSON.parse(body).counts;
+}
+
+/**
+ * A folder run.sh keeps across its restart of `pdmcp dev`, for hosts whose
+ * sign-in the tests after the restart use again.
+ */
+export function keepDir() {
+  return required('PDMCP_KEEP');
 }

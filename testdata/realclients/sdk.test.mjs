@@ -14,7 +14,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 
-import { devInfo, devGrantTools, mask, scriptedSignIn, secret, user } from './lib.mjs';
+import { assertRefusalCode, devInfo, gatewayCounts, grantTools, mask, scriptedSignIn, secret, user } from './lib.mjs';
 
 // ScriptedSignInProvider is an OAuthClientProvider for a host whose client
 // is registered at the provider in advance (no dynamic registration), and
@@ -180,7 +180,7 @@ describe('MCP TypeScript SDK client with OAuth', () => {
       assert.deepEqual((q.get('scope') ?? '').split(' '), ['openid']);
 
       const tools = await client.listTools();
-      assert.deepEqual(tools.tools.map((t) => t.name).sort(), devGrantTools());
+      assert.deepEqual(tools.tools.map((t) => t.name).sort(), grantTools());
 
       const read = await client.callTool({ name: 'read_protected_document', arguments: { documentId: 'proposal-aurora' } });
       assert.notEqual(read.isError, true, `alice's read was refused: ${JSON.stringify(read.structuredContent)}`);
@@ -199,19 +199,49 @@ describe('MCP TypeScript SDK client with OAuth', () => {
     }
   });
 
+  // refusalOf is the refusal a client reads from a refused call's text
+  // content (issue 8: no structuredContent that contradicts the tool's
+  // output schema, which the SDK validates after listTools).
+  function refusalOf(result) {
+    assert.equal(result.isError, true, `not a refusal: ${JSON.stringify(result).slice(0, 500)}`);
+    const texts = result.content.filter((c) => c.type === 'text').map((c) => c.text);
+    assertRefusalCode(texts, { layer: JSON.parse(texts[0]).layer, code: JSON.parse(texts[0]).code });
+    return JSON.parse(texts[0]);
+  }
+
   test('carol: signed in, but the key server refuses the document', { timeout: 120_000 }, async () => {
     const { client } = await connect('carol');
     try {
+      // listTools first: the SDK then checks every result against the
+      // tool's output schema, as hosts built on it do.
+      await client.listTools();
       const read = await client.callTool({ name: 'read_protected_document', arguments: { documentId: 'proposal-aurora' } });
-      assert.equal(read.isError, true, 'carol read a document she has no access to');
-      // A refusal is JSON in the text content, with no structuredContent.
-      assert.equal(read.structuredContent, undefined);
-      const sc = JSON.parse(read.content[0].text);
-      assert.equal(sc.refused, true);
-      assert.equal(sc.layer, 'keyserver', JSON.stringify(sc));
-      assert.equal(sc.code, 'ACL_DENIED', JSON.stringify(sc));
+      const r = refusalOf(read);
+      assert.equal(r.layer, 'keyserver', JSON.stringify(r));
+      assert.equal(r.code, 'ACL_DENIED', JSON.stringify(r));
       const text = read.content.map((c) => c.text ?? '').join('\n');
       assert.ok(!text.includes('Aurora Components Ltd'), 'the refusal carries document text');
+    } finally {
+      await client.close();
+    }
+  });
+
+  test('alice: a document outside the grant, after listTools, is a readable adapter refusal', { timeout: 120_000 }, async () => {
+    const { client } = await connect('alice');
+    try {
+      const tools = await client.listTools();
+      const read = tools.tools.find((t) => t.name === 'read_protected_document');
+      assert.ok(read.outputSchema, 'read_protected_document declares no output schema, so the SDK would check nothing');
+      const before = await gatewayCounts(info);
+      // Before issue 8 this threw "MCP error -32602: Structured content
+      // does not match the tool's output schema".
+      const result = await client.callTool({ name: 'read_protected_document', arguments: { documentId: 'no-such-doc' } });
+      const r = refusalOf(result);
+      assert.equal(r.layer, 'adapter');
+      assert.equal(r.code, 'DOCUMENT_NOT_IN_GRANT');
+      assert.equal(r.status, 403);
+      assert.match(r.detail, /list_approved_documents/, 'the refusal does not say what to do next');
+      assert.deepEqual(await gatewayCounts(info), before, 'an adapter refusal sent a request to the Gateway');
     } finally {
       await client.close();
     }
