@@ -400,6 +400,7 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		return zero, fmt.Errorf("reserve fragment save: %w", err)
 	}
 	if res.State == journal.SaveCommitted && res.Receipt != nil {
+		c.line.Version = res.Receipt.Version
 		return fragmentReceiptOf(in.IdempotencyKey, *res.Receipt, true), nil
 	}
 	s.cfg.CrashPoint("fragment:reserved")
@@ -429,6 +430,7 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 	if err != nil {
 		return zero, err
 	}
+	c.line.Version = rc.Version
 	return fragmentReceiptOf(in.IdempotencyKey, rc, false), nil
 }
 

@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -210,6 +212,19 @@ func TestStdioCompoundMixedView(t *testing.T) {
 	if !bytes.Contains(b, []byte(`{"id":"allergies","outcome":"refused","layer":"keyserver","code":"ACL_DENIED"`)) ||
 		!bytes.Contains(b, []byte(`{"id":"results","outcome":"ok"`)) {
 		t.Fatalf("the audit does not record each section's outcome:\n%s", b)
+	}
+	// Each save line names the version written; the replay, the same.
+	var saved []float64
+	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var m map[string]any
+		_ = json.Unmarshal(l, &m)
+		if m["tool"] == "save_protected_fragment" && m["outcome"] == "ok" {
+			v, _ := m["version"].(float64)
+			saved = append(saved, v)
+		}
+	}
+	if !slices.Equal(saved, []float64{2, 2}) {
+		t.Fatalf("save lines name versions %v, want [2 2]", saved)
 	}
 }
 
