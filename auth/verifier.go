@@ -27,6 +27,11 @@ const (
 // DefaultClockSkew is the leeway on exp, nbf and iat.
 const DefaultClockSkew = 30 * time.Second
 
+// DefaultJWKSMaxAge is how long a fetched key set is used before it is
+// fetched again (when a token is verified after that): a key the provider
+// stopped publishing is no longer trusted after at most this long.
+const DefaultJWKSMaxAge = 10 * time.Minute
+
 // DefaultJWKSRefreshMin is the least time between two fetches of the
 // provider's keys when the configuration names none.
 const DefaultJWKSRefreshMin = 5 * time.Second
@@ -81,6 +86,10 @@ type VerifierConfig struct {
 	// JWKSRefreshMin is the least time between two fetches of the
 	// provider's keys; DefaultJWKSRefreshMin when zero.
 	JWKSRefreshMin time.Duration
+	// JWKSMaxAge is how long a fetched key set is used before a token makes
+	// it fetched again; DefaultJWKSMaxAge when zero. While the provider
+	// cannot be reached, the keys held are used.
+	JWKSMaxAge time.Duration
 	// ClockSkew is the leeway on exp, nbf and iat; DefaultClockSkew when zero.
 	ClockSkew time.Duration
 	// Now is the clock; time.Now when nil.
@@ -115,7 +124,9 @@ type VerifierConfig struct {
 //
 // Keys are fetched on first use and again when a token names an unknown
 // kid, at most once per JWKSRefreshMin (failed attempts count); a kid still
-// unknown after that is unknown-key.
+// unknown after that is unknown-key. A key set older than JWKSMaxAge is
+// fetched again before it is used, so a key the provider withdrew stops
+// being trusted; if that fetch fails, the keys held are kept.
 type Verifier struct {
 	provider  *Provider
 	audience  string
@@ -123,6 +134,7 @@ type Verifier struct {
 	scopes    []string
 	clients   []string
 	refresh   time.Duration
+	maxAge    time.Duration
 	skew      time.Duration
 	now       func() time.Time
 	fetchMu   sync.Mutex // serialises fetches, so a burst of unknown kids fetches once
@@ -149,11 +161,15 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 		scopes:   slices.Clone(cfg.RequiredScopes),
 		clients:  slices.Clone(cfg.AllowedClients),
 		refresh:  cfg.JWKSRefreshMin,
+		maxAge:   cfg.JWKSMaxAge,
 		skew:     cfg.ClockSkew,
 		now:      cfg.Now,
 	}
 	if v.refresh <= 0 {
 		v.refresh = DefaultJWKSRefreshMin
+	}
+	if v.maxAge <= 0 {
+		v.maxAge = DefaultJWKSMaxAge
 	}
 	if v.skew <= 0 {
 		v.skew = DefaultClockSkew
@@ -391,6 +407,15 @@ func parseScopes(scope *string, scp json.RawMessage) ([]string, bool) {
 // keyFor returns the provider's key for kid, fit for alg, fetching the key
 // set when it is not held yet or does not name kid (rate-limited).
 func (v *Verifier) keyFor(ctx context.Context, kid, alg string) (jwk.Key, error) {
+	if v.stale() {
+		v.fetchMu.Lock()
+		if v.stale() {
+			// On failure the held keys stay; the attempt counts for the
+			// rate limit and the age, so the provider is not hammered.
+			_ = v.fetch(ctx)
+		}
+		v.fetchMu.Unlock()
+	}
 	if key, found, err := v.lookup(kid, alg); found || err != nil {
 		return key, err
 	}
@@ -422,6 +447,14 @@ func (v *Verifier) keyFor(ctx context.Context, kid, alg string) (jwk.Key, error)
 		return nil, refuse(ClassUnknownKey, ReasonKeyUnknown)
 	}
 	return key, nil
+}
+
+// stale reports whether keys are held and were fetched (or last tried)
+// longer than the maximum age ago.
+func (v *Verifier) stale() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.keys != nil && !v.now().Before(v.lastFetch.Add(v.maxAge))
 }
 
 // lookup finds kid in the held key set. found is false when no key of that

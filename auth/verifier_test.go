@@ -541,3 +541,38 @@ func TestVerifyAllowedClients(t *testing.T) {
 		t.Fatalf("no allow-list: %v", err)
 	}
 }
+
+// TestVerifierWithdrawnKey: a key the provider stops publishing is not
+// trusted once the held key set is older than the maximum age; while the
+// provider cannot be reached, the held keys stay in use.
+func TestVerifierWithdrawnKey(t *testing.T) {
+	f := newVerifierFixture(t)
+	ctx := context.Background()
+	if _, err := f.v.Verify(ctx, f.token(t, nil)); err != nil {
+		t.Fatal(err)
+	}
+	rotated := newRSAKey(t, "rsa-2")
+	f.p.publish(rotated)
+	// Younger than the maximum age: the held key is still used.
+	f.clock.Advance(DefaultJWKSMaxAge - time.Minute)
+	if _, err := f.v.Verify(ctx, f.token(t, nil)); err != nil {
+		t.Fatalf("before the maximum age: %v", err)
+	}
+	if n := f.p.jwksFetches.Load(); n != 1 {
+		t.Fatalf("%d JWKS fetches before the maximum age, want 1", n)
+	}
+	// Past it: the keys are fetched again and rsa-1 is gone.
+	f.clock.Advance(2 * time.Minute)
+	if _, err := f.v.Verify(ctx, f.token(t, nil)); !errors.Is(err, &TokenError{Class: ClassUnknownKey}) {
+		t.Fatalf("withdrawn key after the maximum age: %v, want unknown-key", err)
+	}
+	if _, err := f.v.Verify(ctx, sign(t, rotated, jwa.RS256, atHeader("rsa-2"), f.claims())); err != nil {
+		t.Fatalf("the published key: %v", err)
+	}
+	// The provider goes away: the held keys (rsa-2) stay in use.
+	f.p.srv.Close()
+	f.clock.Advance(DefaultJWKSMaxAge + time.Minute)
+	if _, err := f.v.Verify(ctx, sign(t, rotated, jwa.RS256, atHeader("rsa-2"), f.claims())); err != nil {
+		t.Fatalf("held key with the provider down: %v", err)
+	}
+}

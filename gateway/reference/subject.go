@@ -158,17 +158,24 @@ func claimString(tok jwt.Token, name string) string {
 // signature that does not verify (SUBJECT_REFUSED).
 type providerCache struct {
 	timeout time.Duration
+	maxAge  time.Duration // providerKeysMaxAge; tests shorten it
 	mu      sync.Mutex
 	sets    map[string]*providerKeys
 }
 
 type providerKeys struct {
-	set *oidc.RemoteKeySet
-	rec *jwksRecorder
+	set     *oidc.RemoteKeySet
+	rec     *jwksRecorder
+	created time.Time
 }
 
+// providerKeysMaxAge: a binding's key set is discovered and fetched afresh
+// after this long, so a key the provider withdrew stops being trusted
+// (go-oidc's key set only fetches again for a kid it does not hold).
+const providerKeysMaxAge = 10 * time.Minute
+
 func newProviderCache(timeout time.Duration) *providerCache {
-	return &providerCache{timeout: timeout, sets: map[string]*providerKeys{}}
+	return &providerCache{timeout: timeout, maxAge: providerKeysMaxAge, sets: map[string]*providerKeys{}}
 }
 
 func cacheKey(b *providerBinding) string {
@@ -220,11 +227,33 @@ func (p *providerCache) verify(ctx context.Context, b *providerBinding, raw, kid
 func (p *providerCache) keys(ctx context.Context, b *providerBinding) (*providerKeys, error) {
 	ck := cacheKey(b)
 	p.mu.Lock()
-	keys := p.sets[ck]
+	held := p.sets[ck]
+	fresh := held != nil && time.Since(held.created) < p.maxAge
 	p.mu.Unlock()
-	if keys != nil {
-		return keys, nil
+	if fresh {
+		return held, nil
 	}
+	keys, err := p.discover(ctx, b)
+	if err != nil {
+		if held == nil {
+			return nil, err
+		}
+		// The provider cannot be reached: the keys held stay in use, and
+		// the next attempt waits another maxAge.
+		p.mu.Lock()
+		held.created = time.Now()
+		p.mu.Unlock()
+		return held, nil
+	}
+	p.mu.Lock()
+	p.sets[ck] = keys
+	p.mu.Unlock()
+	return keys, nil
+}
+
+// discover runs go-oidc's discovery for the binding and makes a key set
+// for its jwks_uri.
+func (p *providerCache) discover(ctx context.Context, b *providerBinding) (*providerKeys, error) {
 	roots, err := x509.SystemCertPool()
 	if b.CAPEM != "" || err != nil {
 		roots = x509.NewCertPool()
@@ -253,11 +282,8 @@ func (p *providerCache) keys(ctx context.Context, b *providerBinding) (*provider
 	}
 	rec.jwksURL = disc.JWKSURI
 	// The key set keeps this context for its fetches: only its client.
-	keys = &providerKeys{set: oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), client), disc.JWKSURI), rec: rec}
-	p.mu.Lock()
-	p.sets[ck] = keys
-	p.mu.Unlock()
-	return keys, nil
+	return &providerKeys{set: oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), client), disc.JWKSURI), rec: rec,
+		created: time.Now()}, nil
 }
 
 // jwksRecorder is the provider client's transport: it bounds every body

@@ -363,3 +363,34 @@ func TestIdPUnavailable(t *testing.T) {
 		wantOK(t, "after the fault", se.refusal(resp))
 	})
 }
+
+// TestWithdrawnProviderKey: once the held key set is older than its maximum
+// age, the provider's keys are fetched again and a key it withdrew is no
+// longer trusted; while the provider is down, the held keys stay in use.
+func TestWithdrawnProviderKey(t *testing.T) {
+	se := newSubjectEnv(t)
+	k1 := se.idp.key("k1")
+	_, resp := se.mintWith(se.idp.token(k1, "user-1", nil))
+	wantOK(t, "k1 while published", se.refusal(resp))
+
+	k2 := newSigningKey(t, "k2")
+	se.idp.publish(k2)
+	se.idp.mu.Lock()
+	delete(se.idp.published, "k1")
+	se.idp.mu.Unlock()
+	// Within the maximum age the held k1 still verifies.
+	_, resp = se.mintWith(se.idp.token(k1, "user-1", nil))
+	wantOK(t, "k1 held", se.refusal(resp))
+
+	se.gw.providers.mu.Lock()
+	se.gw.providers.maxAge = 0
+	se.gw.providers.mu.Unlock()
+	_, resp = se.mintWith(se.idp.token(k1, "user-1", nil))
+	wantRefusal(t, "withdrawn k1", se.refusal(resp), api.LayerGateway, api.CodeIdPUnavailable, http.StatusServiceUnavailable)
+	_, resp = se.mintWith(se.idp.token(k2, "user-1", nil))
+	wantOK(t, "k2", se.refusal(resp))
+
+	se.idp.srv.Close()
+	_, resp = se.mintWith(se.idp.token(k2, "user-1", nil))
+	wantOK(t, "k2 held with the provider down", se.refusal(resp))
+}
