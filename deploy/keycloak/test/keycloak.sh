@@ -19,7 +19,7 @@
 # with an in-memory database: nothing outlives the run but the log.
 #
 # Needs Java 17 or later, Maven, Go (for the certificate helper) and curl.
-# KEYCLOAK_START_TIMEOUT (seconds, default 420) bounds the wait for readiness.
+# KEYCLOAK_START_TIMEOUT (seconds, default 900) bounds the wait for readiness.
 set -euo pipefail
 
 KEYCLOAK_VERSION=26.7.3
@@ -127,7 +127,7 @@ start() {
   echo "$pid" >"$kc/keycloak.pid"
 
   local issuer="https://127.0.0.1:$port/realms/$REALM_NAME"
-  local deadline=$((SECONDS + ${KEYCLOAK_START_TIMEOUT:-420}))
+  local deadline=$((SECONDS + ${KEYCLOAK_START_TIMEOUT:-900}))
   until curl -fsS --cacert "$ca" -o /dev/null "$issuer/.well-known/openid-configuration" 2>/dev/null; do
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "keycloak.sh: Keycloak exited before it was ready; the end of its log:" >&2
@@ -136,7 +136,7 @@ start() {
       exit 1
     fi
     if [ "$SECONDS" -ge "$deadline" ]; then
-      echo "keycloak.sh: Keycloak was not ready within ${KEYCLOAK_START_TIMEOUT:-420}s; the end of its log:" >&2
+      echo "keycloak.sh: Keycloak was not ready within ${KEYCLOAK_START_TIMEOUT:-900}s; the end of its log:" >&2
       tail -n 40 "$log" >&2
       stop "$state"
       exit 1
