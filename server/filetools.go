@@ -147,9 +147,10 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	if err != nil {
 		return zero, fmt.Errorf("reserve file: %w", err)
 	}
-	if !row.New {
+	if !row.New && row.State != journal.FileReserved {
 		return s.replayEncrypt(ctx, c, f.Dir, row, out)
 	}
+	// A new row, or one reserved by a call that stopped before sending.
 	if envExists {
 		if err := s.cfg.Journal.ReleaseFile(ctx, key); err != nil {
 			return zero, fmt.Errorf("release file: %w", err)
@@ -174,6 +175,17 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	if _, err := rand.Read(iv); err != nil {
 		return zero, s.releaseAfter(ctx, key, fmt.Errorf("encrypt_file IV: %w", err))
 	}
+	// From here the row says "sent": if this call dies before the answer
+	// is recorded, no retry sends it again.
+	claimed, row, err := s.cfg.Journal.ClaimSend(ctx, key)
+	if err != nil {
+		return zero, fmt.Errorf("claim the encrypt: %w", err)
+	}
+	if !claimed {
+		// Another process claimed it meanwhile.
+		return s.replayEncrypt(ctx, c, f.Dir, row, out)
+	}
+	s.cfg.CrashPoint("encrypt_file:claimed")
 	// The plaintext goes into the request and is dropped here, so the
 	// collector may free it while the answer is read.
 	req := gateway.EncryptInput{IV: iv, Plaintext: data}

@@ -107,7 +107,7 @@ type Config struct {
 	// "save:manifest-committed", the same steps of a section save as
 	// "fragment:...", and the hand-off's "handoff:journalled",
 	// "handoff:granted", "handoff:verified", encrypt_file's
-	// "encrypt_file:reserved", "encrypt_file:encrypted",
+	// "encrypt_file:reserved", "encrypt_file:claimed", "encrypt_file:encrypted",
 	// "encrypt_file:minted", "encrypt_file:envelope-written", and
 	// "file:checked" between a file tool's path checks and its open).
 	// Tests use it to kill the process at an exact point, or to change a

@@ -104,21 +104,25 @@ func TestFileToolsOverStdio(t *testing.T) {
 
 // TestEncryptFileSurvivesKillAtEachStep kills the server (SIGKILL, through
 // the PDMCP_TEST_KILL_AT hook) at each step of encrypt_file, then retries
-// on a fresh server. Once the minted key is in the journal, the retry
+// on a fresh server. Killed before the send was claimed, nothing was sent
+// and the retry encrypts. Once the minted key is in the journal, the retry
 // returns that first result (envelope written if missing) with no second
-// encrypt. Before that, no answer was kept: the retry sends nothing and says
-// a key may have been left unused. Never more than one key is made.
+// encrypt. In between (claimed as sent, no answer kept) the retry sends
+// nothing and says a key may have been left unused. Never more than one
+// key is made.
 func TestEncryptFileSurvivesKillAtEachStep(t *testing.T) {
 	for _, tc := range []struct {
 		point string
-		// answered: the encrypt's answer was recorded before the kill.
-		answered bool
-		encrypts int
+		// answered: the retry returns a result (replayed: the first one);
+		// otherwise the encrypt was claimed as sent and no answer kept.
+		answered, replayed bool
+		encrypts           int
 	}{
-		{"encrypt_file:reserved", false, 0},
-		{"encrypt_file:encrypted", false, 1},
-		{"encrypt_file:minted", true, 1},
-		{"encrypt_file:envelope-written", true, 1},
+		{"encrypt_file:reserved", true, false, 1}, // nothing was sent: the retry sends it
+		{"encrypt_file:claimed", false, false, 0},
+		{"encrypt_file:encrypted", false, false, 1},
+		{"encrypt_file:minted", true, true, 1},
+		{"encrypt_file:envelope-written", true, true, 1},
 	} {
 		t.Run(tc.point, func(t *testing.T) {
 			s, root := newFileStack(t)
@@ -136,8 +140,11 @@ func TestEncryptFileSurvivesKillAtEachStep(t *testing.T) {
 			cs := s.connect(t)
 			res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "k.txt"})
 			if tc.answered {
-				if isErr || res["replayed"] != true || res["sha256"] != sha256Hex(content) {
+				if isErr || res["replayed"] != tc.replayed || res["sha256"] != sha256Hex(content) {
 					t.Fatalf("retry after the kill: %v", res)
+				}
+				if again, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "k.txt"}); isErr || again["replayed"] != true {
+					t.Fatalf("second retry: %v", again)
 				}
 				if err := os.Remove(filepath.Join(root, "k.txt")); err != nil {
 					t.Fatal(err)

@@ -12,25 +12,32 @@ import (
 
 // An encrypt_file goes through these steps:
 //
-//	ReserveFile        -> FileReserved    ask the Gateway to encrypt (it mints a key)
+//	ReserveFile        -> FileReserved    nothing sent yet
+//	ClaimSend          -> FileAnswerLost  ask the Gateway to encrypt (it mints a key)
 //	RecordMinted       -> FileMinted      write <name>.pisoft
 //	MarkFileDone       -> FileDone
 //
-// or, when the encrypt's answer is lost, MarkAnswerLost -> FileAnswerLost.
-// An encrypt mints a key, so it is never sent twice for one row: a retry that
-// finds FileReserved (not New) must not encrypt. The row is either still in
-// flight or its answer was lost; either way a key may exist unused. A retry
-// that finds FileMinted or FileDone writes the envelope again from the row if
-// it is missing.
+// An encrypt mints a key, so it is never sent twice for one row. ClaimSend
+// moves a row from FileReserved to FileAnswerLost before the encrypt is
+// sent, atomically, so exactly one call sends it: from then on the row says
+// "sent, no answer recorded" (in flight, or lost with a crash or a dropped
+// connection), and a retry that finds it must not encrypt, since a key may
+// exist unused. A retry that finds FileReserved knows nothing was sent and
+// claims it. The claimer records the answer with RecordMinted, or, when the
+// Gateway refused outright (no key made), releases the row (ReleaseFile).
+// A retry that finds FileMinted or FileDone writes the envelope again from
+// the row if it is missing.
 
 // FileState is where a file encryption stands.
 type FileState string
 
 // File states.
 const (
-	FileReserved   FileState = "reserved"
-	FileMinted     FileState = "minted"
-	FileDone       FileState = "done"
+	FileReserved FileState = "reserved"
+	FileMinted   FileState = "minted"
+	FileDone     FileState = "done"
+	// FileAnswerLost: the encrypt was sent (ClaimSend) and no answer is
+	// recorded: still in flight, or lost.
 	FileAnswerLost FileState = "answer-lost"
 )
 
@@ -110,9 +117,32 @@ ON CONFLICT DO NOTHING`, key.Caller, key.Root, key.RelPath, key.ContentSHA256, n
 	return r, err
 }
 
+// ClaimSend moves a FileReserved row to FileAnswerLost, so that this call,
+// and only this one, sends the encrypt. claimed is false (and the row
+// returned as it is) when the row was not FileReserved.
+func (j *Journal) ClaimSend(ctx context.Context, key FileKey) (claimed bool, r FileRecord, err error) {
+	r, err = j.fileStep(ctx, key, func(tx *sql.Tx, before FileRecord) error {
+		if before.State != FileReserved {
+			return nil
+		}
+		res, err := tx.ExecContext(ctx, `
+UPDATE files SET state = 'answer-lost', updated_at = ?
+WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ? AND state = 'reserved'`,
+			nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		claimed = n == 1
+		return err
+	})
+	return claimed, r, err
+}
+
 // RecordMinted stores the minted key and ciphertext before the envelope is
-// written. Only the first answer is kept; a row already past FileReserved is
-// returned unchanged, and one marked FileAnswerLost gives ErrOutOfOrder.
+// written, from FileReserved or (for the call that claimed the send)
+// FileAnswerLost. Only the first answer is kept: a row already at
+// FileMinted or FileDone is returned unchanged.
 func (j *Journal) RecordMinted(ctx context.Context, key FileKey, m MintedKey) (FileRecord, error) {
 	if m.TTag == "" || len(m.IV) == 0 || len(m.Ciphertext) == 0 {
 		return FileRecord{}, fmt.Errorf("journal: %w: a minted key needs a t-Tag, an IV and a ciphertext", ErrInvalid)
@@ -125,8 +155,6 @@ func (j *Journal) RecordMinted(ctx context.Context, key FileKey, m MintedKey) (F
 		switch r.State {
 		case FileMinted, FileDone:
 			return nil
-		case FileAnswerLost:
-			return fmt.Errorf("journal: file %s: %w: its answer was already marked lost", key, ErrOutOfOrder)
 		}
 		now := nowText()
 		_, err := tx.ExecContext(ctx, `
@@ -278,9 +306,10 @@ FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?
 }
 
 // ReleaseFile forgets a reservation whose encrypt was definitely not
-// performed (the Gateway or key server refused it, so no key exists), so a
-// later call may encrypt. Only a FileReserved row is removed; any other
-// state gives ErrOutOfOrder.
+// performed (nothing sent, or the Gateway or key server refused it, so no
+// key exists), so a later call may encrypt. Only a row without a key
+// (FileReserved, or FileAnswerLost for the call that claimed the send) is
+// removed; FileMinted and FileDone give ErrOutOfOrder.
 func (j *Journal) ReleaseFile(ctx context.Context, key FileKey) error {
 	if err := key.check(); err != nil {
 		return err
@@ -290,11 +319,11 @@ func (j *Journal) ReleaseFile(ctx context.Context, key FileKey) error {
 		if err != nil {
 			return err
 		}
-		if r.State != FileReserved {
-			return fmt.Errorf("journal: file %s: %w: only a reservation can be released (it is %s)", key, ErrOutOfOrder, r.State)
+		if r.State != FileReserved && r.State != FileAnswerLost {
+			return fmt.Errorf("journal: file %s: %w: a row with a key is never released (it is %s)", key, ErrOutOfOrder, r.State)
 		}
 		_, err = tx.ExecContext(ctx, `
-DELETE FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ? AND state = 'reserved'`,
+DELETE FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ? AND state IN ('reserved', 'answer-lost')`,
 			key.Caller, key.Root, key.RelPath, key.ContentSHA256)
 		if err != nil {
 			return fmt.Errorf("journal: release file %s: %w", key, err)

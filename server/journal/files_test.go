@@ -25,8 +25,8 @@ func TestFileEncryption(t *testing.T) {
 	if ok, err := j.KeyMintedHere(ctx, root, "new-key"); err != nil || ok {
 		t.Fatalf("KeyMintedHere before the answer = %v, %v; want false", ok, err)
 	}
-	// A retry while the first is in flight (or lost) is not new: the caller
-	// must not encrypt again.
+	// A second reservation is not new: the caller finds the row as it is
+	// (here still reserved, so the one that claims the send sends it).
 	if r, err = j.ReserveFile(ctx, key); err != nil || r.New || r.State != FileReserved {
 		t.Fatalf("second ReserveFile: %+v, %v", r, err)
 	}
@@ -103,9 +103,9 @@ func TestFileAnswerLost(t *testing.T) {
 	if r, err = j.ReserveFile(ctx, key); err != nil || r.New || r.State != FileAnswerLost {
 		t.Fatalf("ReserveFile after lost: %+v, %v", r, err)
 	}
-	m := MintedKey{TTag: "late", LinkDigest: "aaaaaaaaaaaa", IV: []byte{1}, Ciphertext: []byte{1}}
-	if _, err := j.RecordMinted(ctx, key, m); !errors.Is(err, ErrOutOfOrder) {
-		t.Errorf("RecordMinted after lost: err = %v, want ErrOutOfOrder", err)
+	// Nor claimed again: only a reserved row is sent.
+	if claimed, r, err := j.ClaimSend(ctx, key); err != nil || claimed || r.State != FileAnswerLost {
+		t.Fatalf("ClaimSend after lost: %v, %+v, %v", claimed, r, err)
 	}
 	// New content at the same path is a new row.
 	if r, err = j.ReserveFile(ctx, FileKey{Root: "/srv/task", RelPath: "a.txt", ContentSHA256: sum("a2")}); err != nil || !r.New {
@@ -325,10 +325,56 @@ func TestReleaseFile(t *testing.T) {
 	if r, err := j.ReserveFile(ctx, key); err != nil || !r.New {
 		t.Fatalf("ReserveFile after release: %+v, %v", r, err)
 	}
-	if _, err := j.MarkAnswerLost(ctx, key); err != nil {
+	// The call that claimed the send releases after an outright refusal.
+	if claimed, _, err := j.ClaimSend(ctx, key); err != nil || !claimed {
+		t.Fatalf("ClaimSend: %v, %v", claimed, err)
+	}
+	if err := j.ReleaseFile(ctx, key); err != nil {
+		t.Fatalf("release after a claimed send: %v", err)
+	}
+	// A row with a key is never released.
+	if _, err := j.ReserveFile(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	m := MintedKey{TTag: "k", LinkDigest: "aaaaaaaaaaaa", IV: []byte{1}, Ciphertext: []byte{1}}
+	if _, err := j.RecordMinted(ctx, key, m); err != nil {
 		t.Fatal(err)
 	}
 	if err := j.ReleaseFile(ctx, key); !errors.Is(err, ErrOutOfOrder) {
-		t.Fatalf("release of a lost answer: %v, want ErrOutOfOrder", err)
+		t.Fatalf("release of a minted row: %v, want ErrOutOfOrder", err)
+	}
+}
+
+// Exactly one call claims a reserved row's send; the claimer's answer is
+// recorded; later claims find the row as it is.
+func TestClaimSend(t *testing.T) {
+	ctx := context.Background()
+	j, _ := openTemp(t)
+	key := FileKey{Root: "/srv/task", RelPath: "c.txt", ContentSHA256: sum("c")}
+	if _, err := j.ReserveFile(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan bool, 8)
+	for range 8 {
+		go func() {
+			claimed, _, err := j.ClaimSend(ctx, key)
+			results <- err == nil && claimed
+		}()
+	}
+	won := 0
+	for range 8 {
+		if <-results {
+			won++
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d calls claimed the send, want 1", won)
+	}
+	m := MintedKey{TTag: "k", LinkDigest: "aaaaaaaaaaaa", IV: []byte{1}, Ciphertext: []byte{1}}
+	if r, err := j.RecordMinted(ctx, key, m); err != nil || r.State != FileMinted || r.TTag != "k" {
+		t.Fatalf("RecordMinted by the claimer: %+v, %v", r, err)
+	}
+	if claimed, r, err := j.ClaimSend(ctx, key); err != nil || claimed || r.State != FileMinted {
+		t.Fatalf("ClaimSend of a minted row: %v, %+v, %v", claimed, r, err)
 	}
 }
