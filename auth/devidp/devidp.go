@@ -343,9 +343,10 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.handler.ServeHTTP(w, r)
 }
 
-// Close forgets every pending sign-in and issued token and makes the handler
-// answer 503. It does not close the caller's listener. It is safe to call
-// more than once.
+// Close forgets every pending sign-in and issued token held in memory and
+// makes the handler answer 503; a state file in Config.StateDir is left as
+// it is, for the next provider on that folder. It does not close the
+// caller's listener. It is safe to call more than once.
 func (p *Provider) Close() error {
 	p.mu.Lock()
 	p.closed = true
