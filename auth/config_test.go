@@ -155,6 +155,11 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "has mode 0620: group and others must have no access"},
+		{"provider CA file writable by group", nil, func(t *testing.T, dir string) {
+			if err := os.Chmod(filepath.Join(dir, "idp-ca.pem"), 0o664); err != nil {
+				t.Fatal(err)
+			}
+		}, "idp-ca.pem has mode 0664: group and others must not be able to write it"},
 		{"config writable by group", nil, func(t *testing.T, dir string) {
 			if err := os.Chmod(filepath.Join(dir, "mcp-http.json"), 0o664); err != nil {
 				t.Fatal(err)

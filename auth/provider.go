@@ -9,12 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // maxProviderBody bounds what is read from the provider's discovery and
@@ -26,7 +27,9 @@ const maxProviderBody = 1 << 20
 // 1.2 or later, follows no redirects and gives up after timeout (10 s when
 // zero).
 func NewProviderClient(caFile string, timeout time.Duration) (*http.Client, error) {
-	pemBytes, err := os.ReadFile(caFile)
+	// The only CAs trusted for the provider: a file group or others can
+	// write could add one.
+	pemBytes, err := safefile.ReadConfig(caFile, 0)
 	if err != nil {
 		return nil, fmt.Errorf("provider CA file: %w", err)
 	}

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // maxResponseBytes bounds an answer read into memory: a decrypt of the
@@ -182,7 +182,9 @@ func httpClient(cfg Config) (*http.Client, error) {
 	} else {
 		tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
 		if cfg.TrustFile != "" {
-			pem, err := os.ReadFile(cfg.TrustFile)
+			// The only CAs trusted for the Gateway: a file group or others
+			// can write could add one.
+			pem, err := safefile.ReadConfig(cfg.TrustFile, 0)
 			if err != nil {
 				return nil, fmt.Errorf("gateway trust file: %w", err)
 			}

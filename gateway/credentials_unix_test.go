@@ -112,3 +112,23 @@ func TestKeyFileSymlinkRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTrustFileMode: the trust file holds the only CAs trusted for the
+// Gateway, so one that group or others can write is refused.
+func TestTrustFileMode(t *testing.T) {
+	path := configDir(t, "good.json")
+	trust := filepath.Join(filepath.Dir(path), "gateway-ca.pem")
+	sc, err := LoadServiceConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(sc.ClientConfig()); err != nil {
+		t.Fatalf("owner-only trust file: %v", err)
+	}
+	if err := os.Chmod(trust, 0o646); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(sc.ClientConfig()); !errors.Is(err, safefile.ErrGroupWritable) {
+		t.Fatalf("trust file others can write: %v, want ErrGroupWritable", err)
+	}
+}
