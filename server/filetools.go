@@ -211,8 +211,17 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		return zero, fmt.Errorf("encrypt_file: the Gateway's answer did not report a new key")
 	}
 	s.cfg.CrashPoint("encrypt_file:encrypted")
-	row, err = s.cfg.Journal.RecordMinted(context.WithoutCancel(ctx), key, journal.MintedKey{
-		TTag: enc.TTag, LinkDigest: audit.Digest12(enc.Link), IV: enc.IV, Ciphertext: enc.Ciphertext})
+	minted := journal.MintedKey{TTag: enc.TTag, LinkDigest: audit.Digest12(enc.Link), IV: enc.IV}
+	ctSum := sha256.Sum256(enc.Ciphertext)
+	if perr := s.putCiphertext(hex.EncodeToString(ctSum[:]), enc.Ciphertext); perr != nil {
+		// The key exists: its answer must be recorded, in the row itself
+		// then.
+		s.log.Warn("ciphertext file not written; keeping it in the journal row", "err", perr)
+		minted.Ciphertext = enc.Ciphertext
+	} else {
+		minted.CiphertextSHA256 = hex.EncodeToString(ctSum[:])
+	}
+	row, err = s.cfg.Journal.RecordMinted(context.WithoutCancel(ctx), key, minted)
 	if err != nil {
 		return zero, fmt.Errorf("record minted key: %w", err)
 	}
@@ -260,6 +269,16 @@ func (s *Server) replayEncrypt(ctx context.Context, c *call, dir *os.Root, row j
 			"%q exists but is not the envelope of this content; it is never overwritten; nothing was sent; move or remove it first",
 			out.Envelope)
 	case !exists:
+		if row.Ciphertext == nil {
+			ct, err := s.getCiphertext(row.CiphertextSHA256)
+			if err != nil {
+				s.log.Error("stored ciphertext unreadable", "err", err)
+				return zero, refuse(CodeCiphertextMissing, 500,
+					"the envelope of %q is gone and the server's copy of its ciphertext cannot be read; nothing was sent and no key "+
+						"was made; report this to the operator", out.Path)
+			}
+			row.Ciphertext = ct
+		}
 		if err := s.writeEnvelope(dir, out.Envelope, path.Base(out.Path), out.Bytes, row); err != nil {
 			return zero, err
 		}

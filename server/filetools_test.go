@@ -20,6 +20,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/files/filestest"
+	"github.com/pdmcp/pdmcp/server/journal"
 )
 
 // withFileRoot gives the fixture's grant the two file tools on root.
@@ -467,5 +468,45 @@ func TestFileToolsSwappedFileSendsNothing(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The recorded ciphertext is kept beside the journal (folder 700, file 600)
+// and a deleted envelope is rewritten from it; with that copy gone too, the
+// rewrite is refused and nothing is sent (no second key).
+func TestEncryptFileCiphertextCopy(t *testing.T) {
+	root := newFileRoot(t)
+	if err := os.WriteFile(filepath.Join(root, "d.txt"), []byte("delta"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, basicDocs, withFileRoot(root, false))
+	if res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "d.txt"}); isErr {
+		t.Fatalf("encrypt_file: %v", res)
+	}
+	store := journal.DefaultPath(f.manifest) + ".ciphertexts"
+	copies, _ := filepath.Glob(filepath.Join(store, "*.bin"))
+	if len(copies) != 1 {
+		t.Fatalf("ciphertext copies: %v", copies)
+	}
+	if fi, err := os.Stat(store); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("store folder: %v %v", fi.Mode().Perm(), err)
+	}
+	if fi, err := os.Stat(copies[0]); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("store file: %v %v", fi.Mode().Perm(), err)
+	}
+	env := filepath.Join(root, "d.txt.pisoft")
+	if err := os.Remove(env); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(copies[0]); err != nil {
+		t.Fatal(err)
+	}
+	before := f.totalRequests()
+	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "d.txt"})
+	if !isErr || res["code"] != "CIPHERTEXT_UNAVAILABLE" || f.totalRequests() != before {
+		t.Fatalf("rewrite without the copy: %v (requests %d)", res, f.totalRequests()-before)
+	}
+	if _, err := os.Stat(env); !os.IsNotExist(err) {
+		t.Fatal("an envelope was written without its ciphertext")
 	}
 }

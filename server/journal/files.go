@@ -63,17 +63,23 @@ func (k FileKey) String() string {
 // MintedKey is the Gateway's answer to encrypt_file's encrypt: the new key's
 // t-Tag, a 12-hex digest of its hidden link, and what the envelope holds.
 // The ciphertext is kept so a deleted envelope can be written again.
+//
+// The ciphertext may instead be kept outside the database (up to 16 MiB in
+// a row costs SQLite copies of it in memory): Ciphertext is then empty and
+// CiphertextSHA256 names it, and the row stores only the hash.
 type MintedKey struct {
-	TTag       string
-	LinkDigest string
-	IV         []byte
-	Ciphertext []byte
+	TTag             string
+	LinkDigest       string
+	IV               []byte
+	Ciphertext       []byte
+	CiphertextSHA256 string // when Ciphertext is empty
 }
 
 // FileRecord is a file encryption's row. The key fields are set from
-// FileMinted on. Ciphertext is filled by ReserveFile and GetFile only: the
-// state changes and MintedFile leave it nil rather than copy up to 16 MiB
-// out of the database each time.
+// FileMinted on. Ciphertext is filled by ReserveFile and GetFile only (and
+// only when the row holds it; see MintedKey): the state changes and
+// MintedFile leave it nil rather than copy up to 16 MiB out of the database
+// each time.
 type FileRecord struct {
 	Key              FileKey
 	New              bool // this call created the row
@@ -144,13 +150,20 @@ WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ? AND state 
 // FileAnswerLost. Only the first answer is kept: a row already at
 // FileMinted or FileDone is returned unchanged.
 func (j *Journal) RecordMinted(ctx context.Context, key FileKey, m MintedKey) (FileRecord, error) {
-	if m.TTag == "" || len(m.IV) == 0 || len(m.Ciphertext) == 0 {
+	if m.TTag == "" || len(m.IV) == 0 || (len(m.Ciphertext) == 0 && m.CiphertextSHA256 == "") {
 		return FileRecord{}, fmt.Errorf("journal: %w: a minted key needs a t-Tag, an IV and a ciphertext", ErrInvalid)
 	}
 	if !isHex(m.LinkDigest, 12) {
 		return FileRecord{}, fmt.Errorf("journal: %w: link digest must be 12 lowercase hex digits", ErrInvalid)
 	}
-	sum := sha256.Sum256(m.Ciphertext)
+	ctSHA := m.CiphertextSHA256
+	var blob []byte
+	if len(m.Ciphertext) > 0 {
+		sum := sha256.Sum256(m.Ciphertext)
+		ctSHA, blob = hex.EncodeToString(sum[:]), m.Ciphertext
+	} else if err := checkSHA256("ciphertext sha256", ctSHA); err != nil {
+		return FileRecord{}, err
+	}
 	return j.fileStep(ctx, key, func(tx *sql.Tx, r FileRecord) error {
 		switch r.State {
 		case FileMinted, FileDone:
@@ -161,7 +174,7 @@ func (j *Journal) RecordMinted(ctx context.Context, key FileKey, m MintedKey) (F
 UPDATE files SET state = 'minted', ttag = ?, link_digest = ?, iv = ?, ciphertext = ?, ciphertext_sha256 = ?,
 	minted_at = ?, updated_at = ?
 WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
-			m.TTag, m.LinkDigest, m.IV, m.Ciphertext, hex.EncodeToString(sum[:]), now, now,
+			m.TTag, m.LinkDigest, m.IV, blob, ctSHA, now, now,
 			key.Caller, key.Root, key.RelPath, key.ContentSHA256)
 		return err
 	})

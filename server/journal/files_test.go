@@ -378,3 +378,25 @@ func TestClaimSend(t *testing.T) {
 		t.Fatalf("ClaimSend of a minted row: %v, %+v, %v", claimed, r, err)
 	}
 }
+
+// A ciphertext kept outside the database: the row stores its hash only.
+func TestRecordMintedWithoutTheBlob(t *testing.T) {
+	ctx := context.Background()
+	j, _ := openTemp(t)
+	key := FileKey{Root: "/srv/task", RelPath: "e.txt", ContentSHA256: sum("e")}
+	if _, err := j.ReserveFile(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	m := MintedKey{TTag: "k", LinkDigest: "aaaaaaaaaaaa", IV: []byte{1}, CiphertextSHA256: "not-hex"}
+	if _, err := j.RecordMinted(ctx, key, m); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a bad hash: %v", err)
+	}
+	m.CiphertextSHA256 = sum("sealed elsewhere")
+	r, err := j.RecordMinted(ctx, key, m)
+	if err != nil || r.State != FileMinted || r.CiphertextSHA256 != sum("sealed elsewhere") {
+		t.Fatalf("RecordMinted: %+v, %v", r, err)
+	}
+	if r, err = j.GetFile(ctx, key); err != nil || r.Ciphertext != nil || r.CiphertextSHA256 != sum("sealed elsewhere") {
+		t.Fatalf("GetFile: %+v, %v", r, err)
+	}
+}
