@@ -176,15 +176,39 @@ func TestRefusalsThroughTheClient(t *testing.T) {
 			t.Errorf("detail %q", ae.Detail)
 		}
 	})
-	t.Run("SESSION_REVOKED after revoke", func(t *testing.T) {
+	t.Run("SESSION_REVOKED after this client revoked it, nothing sent", func(t *testing.T) {
 		s := w.session(t, w.reader.Name, w.ttag)
 		if err := s.Revoke(ctx); err != nil {
 			t.Fatal(err)
 		}
+		decrypts := w.env.Gateway.Count(api.RouteDecrypt)
 		_, err := s.Decrypt(ctx, w.ttag, w.iv, w.ct)
-		var ae *api.Error
-		if !errors.As(err, &ae) {
-			t.Fatalf("decrypt on a revoked session: %v", err)
+		wantRefusal(t, err, api.LayerAdapter, api.CodeSessionRevoked, 401)
+		if !errors.Is(err, gateway.ErrSessionEnded) || !gateway.IsSessionGone(err) {
+			t.Errorf("refusal %v does not wrap ErrSessionEnded", err)
+		}
+		if w.env.Gateway.Count(api.RouteDecrypt) != decrypts {
+			t.Error("a call on a session this client revoked was sent")
+		}
+	})
+	t.Run("SESSION_REVOKED after the Gateway's administrator revoked it", func(t *testing.T) {
+		s := w.session(t, w.reader.Name, w.ttag)
+		n, err := w.env.Client(t).Admin(reftest.AdminUser, reftest.AdminPassword).RevokeSessions(ctx, w.reader.Name)
+		if err != nil || n < 1 { // the reader's earlier subtests' sessions too
+			t.Fatalf("admin revoke: %d, %v", n, err)
+		}
+		decrypts := w.env.Gateway.Count(api.RouteDecrypt)
+		_, err = s.Decrypt(ctx, w.ttag, w.iv, w.ct)
+		wantRefusal(t, err, api.LayerGateway, api.CodeSessionRevoked, 401)
+		if !gateway.IsSessionGone(err) {
+			t.Errorf("IsSessionGone(%v) is false", err)
+		}
+		if w.env.Gateway.Count(api.RouteDecrypt) != decrypts+1 {
+			t.Error("the Gateway's refusal was not the Gateway's")
+		}
+		// The owner's session, acting as someone else, is untouched.
+		if _, err := w.ownerSess.Decrypt(ctx, w.ttag, w.iv, w.ct); err != nil {
+			t.Fatalf("owner after the reader's revoke: %v", err)
 		}
 	})
 }

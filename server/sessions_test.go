@@ -62,10 +62,17 @@ func TestGrantSessionsRenewBeforeFiveMinutes(t *testing.T) {
 	if env.Gateway.Count(api.RouteRevoke) != revokes+1 {
 		t.Error("the old session was not revoked")
 	}
+	// The old session was revoked by this process: a call on it is refused
+	// before anything is sent.
+	decrypts := env.Gateway.Count(api.RouteDecrypt)
 	_, err = s1.(*gateway.Session).Decrypt(ctx, "tag-a", make([]byte, 16), make([]byte, 32))
 	var ae *api.Error
-	if !errors.As(err, &ae) {
+	if !errors.As(err, &ae) || ae.Layer != api.LayerAdapter || ae.Code != api.CodeSessionRevoked ||
+		!errors.Is(err, gateway.ErrSessionEnded) {
 		t.Fatalf("old session still usable: %v", err)
+	}
+	if env.Gateway.Count(api.RouteDecrypt) != decrypts {
+		t.Fatal("a call on the revoked old session reached the Gateway")
 	}
 	gs.EndAll(ctx)
 	if env.Gateway.Count(api.RouteRevoke) != revokes+2 {
