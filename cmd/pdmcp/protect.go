@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -51,7 +50,7 @@ func newProtectCmd() *cobra.Command {
 			if at := os.Getenv(crashEnv); at != "" {
 				o.CrashPoint = func(point string) {
 					if point == at {
-						_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+						crashNow()
 					}
 				}
 			}

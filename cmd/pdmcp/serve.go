@@ -4,7 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -37,7 +36,7 @@ func newServeCmd() *cobra.Command {
 			if at := os.Getenv(crashEnv); at != "" {
 				o.CrashPoint = func(point string) {
 					if point == at {
-						_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+						crashNow()
 					}
 				}
 			}
