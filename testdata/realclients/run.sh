@@ -2,16 +2,17 @@
 # Real MCP hosts and clients, installed from the npm registry at the versions
 # package-lock.json pins, run against `pdmcp dev` (see README.md for what
 # each checks): the official MCP conformance suite, the MCP Inspector CLI,
-# the TypeScript SDK's OAuth client, Claude Code, Codex, GitHub Copilot CLI,
-# opencode and mcp-remote (Gemini CLI is installed; its test waits for the
-# development provider's RFC 9207 iss). Where a host drives a model, the
+# the TypeScript SDK's OAuth client, Claude Code, Codex, Gemini CLI, GitHub
+# Copilot CLI, opencode and mcp-remote. Where a host drives a model, the
 # model is a scripted one on 127.0.0.1 (model.mjs).
 #
 # It builds pdmcp, installs the clients (npm ci; a failed install fails the
 # run), starts `pdmcp dev` on a fresh state folder, runs the *.test.mjs files
-# with Node's test runner, stops `pdmcp dev` with SIGINT and checks it
-# exited 0. Needs Go, Node >= 20 and npm. Exits non-zero on any failure.
-# Takes about 7 minutes on 2 cores (README.md).
+# with Node's test runner, restarts `pdmcp dev` on the same state folder
+# (SIGINT, exit 0 checked) and runs after-restart/*.test.mjs, which use the
+# sign-ins the first round kept in $PDMCP_KEEP. Then it stops `pdmcp dev`
+# and checks it exited 0. Needs Go, Node >= 20 and npm. Exits non-zero on
+# any failure. Takes 4.5 to 9 minutes on 2 cores (README.md).
 #
 # package.json: the clients at exact versions. allowScripts lets only two
 # install scripts run: Claude Code's and opencode's postinstall, each of
@@ -132,6 +133,18 @@ run_tests() {
 echo "== node --test"
 run_tests first 600 ./*.test.mjs
 
+echo "== restart pdmcp dev on the same state folder"
+stop_dev
+if [ "$dev_status" -ne 0 ]; then
+  echo "pdmcp dev exited $dev_status after SIGINT, want 0; its last lines:" >&2
+  tail -n 40 "$tmp/dev.err" >&2
+  exit 1
+fi
+start_dev
+
+echo "== node --test after-restart/"
+run_tests after-restart 180 ./after-restart/*.test.mjs
+
 stop_dev
 if [ "$dev_status" -ne 0 ]; then
   echo "pdmcp dev exited $dev_status after SIGINT, want 0; its last lines:" >&2
@@ -147,7 +160,7 @@ fail="$(cat "$tmp"/results-*.tap 2>/dev/null | awk '/^# fail /{n+=$3; seen=1} EN
 rounds="$(cat "$tmp"/results-*.tap 2>/dev/null | grep -c '^# fail ' || true)"
 echo "${pass:-0} passed, ${fail:-?} failed"
 if [ "$tests_status" -ne 0 ] || [ "$dev_status" -ne 0 ] || [ "${fail:-1}" != 0 ] || [ "${pass:-0}" = 0 ] ||
-  [ "$rounds" != 1 ]; then
+  [ "$rounds" != 2 ]; then
   echo "realclients: FAIL" >&2
   exit 1
 fi
