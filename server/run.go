@@ -44,6 +44,10 @@ type Options struct {
 	// Listener, when set, is the HTTP listener (bound to the configured
 	// port by the caller); otherwise Run binds it.
 	Listener net.Listener
+	// NonDurableJournalForBenchmarks opens the journal without fsync
+	// (journal.OpenNonDurableForBenchmarks). Only `pdmcp bench` sets it, on
+	// its own throwaway stack; no flag or config file of serve does.
+	NonDurableJournalForBenchmarks bool
 }
 
 // deps is what both transports open before serving.
@@ -107,7 +111,11 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	if jpath == "" {
 		jpath = journal.DefaultPath(o.ManifestPath)
 	}
-	j, err := journal.Open(ctx, jpath)
+	openJournal := journal.Open
+	if o.NonDurableJournalForBenchmarks {
+		openJournal = journal.OpenNonDurableForBenchmarks
+	}
+	j, err := openJournal(ctx, jpath)
 	if err != nil {
 		return nil, err
 	}

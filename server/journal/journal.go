@@ -69,6 +69,19 @@ func DefaultPath(manifestPath string) string {
 // exist, and brings its schema up to SchemaVersion. It refuses a file that
 // group or others can access, and one from a newer schema.
 func Open(ctx context.Context, path string) (*Journal, error) {
+	return open(ctx, path, "FULL")
+}
+
+// OpenNonDurableForBenchmarks opens the journal as Open does but with
+// SQLite's synchronous=OFF: no write waits for the disk, so a crash of the
+// machine (not of the process) can lose the last saves. It exists only so
+// `pdmcp bench` can price the durable journal against the same work
+// without fsync; no flag, config file or grant reaches it.
+func OpenNonDurableForBenchmarks(ctx context.Context, path string) (*Journal, error) {
+	return open(ctx, path, "OFF")
+}
+
+func open(ctx context.Context, path, synchronous string) (*Journal, error) {
 	if path == "" {
 		return nil, fmt.Errorf("journal: %w: no path given", ErrInvalid)
 	}
@@ -87,8 +100,8 @@ func Open(ctx context.Context, path string) (*Journal, error) {
 	// _txlock=immediate makes every transaction take the write lock at
 	// BEGIN, so two writers wait on the busy timeout instead of one failing
 	// when it upgrades a read lock.
-	dsn := abs + fmt.Sprintf("?_busy_timeout=%d&_foreign_keys=1&_journal_mode=WAL&_synchronous=FULL&_txlock=immediate",
-		BusyTimeout.Milliseconds())
+	dsn := abs + fmt.Sprintf("?_busy_timeout=%d&_foreign_keys=1&_journal_mode=WAL&_synchronous=%s&_txlock=immediate",
+		BusyTimeout.Milliseconds(), synchronous)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", abs, err)

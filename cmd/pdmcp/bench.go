@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pdmcp/pdmcp/server/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	var (
+		asJSON, quick bool
+		only          []string
+		dir, cpuProf  string
+		opts          = bench.Full()
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure pdmcp against the Gateway and a bare MCP server, on a loopback stack it starts itself",
+		Long: `bench starts a reference Gateway, the development provider, pdmcp over HTTPS and a
+bare go-sdk server with a no-op tool (same TLS, a bearer check) on 127.0.0.1, and
+measures, in alternating rounds in this one process:
+
+  P1  read_protected_document of a 4 KiB document, 8 users, paced, median and p99,
+      against a direct Gateway decrypt (a) plus a bare no-op call (b), with
+      sessions (2025-11-25) and without (2026-07-28)
+  P2  encrypt_file of 16,777,215 bytes against posting them to the Gateway, and
+      its peak heap against the file size
+  P3  1,000 users through maxCallers 8: heap after warm-up against at the end,
+      heap per live caller, most live Gateway sessions
+  P4  save_protected_result with the durable journal against one without fsync
+  P5  a new user's first call against the same exchange, mint and decrypt made
+      directly
+
+Each figure is printed with its baselines and their ratio; only ratios mean
+anything on a shared machine. Progress goes to stderr; --json prints the report
+for machines.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o := opts
+			if quick {
+				q := bench.Quick()
+				q.Only = o.Only
+				o = q
+			}
+			o.Only, o.Dir = only, dir
+			o.Progress = cmd.ErrOrStderr()
+			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
+			if cpuProf != "" {
+				f, err := os.Create(cpuProf)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			r, err := bench.Run(ctx, o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			r.WriteText(cmd.OutOrStdout())
+			if len(r.Figures) == 0 {
+				return errors.New("no figure was measured; --only takes P1 to P5")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.BoolVar(&quick, "quick", false, "small counts (seconds): checks that every figure runs, measures little")
+	f.StringSliceVar(&only, "only", nil, "measure only these figures (P1,...,P5)")
+	f.StringVar(&dir, "dir", "", "state folder (default: a temporary one, removed afterwards)")
+	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process)")
+	f.IntVar(&opts.Rounds, "rounds", opts.Rounds, "alternating rounds of P1, P2 and P4")
+	f.IntVar(&opts.Calls, "calls", opts.Calls, "P1 calls per user per target per round")
+	f.Float64Var(&opts.Rate, "rate", opts.Rate, "P1 total calls per second")
+	f.IntVar(&opts.Churn, "users", opts.Churn, "P3 distinct users")
+	return cmd
+}

@@ -1,0 +1,39 @@
+package journal
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+// TestOpenPragmas: the journal is WAL with synchronous=FULL; only the
+// benchmark seam turns fsync off.
+func TestOpenPragmas(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		open func(context.Context, string) (*Journal, error)
+		sync int
+	}{{"Open", Open, 2}, {"OpenNonDurableForBenchmarks", OpenNonDurableForBenchmarks, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := tc.open(context.Background(), filepath.Join(t.TempDir(), "j.sqlite"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			var mode string
+			var sync, fk int
+			if err := j.db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.db.QueryRow("PRAGMA synchronous").Scan(&sync); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.db.QueryRow("PRAGMA foreign_keys").Scan(&fk); err != nil {
+				t.Fatal(err)
+			}
+			if mode != "wal" || sync != tc.sync || fk != 1 {
+				t.Errorf("journal_mode=%s synchronous=%d foreign_keys=%d, want wal, %d, 1", mode, sync, fk, tc.sync)
+			}
+		})
+	}
+}
