@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
+)
+
+// The crash-consistency suite: the server (or protect) killed with SIGKILL
+// at every step boundary, through the PDMCP_TEST_KILL_AT hook. Run alone:
+//
+//	go test ./cmd/pdmcp -run 'CrashPoints|SurvivesKill|KillBetween'
+//
+// TestSaveSurvivesKillAtEachStep, TestEncryptFileSurvivesKillAtEachStep,
+// TestSaveFragmentSurvivesKill, TestProtectSurvivesKill and
+// TestHandOffSurvivesKillAtEachStep cover the points one tool each;
+// TestCrashPointsAllCovered holds them to the list of points in the code.
+
+// crashPointRE finds a step boundary named in the code: the argument of a
+// CrashPoint, Hook or crash call.
+var crashPointRE = regexp.MustCompile(`(?:CrashPoint|Hook|crash)\("([a-z_]+:[a-z-]+)"\)`)
+
+// TestCrashPointsAllCovered enumerates every step boundary in the code
+// (at least 16) and fails if one is not killed at by a crash test of this
+// package, so a new step cannot be added without its crash test.
+func TestCrashPointsAllCovered(t *testing.T) {
+	var points []string
+	for _, dir := range []string{"../../server", "../../server/handoff", "../../server/operator"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range crashPointRE.FindAllStringSubmatch(string(b), -1) {
+				if !slices.Contains(points, m[1]) {
+					points = append(points, m[1])
+				}
+			}
+		}
+	}
+	sort.Strings(points)
+	if len(points) < 16 {
+		t.Fatalf("found %d step boundaries (%v), expected at least 16: has the hook been renamed?", len(points), points)
+	}
+	tests, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, f := range tests {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+	}
+	for _, p := range points {
+		if !strings.Contains(all.String(), `"`+p+`"`) {
+			t.Errorf("no crash test kills the server at %q", p)
+		}
+	}
+	t.Logf("%d step boundaries: %v", len(points), points)
+}
+
+// TestHandOffSurvivesKillAtEachStep kills the server at each step of
+// hand_off: after the first journal row, after the first grant, after the
+// read-back is journalled. After the kill no access-list entry exists that
+// the journal does not know; the retry on a fresh server hands the step
+// whole (the receipt replayed when the first run had finished), a second
+// retry replays it, and close_step leaves no entry.
+func TestHandOffSurvivesKillAtEachStep(t *testing.T) {
+	for _, tc := range []struct {
+		point           string
+		entries, rows   int
+		replayedOnRetry bool
+	}{
+		{"handoff:journalled", 0, 1, false},
+		{"handoff:granted", 1, 1, false},
+		{"handoff:verified", 3, 3, true},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			s := newStepStack(t)
+			doomed, _ := s.serve(t, crashEnv+"="+tc.point)
+			if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+				Arguments: map[string]any{"stepId": handofftest.StepReferral}}); err == nil {
+				t.Fatalf("the server answered instead of dying at %s", tc.point)
+			}
+			granted, rows := s.doctorEntries(t), s.openRows(t)
+			if len(granted) != tc.entries || len(rows) != tc.rows {
+				t.Fatalf("after the kill: entries %v, journal rows %d; want %d and %d", granted, len(rows), tc.entries, tc.rows)
+			}
+			known := map[string]bool{}
+			for _, r := range rows {
+				known[r.TTag] = true
+			}
+			for _, dt := range granted {
+				if !known[s.w.Keys[dt]] {
+					t.Fatalf("the entry on %s is not in the journal", dt)
+				}
+			}
+
+			cs, _ := s.serve(t)
+			first, isErr := call(t, cs, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+			if isErr || first["replayed"] != tc.replayedOnRetry || len(first["sections"].([]any)) != 3 {
+				t.Fatalf("hand_off after the restart: %v", first)
+			}
+			again, isErr := call(t, cs, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+			if isErr || again["replayed"] != true || again["endTime"] != first["endTime"] {
+				t.Fatalf("second retry %v, first %v", again, first)
+			}
+			if got := s.doctorEntries(t); len(got) != 3 {
+				t.Fatalf("entries after the retry: %v", got)
+			}
+			if rows := s.openRows(t); len(rows) != 3 {
+				t.Fatalf("journal rows after the retry: %d", len(rows))
+			}
+			if m, isErr := call(t, cs, "close_step", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+				t.Fatalf("close_step: %v", m)
+			}
+			if got := s.doctorEntries(t); len(got) != 0 {
+				t.Fatalf("entries after close_step: %v", got)
+			}
+		})
+	}
+}
