@@ -80,7 +80,16 @@ func (s *Server) listTool() tool {
 	}, s.list)
 }
 
+// maxCategoryBytes bounds list_approved_documents' category filter: no
+// category is longer, and a longer one is a mistake to say, not to match.
+const maxCategoryBytes = 128
+
 func (s *Server) list(ctx context.Context, c *call, in listInput) (listOutput, error) {
+	if len(in.Category) > maxCategoryBytes {
+		return listOutput{}, refuse(CodeInvalidArgument, 400,
+			"argument \"category\" is %d bytes, over the %d-byte limit; call again with a category from the list, or without one",
+			len(in.Category), maxCategoryBytes)
+	}
 	m := s.currentManifest()
 	out := listOutput{Documents: []listedDocument{}, Destinations: []listedDestination{},
 		GrantExpiresAt: s.cfg.Grant.NotAfter.UTC().Format("2006-01-02T15:04:05Z")}

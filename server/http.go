@@ -235,10 +235,30 @@ func jsonRPCShape(next http.Handler) http.Handler {
 		case len(trimmed) == 0 || trimmed[0] != '{':
 			writeRPCError(w, -32600, "invalid request: the body must be one JSON-RPC message object")
 			return
+		case !isMessage(trimmed):
+			writeRPCError(w, -32600, "invalid request: a JSON-RPC message has a method (a request or notification) or a result or error (a response)")
+			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isMessage reports whether the object is a request, a notification or a
+// response: an object with none of method, result and error is none of
+// them, and would otherwise be taken as a response and answered 202.
+func isMessage(obj []byte) bool {
+	var m struct {
+		Method json.RawMessage `json:"method"`
+		Result json.RawMessage `json:"result"`
+		Error  json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(obj, &m) != nil {
+		// Not this check's to judge (a method of the wrong type, say):
+		// the SDK answers it.
+		return true
+	}
+	return m.Method != nil || m.Result != nil || m.Error != nil
 }
 
 func writeRPCError(w http.ResponseWriter, code int, msg string) {
