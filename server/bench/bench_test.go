@@ -31,9 +31,9 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("%s %q: pdmcp %v baseline %v ratio %v goal %q", f.ID, f.Name, f.PDMCP, f.Baseline, f.Ratio, f.Goal)
 		}
 	}
-	// P1: median and p99 in two modes; P2: time and memory; P3: heap,
+	// P1: median, p99 and CPU in two modes; P2: time and memory; P3: heap,
 	// live sessions, per session; P4 and P5 one each.
-	want := map[string]int{"P1": 4, "P2": 2, "P3": 3, "P4": 1, "P5": 1}
+	want := map[string]int{"P1": 6, "P2": 2, "P3": 3, "P4": 1, "P5": 1}
 	for id, n := range want {
 		if seen[id] != n {
 			t.Errorf("%s: %d figures, want %d", id, seen[id], n)
