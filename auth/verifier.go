@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -141,7 +142,19 @@ type Verifier struct {
 	mu        sync.Mutex // guards keys and lastFetch
 	keys      jwk.Set
 	lastFetch time.Time
+
+	// verified remembers tokens that passed every check, by the SHA-256 of
+	// the token, until their exp (plus the skew): the same bearer token on
+	// every call of a session is then checked once, not re-verified with
+	// its signature each time. Only successes are kept; a new key set
+	// empties it.
+	cacheMu  sync.Mutex
+	verified map[[sha256.Size]byte]Caller
 }
+
+// maxVerified bounds the verified-token cache; a full cache is swept of
+// expired entries and then, if still full, emptied.
+const maxVerified = 4096
 
 // NewVerifier checks cfg and returns a Verifier. It fetches nothing.
 func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
@@ -164,6 +177,7 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 		maxAge:   cfg.JWKSMaxAge,
 		skew:     cfg.ClockSkew,
 		now:      cfg.Now,
+		verified: map[[sha256.Size]byte]Caller{},
 	}
 	if v.refresh <= 0 {
 		v.refresh = DefaultJWKSRefreshMin
@@ -184,8 +198,60 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 func (v *Verifier) ClockSkew() time.Duration { return v.skew }
 
 // Verify validates token and returns its caller. Every refusal is a
-// *TokenError.
+// *TokenError. A token that passed before is answered from the cache until
+// its exp (with the skew); it is then checked again, and refused as expired.
 func (v *Verifier) Verify(ctx context.Context, token string) (*Caller, error) {
+	if token == "" || len(token) > MaxTokenBytes {
+		return v.verify(ctx, token)
+	}
+	sum := sha256.Sum256([]byte(token))
+	now := v.now()
+	v.cacheMu.Lock()
+	c, ok := v.verified[sum]
+	if ok && !now.Before(c.Expiry.Add(v.skew)) {
+		delete(v.verified, sum)
+		ok = false
+	}
+	v.cacheMu.Unlock()
+	if ok {
+		c.Scopes = slices.Clone(c.Scopes)
+		return &c, nil
+	}
+	caller, err := v.verify(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	v.remember(sum, *caller)
+	return caller, nil
+}
+
+func (v *Verifier) remember(sum [sha256.Size]byte, c Caller) {
+	c.Scopes = slices.Clone(c.Scopes)
+	now := v.now()
+	v.cacheMu.Lock()
+	defer v.cacheMu.Unlock()
+	if len(v.verified) >= maxVerified {
+		for k, e := range v.verified {
+			if !now.Before(e.Expiry.Add(v.skew)) {
+				delete(v.verified, k)
+			}
+		}
+		if len(v.verified) >= maxVerified {
+			clear(v.verified)
+		}
+	}
+	v.verified[sum] = c
+}
+
+// forgetVerified empties the verified-token cache.
+func (v *Verifier) forgetVerified() {
+	v.cacheMu.Lock()
+	defer v.cacheMu.Unlock()
+	clear(v.verified)
+}
+
+// verify makes every check of Verify.
+func (v *Verifier) verify(ctx context.Context, token string) (*Caller, error) {
 	if token == "" {
 		return nil, refuse(ClassNoToken, ReasonNoToken)
 	}
@@ -529,6 +595,9 @@ func (v *Verifier) fetch(ctx context.Context) error {
 		return &TokenError{Class: ClassProviderUnavailable, Reason: ReasonJWKSUnavailable,
 			cause: fmt.Errorf("the key set at %s is not a JWK set: %w", meta.JWKSURI, err)}
 	}
+	// A token verified under a key the provider has since dropped is
+	// checked again under the new set.
+	v.forgetVerified()
 	v.mu.Lock()
 	v.keys = set
 	v.mu.Unlock()

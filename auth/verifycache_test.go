@@ -1,0 +1,77 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+// TestVerifyCachesUntilExpiry: a token that passed is answered from the
+// cache (even with its key gone from the verifier's set), only until its
+// exp with the skew; another token, a tampered one included, is verified
+// in full; a new key set empties the cache.
+func TestVerifyCachesUntilExpiry(t *testing.T) {
+	f := newVerifierFixture(t)
+	ctx := context.Background()
+	tok := f.token(t, nil)
+	first, err := f.v.Verify(ctx, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Scopes[0] = "changed by the caller"
+
+	// Without its key, only the cache can accept the token now.
+	f.v.mu.Lock()
+	f.v.keys = jwk.NewSet()
+	f.v.mu.Unlock()
+	again, err := f.v.Verify(ctx, tok)
+	if err != nil {
+		t.Fatalf("the same token, not from the cache: %v", err)
+	}
+	if again.ID() != first.ID() || again.Scopes[0] != "openid" {
+		t.Errorf("cached caller = %+v", again)
+	}
+	other := f.token(t, func(c map[string]any) { c["jti"] = "jti-2" })
+	if _, err := f.v.Verify(ctx, other); !errors.Is(err, &TokenError{Class: ClassUnknownKey}) {
+		t.Errorf("another token was not verified in full: %v", err)
+	}
+	tampered := tok[:len(tok)-2] + "AA"
+	if tampered == tok {
+		tampered = tok[:len(tok)-2] + "BB"
+	}
+	if _, err := f.v.Verify(ctx, tampered); err == nil {
+		t.Error("a tampered token was accepted")
+	}
+
+	// Past exp and the skew, the cached token is refused as expired.
+	f.clock.Advance(5*time.Minute + DefaultClockSkew)
+	if _, err := f.v.Verify(ctx, tok); !errors.Is(err, &TokenError{Class: ClassExpired}) {
+		t.Errorf("an expired cached token: %v, want expired", err)
+	}
+
+	// A fetched key set empties the cache.
+	f.v.remember([32]byte{1}, Caller{Subject: "x", Expiry: f.clock.Now().Add(time.Hour)})
+	if err := f.v.fetch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.v.cacheMu.Lock()
+	n := len(f.v.verified)
+	f.v.cacheMu.Unlock()
+	if n != 0 {
+		t.Errorf("%d entries kept across a key-set fetch", n)
+	}
+}
+
+// TestVerifyCacheBounded: the cache never holds more than maxVerified.
+func TestVerifyCacheBounded(t *testing.T) {
+	f := newVerifierFixture(t)
+	for i := range maxVerified + 10 {
+		f.v.remember([32]byte{byte(i), byte(i >> 8), byte(i >> 16)}, Caller{Expiry: f.clock.Now().Add(time.Hour)})
+	}
+	if n := len(f.v.verified); n > maxVerified {
+		t.Errorf("%d entries, bound %d", n, maxVerified)
+	}
+}
