@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -12,17 +13,19 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 )
 
 // The crash-consistency suite: the server (or protect) killed with SIGKILL
 // at every step boundary, through the PDMCP_TEST_KILL_AT hook. Run alone:
 //
-//	go test ./cmd/pdmcp -run 'CrashPoints|SurvivesKill|KillBetween'
+//	go test ./cmd/pdmcp -run 'CrashPoints|SurvivesKill|SurviveKill|KillBetween'
 //
 // TestSaveSurvivesKillAtEachStep, TestEncryptFileSurvivesKillAtEachStep,
-// TestSaveFragmentSurvivesKill, TestProtectSurvivesKill and
-// TestHandOffSurvivesKillAtEachStep cover the points one tool each;
+// TestFileToolsSurviveKillAtCheck, TestSaveFragmentSurvivesKill,
+// TestProtectSurvivesKill and TestHandOffSurvivesKillAtEachStep cover the
+// points one tool each;
 // TestCrashPointsAllCovered holds them to the list of points in the code.
 
 // crashPointRE finds a step boundary named in the code: the argument of a
@@ -137,5 +140,64 @@ func TestHandOffSurvivesKillAtEachStep(t *testing.T) {
 				t.Fatalf("entries after close_step: %v", got)
 			}
 		})
+	}
+}
+
+// TestFileToolsSurviveKillAtCheck kills the server between a file tool's
+// path checks and its open ("file:checked"): nothing is reserved, sent or
+// written yet, so the retry on a fresh server is a first call: one encrypt,
+// one key, no envelope before it; then decrypt_file killed at the same
+// point and retried writes the plaintext once.
+func TestFileToolsSurviveKillAtCheck(t *testing.T) {
+	s, root := newFileStack(t)
+	content := []byte("kill me at file:checked")
+	if err := os.WriteFile(filepath.Join(root, "c.txt"), content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	keys := s.keyCount(t)
+	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+	doomed := s.connect(t, crashEnv+"=file:checked")
+	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "encrypt_file",
+		Arguments: map[string]any{"path": "c.txt"}}); err == nil {
+		t.Fatal("the server answered instead of dying at file:checked")
+	}
+	if _, err := os.Stat(filepath.Join(root, "c.txt.pisoft")); !os.IsNotExist(err) {
+		t.Fatal("an envelope exists after a kill before the open")
+	}
+	if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 0 {
+		t.Fatalf("%d encrypts before the open", n)
+	}
+	cs := s.connect(t)
+	res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "c.txt"})
+	if isErr || res["replayed"] == true || res["sha256"] != sha256Hex(content) {
+		t.Fatalf("retry after the kill: %v", res)
+	}
+	if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {
+		t.Errorf("Gateway encrypts: %d, want 1", n)
+	}
+	if n := s.keyCount(t) - keys; n != 1 {
+		t.Errorf("keys minted: %d, want 1", n)
+	}
+	if err := os.Remove(filepath.Join(root, "c.txt")); err != nil {
+		t.Fatal(err)
+	}
+	doomed = s.connect(t, crashEnv+"=file:checked")
+	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "decrypt_file",
+		Arguments: map[string]any{"path": "c.txt.pisoft"}}); err == nil {
+		t.Fatal("the server answered instead of dying at file:checked")
+	}
+	if _, err := os.Stat(filepath.Join(root, "c.decrypted.txt")); !os.IsNotExist(err) {
+		t.Fatal("a decrypted file exists after a kill before the open")
+	}
+	cs = s.connect(t)
+	if dec, isErr := call(t, cs, "decrypt_file", map[string]any{"path": "c.txt.pisoft"}); isErr {
+		t.Fatalf("decrypt after the kill: %v", dec)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "c.decrypted.txt")); !bytes.Equal(got, content) {
+		t.Fatal("the decrypted file differs")
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(root, ".*"))
+	if len(leftovers) != 0 {
+		t.Errorf("temporary files left: %v", leftovers)
 	}
 }
