@@ -58,7 +58,10 @@ type StackOptions struct {
 	NonDurableJournal bool
 	// BigFile writes the 16,777,215-byte file in the file root.
 	BigFile bool
-	Logger  *slog.Logger
+	// Mixed maps the users to three principals in turn (see Principals)
+	// instead of all to the reader, for tests that check who reads what.
+	Mixed  bool
+	Logger *slog.Logger
 }
 
 // Stack is everything a figure measures, on 127.0.0.1: the reference
@@ -86,6 +89,38 @@ type Stack struct {
 	closers []func()
 	runDone chan error
 	cancel  context.CancelFunc
+}
+
+// Principals are the seed's users: the reader (the 4 KiB document, two
+// seeded ones, the destination), partial (one other seeded document) and
+// none (nothing at the key server).
+var Principals = []string{"reader", "partial", "none"}
+
+var principalDocs = map[string][]string{
+	"reader":  {"proposal-aurora", "evaluation-criteria"},
+	"partial": {"proposal-borealis"},
+}
+
+// PrincipalOf is the seed user user i is mapped to.
+func (st *Stack) PrincipalOf(i int) string {
+	if !st.o.Mixed {
+		return "reader"
+	}
+	return Principals[i%len(Principals)]
+}
+
+// MayRead says whether user i's principal holds READ on document id.
+func (st *Stack) MayRead(i int, id string) bool {
+	p := st.PrincipalOf(i)
+	if id == DocumentID {
+		return p == "reader"
+	}
+	for _, d := range principalDocs[p] {
+		if d == id {
+			return true
+		}
+	}
+	return false
 }
 
 // UserName is the i-th bench user's name.
@@ -175,7 +210,8 @@ func (st *Stack) provision(ctx context.Context, pwFile string) error {
 	st.Service = sc
 	data := filepath.Join(dir, "task-data")
 	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: sc, OutDir: data, Tag: "b",
-		Users: []operator.SeedUser{{Name: "reader", Documents: []string{"proposal-aurora"}, Save: true}}})
+		Users: []operator.SeedUser{{Name: "reader", Documents: principalDocs["reader"], Save: true},
+			{Name: "partial", Documents: principalDocs["partial"]}, {Name: "none"}}})
 	if err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
@@ -244,9 +280,9 @@ func (st *Stack) provision(ctx context.Context, pwFile string) error {
 		Audience: devidp.DefaultGatewayAudience, AllowedClient: devidp.DefaultAdapterClientID, CAPEM: string(caPEM)}); err != nil {
 		return fmt.Errorf("bind the provider: %w", err)
 	}
-	for _, u := range st.users {
+	for i, u := range st.users {
 		if err := admin.MapIdentity(ctx, api.MapIdentityRequest{ServiceID: sc.ServiceID, Issuer: st.Issuer,
-			Subject: u.Username, Principal: st.Reader}); err != nil {
+			Subject: u.Username, Principal: sc.Prefix + "b." + st.PrincipalOf(i)}); err != nil {
 			return fmt.Errorf("map %s: %w", u.Username, err)
 		}
 	}
