@@ -56,6 +56,8 @@ type httpStack struct {
 	// httpExtra is appended to mcp-http.json's members (",\"name\":value").
 	httpExtra string
 	manifst   string
+	// gatewayTimeout, when set, is server.Options.GatewayTimeout.
+	gatewayTimeout time.Duration
 }
 
 type syncBuffer struct {
@@ -185,7 +187,7 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 	ready := make(chan string, 1)
 	go func() {
 		hs.done <- server.Run(runCtx, server.Options{ConfigPath: cfgPath, ManifestPath: hs.manifst, GrantPath: grantPath,
-			AuditPath: hs.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln,
+			AuditPath: hs.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln, GatewayTimeout: hs.gatewayTimeout,
 			OpsAddr: "127.0.0.1:0", OpsReady: func(u string) { hs.opsURL = u },
 			Logger: slogTo(hs.stderr), Ready: func(u string) { ready <- u }})
 	}()

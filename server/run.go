@@ -48,6 +48,9 @@ type Options struct {
 	// (journal.OpenNonDurableForBenchmarks). Only `pdmcp bench` sets it, on
 	// its own throwaway stack; no flag or config file of serve does.
 	NonDurableJournalForBenchmarks bool
+	// GatewayTimeout bounds each Gateway request (gateway.DefaultTimeout
+	// when zero). serve leaves it at the default; tests shorten it.
+	GatewayTimeout time.Duration
 }
 
 // deps is what both transports open before serving.
@@ -127,6 +130,7 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	d := &deps{service: sc, grant: g, manifest: m, journal: j, audit: a}
 	cc := sc.ClientConfig()
 	cc.Logger = o.Logger
+	cc.Timeout = o.GatewayTimeout
 	if d.client, err = gateway.New(cc); err != nil {
 		d.close()
 		return nil, err
