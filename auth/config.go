@@ -278,6 +278,11 @@ func (c *HTTPConfig) NewExchanger(p *Provider) (*Exchanger, error) {
 		ClientID:        c.Exchange.ClientID,
 		ClientSecret:    secret,
 		GatewayAudience: c.Exchange.GatewayAudience,
+		// Exchanged tokens are kept for the callers the session pool
+		// holds and as many again: a caller pushed out of the pool needs a
+		// new mint on return anyway, and one exchange more then costs
+		// little next to holding a Gateway token for every user ever seen.
+		MaxEntries: 2 * max(c.MaxCallers, 1),
 	})
 }
 
