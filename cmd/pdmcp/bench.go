@@ -19,6 +19,7 @@ func newBenchCmd() *cobra.Command {
 		asJSON, quick bool
 		only          []string
 		dir, cpuProf  string
+		heapDir       string
 		opts          = bench.Full()
 	)
 	cmd := &cobra.Command{
@@ -50,7 +51,7 @@ for machines.`,
 				q.Only = o.Only
 				o = q
 			}
-			o.Only, o.Dir = only, dir
+			o.Only, o.Dir, o.HeapProfiles = only, dir, heapDir
 			o.Progress = cmd.ErrOrStderr()
 			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
 			if cpuProf != "" {
@@ -88,6 +89,7 @@ for machines.`,
 	f.StringSliceVar(&only, "only", nil, "measure only these figures (P1,...,P5)")
 	f.StringVar(&dir, "dir", "", "state folder (default: a temporary one, removed afterwards)")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process)")
+	f.StringVar(&heapDir, "heapprofiles", "", "folder for P3's heap profiles after warm-up and at the end")
 	f.IntVar(&opts.Rounds, "rounds", opts.Rounds, "alternating rounds of P1, P2 and P4")
 	f.IntVar(&opts.Calls, "calls", opts.Calls, "P1 calls per user per target per round")
 	f.Float64Var(&opts.Rate, "rate", opts.Rate, "P1 total calls per second")

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,8 +45,12 @@ type Options struct {
 	Saves    int // P4 saves per round
 	NewUsers int // P5 new users per side
 	Only     []string
-	Progress io.Writer // stderr
-	Logger   *slog.Logger
+	// HeapProfiles, when set, is a folder where P3 writes heap profiles
+	// after its warm-up and at its end (p3-warm.heap, p3-end.heap), for
+	// go tool pprof -diff_base.
+	HeapProfiles string
+	Progress     io.Writer // stderr
+	Logger       *slog.Logger
 }
 
 // Full is the default run; Quick keeps every figure but small.
@@ -664,6 +669,7 @@ func (b *run) p3(ctx context.Context) error {
 		}
 	}
 	ownW, totW := serverHeap()
+	b.heapProfile("p3-warm.heap")
 	for i := warm; i < o.Churn; i++ {
 		if err := call(i); err != nil {
 			return err
@@ -673,6 +679,7 @@ func (b *run) p3(ctx context.Context) error {
 		}
 	}
 	ownE, totE := serverHeap()
+	b.heapProfile("p3-end.heap")
 	live := b.st.LiveScopedSessions() - int(b.own.Load())
 	b.say("P3: server heap %d -> %d bytes (process %d -> %d), %d live Gateway sessions", ownW, ownE, totW, totE, live)
 	// Bytes per live session: the heap the churn's own allocations hold at
@@ -690,6 +697,21 @@ func (b *run) p3(ctx context.Context) error {
 			Met: b.perSession <= 64<<10, Note: "the pool entry with its Gateway session, exchanged token and caches"})
 	}
 	return nil
+}
+
+func (b *run) heapProfile(name string) {
+	if b.o.HeapProfiles == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(b.o.HeapProfiles, name))
+	if err != nil {
+		b.say("heap profile: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.say("heap profile: %v", err)
+	}
 }
 
 // measurePerSession measures, before anything else has called, what 8 callers
