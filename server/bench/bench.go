@@ -463,13 +463,15 @@ func (b *run) p2(ctx context.Context) error {
 	_ = os.Remove(name + ".pisoft")
 	n := float64(o.Rounds)
 	ft, bt := fileT.Seconds()*1000/n, baseT.Seconds()*1000/n
+	own := max(float64(fileP)-float64(baseP), 0) / float64(o.FileSize)
 	b.r.Figures = append(b.r.Figures,
 		Figure{ID: "P2", Name: fmt.Sprintf("encrypt_file %d bytes, time", o.FileSize), Unit: "ms", PDMCP: ft,
 			Baselines: map[string]float64{"post to the Gateway": bt}, Baseline: bt, Ratio: ft / bt, Goal: "<= 1.5 x", Met: ft/bt <= 1.5},
-		Figure{ID: "P2", Name: "encrypt_file, peak heap growth / file size", Unit: "x file size",
-			PDMCP: float64(fileP) / float64(o.FileSize), Baselines: map[string]float64{"post to the Gateway": float64(baseP) / float64(o.FileSize)},
-			Baseline: 1, Ratio: float64(fileP) / float64(o.FileSize), Goal: "<= 3 x file size", Met: float64(fileP) <= 3*float64(o.FileSize),
-			Note: "the reference Gateway runs in this process: both peaks include its share of the work"})
+		Figure{ID: "P2", Name: "encrypt_file, peak heap growth / file size, pdmcp's own share", Unit: "x file size",
+			PDMCP: own, Baselines: map[string]float64{"whole process, encrypt_file": float64(fileP) / float64(o.FileSize),
+				"whole process, post to the Gateway": float64(baseP) / float64(o.FileSize)},
+			Baseline: 1, Ratio: own, Goal: "<= 3 x file size", Met: own <= 3,
+			Note: "the reference Gateway runs in this process and does the same work in both: pdmcp's share is the difference of the peaks"})
 	return nil
 }
 
