@@ -378,6 +378,9 @@ func (b *run) p1(ctx context.Context) error {
 			}
 			b.r.Figures = append(b.r.Figures, f)
 		}
+		if !cpuMeasured {
+			continue
+		}
 		// CPU per call of the whole process (client, server, Gateway all
 		// run here): far less sensitive than latency to a loaded machine.
 		calls := float64(o.Rounds * o.Users * o.Calls)
