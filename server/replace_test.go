@@ -202,3 +202,37 @@ func TestHTTPMintAnsweringAnotherPrincipalIsRefused(t *testing.T) {
 		t.Fatalf("read once the Gateway answers rightly: %v", m)
 	}
 }
+
+// TestSessionReplacedOnlyOnce: a request refused SESSION_MISSING is sent
+// once more on a new session; when that is refused the same way, the
+// refusal stands (no third request, no second mint) and reaches the model.
+func TestSessionReplacedOnlyOnce(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	if m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
+		t.Fatalf("first read: %v", m)
+	}
+	for _, tc := range []struct {
+		gone    int
+		refused bool
+	}{{1, false}, {2, true}} {
+		f.env.Gateway.SetFaults(reference.Faults{SessionGoneNext: map[string]int{api.RouteDecrypt: tc.gone}})
+		f.env.Gateway.ResetCounts()
+		m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"})
+		if tc.refused {
+			if !isErr || m["layer"] != "gateway" || m["code"] != api.CodeSessionMissing {
+				t.Fatalf("read with the session gone twice: %v", m)
+			}
+		} else if isErr {
+			t.Fatalf("read with the session gone once: %v", m)
+		}
+		counts := f.env.Gateway.Counts()
+		if counts[api.RouteDecrypt] != 2 || counts[api.RouteScoped] != 1 {
+			t.Fatalf("gone %d times: Gateway counts %v; want two decrypts and one mint", tc.gone, counts)
+		}
+		lines := toolLines(t, f.auditLog)
+		if last := lines[len(lines)-1]; !last.SessionReplaced {
+			t.Fatalf("audit line %+v does not say sessionReplaced", last)
+		}
+	}
+	f.env.Gateway.SetFaults(reference.Faults{})
+}

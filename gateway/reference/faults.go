@@ -45,6 +45,10 @@ type Faults struct {
 	// succeed act as this principal (any service's) instead of the one
 	// asked for or mapped: a Gateway answering another principal.
 	MintAsPrincipal string `json:"mintAsPrincipal,omitempty"`
+	// SessionGoneNext makes the next N requests to a route (its path) be
+	// answered 401 SESSION_MISSING before any check, as if the Gateway had
+	// forgotten the caller's session.
+	SessionGoneNext map[string]int `json:"sessionGoneNext,omitempty"`
 }
 
 // faultState is the current Faults, shared by every request.
@@ -62,6 +66,7 @@ func newFaultState() *faultState { return &faultState{changed: make(chan struct{
 
 func (s *faultState) set(f Faults) {
 	f.FailNext = maps.Clone(f.FailNext)
+	f.SessionGoneNext = maps.Clone(f.SessionGoneNext)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.f = f
@@ -86,6 +91,7 @@ func (s *faultState) get() Faults {
 	defer s.mu.Unlock()
 	f := s.f
 	f.FailNext = maps.Clone(f.FailNext)
+	f.SessionGoneNext = maps.Clone(f.SessionGoneNext)
 	return f
 }
 
@@ -163,6 +169,20 @@ func (s *faultState) takeFailure(route string) (int, bool) {
 		status = http.StatusServiceUnavailable
 	}
 	return status, true
+}
+
+// takeSessionGone spends one injected SESSION_MISSING of route, if any.
+func (s *faultState) takeSessionGone(route string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f.SessionGoneNext[route] <= 0 {
+		return false
+	}
+	s.f.SessionGoneNext[route]--
+	if s.f.SessionGoneNext[route] == 0 {
+		delete(s.f.SessionGoneNext, route)
+	}
+	return true
 }
 
 func (s *faultState) takeLoseEncrypt() bool {
@@ -261,6 +281,11 @@ func (g *Gateway) controlFaults(_ context.Context, c *call) (any, error) {
 	for _, n := range f.FailNext {
 		if n < 0 {
 			return nil, badRequest("failNext counts may not be negative; fix them")
+		}
+	}
+	for _, n := range f.SessionGoneNext {
+		if n < 0 {
+			return nil, badRequest("sessionGoneNext counts may not be negative; fix them")
 		}
 	}
 	g.SetFaults(f)

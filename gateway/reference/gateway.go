@@ -243,6 +243,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"the Gateway failed this request on purpose (fault injection); retry if the operation is safe to repeat"))
 			return
 		}
+		if g.faults.takeSessionGone(path) {
+			g.refuse(w, r, gatewayError(api.CodeSessionMissing, http.StatusUnauthorized,
+				"the handle names no session of this Gateway; mint a scoped session first"))
+			return
+		}
 	}
 	if e := g.checkTransport(r); e != nil {
 		g.refuse(w, r, e)
