@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -235,4 +236,54 @@ func TestSessionReplacedOnlyOnce(t *testing.T) {
 		}
 	}
 	f.env.Gateway.SetFaults(reference.Faults{})
+}
+
+// TestHTTPAllSessionsBusyIsRetryable: with maxCallers 1 and alice's read
+// held at the Gateway, bob's read finds the one session busy, waits the
+// bounded time and is refused SESSIONS_BUSY with retryAfter, with no mint
+// sent for him; once alice's call ends, bob's next read takes the place.
+func TestHTTPAllSessionsBusyIsRetryable(t *testing.T) {
+	hs := newHTTPStack(t, 1)
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
+	gw := hs.env.Gateway
+	gw.SetFaults(reference.Faults{Delay: time.Hour, DelayActingAs: hs.svc.Prefix + "t.alice"})
+	t.Cleanup(func() { gw.SetFaults(reference.Faults{}) })
+
+	decrypts := gw.Count(api.RouteDecrypt)
+	aliceDone := make(chan bool, 1)
+	go func() {
+		res, err := alice.CallTool(context.Background(), &mcp.CallToolParams{Name: "read_protected_document",
+			Arguments: map[string]any{"documentId": "proposal-aurora"}})
+		aliceDone <- err == nil && !res.IsError
+	}()
+	for gw.Count(api.RouteDecrypt) == decrypts {
+		time.Sleep(time.Millisecond)
+	}
+
+	mints := gw.Count(api.RouteScoped)
+	m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
+	if !isErr || m["layer"] != "adapter" || m["code"] != api.CodeSessionsBusy || m["status"] != float64(503) {
+		t.Fatalf("bob's read with the one session busy: %v", m)
+	}
+	if ra, _ := m["retryAfter"].(float64); ra < 1 {
+		t.Fatalf("no retryAfter in %v", m)
+	}
+	if gw.Count(api.RouteScoped) != mints {
+		t.Fatal("a mint was sent for bob while every place was busy")
+	}
+	if live, _ := gw.LiveScopedSessions(); live != 1 {
+		t.Fatalf("%d scoped sessions live, want alice's alone", live)
+	}
+
+	gw.SetFaults(reference.Faults{})
+	if ok := <-aliceDone; !ok {
+		t.Fatal("alice's held read failed")
+	}
+	if m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
+		t.Fatalf("bob's retry: %v", m)
+	}
+	if live, peak := gw.LiveScopedSessions(); live != 1 || peak > 1 {
+		t.Fatalf("live %d, peak %d with maxCallers 1", live, peak)
+	}
 }
