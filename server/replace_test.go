@@ -287,3 +287,26 @@ func TestHTTPAllSessionsBusyIsRetryable(t *testing.T) {
 		t.Fatalf("live %d, peak %d with maxCallers 1", live, peak)
 	}
 }
+
+// TestStdioMintAnsweringAnotherPrincipalIsRefused: over stdio the grant
+// names the user; a session acting as anyone else is revoked at once and
+// the read refused SESSION_IDENTITY_MISMATCH, nothing decrypted.
+func TestStdioMintAnsweringAnotherPrincipalIsRefused(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	other := f.env.Service(t, "other", true)
+	stranger := reftest.Principal(t, f.env.ServiceClient(t, other), other.Prefix+"stranger")
+	f.env.Gateway.SetFaults(reference.Faults{MintAsPrincipal: stranger.Name})
+	f.env.Gateway.ResetCounts()
+	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"})
+	if !isErr || m["layer"] != "adapter" || m["code"] != api.CodeSessionIdentityMismatch {
+		t.Fatalf("read with a Gateway answering another principal: %v", m)
+	}
+	counts := f.env.Gateway.Counts()
+	if counts[api.RouteScoped] != 1 || counts[api.RouteRevoke] != 1 || counts[api.RouteDecrypt] != 0 {
+		t.Fatalf("Gateway counts %v: want one mint and its revoke, no decrypt", counts)
+	}
+	f.env.Gateway.SetFaults(reference.Faults{})
+	if m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
+		t.Fatalf("read once the Gateway answers rightly: %v", m)
+	}
+}
