@@ -2,8 +2,11 @@ package server_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +20,8 @@ import (
 // TestGatewayFaults is the Gateway-faults suite, on one HTTP stack with
 // alice as the user the fault hits and bob as another user who must be
 // served throughout: 5xx, a timeout (bob served while alice's call hangs),
-// a dropped connection that loses an encrypt's answer (never resent; the
+// a connection dropped under a decrypt, an encrypt whose answer is lost
+// (the connection dropped after the key was made: never resent; the
 // same idempotency key then finishes the save under the destination's
 // existing key), clock skew of +50 s and -50 s, a provider key rotation, a
 // dropped service session and a restarted Gateway. Each ends as
@@ -26,8 +30,15 @@ import (
 //	go test ./server -run TestGatewayFaults
 func TestGatewayFaults(t *testing.T) {
 	const timeout = 2 * time.Second
-	hs := newHTTPStack(t, 8, func(_ *testing.T, h *httpStack, _ string, _ *grant.LaunchOptions) {
+	var proxy *cuttingProxy
+	hs := newHTTPStack(t, 8, func(t *testing.T, h *httpStack, _ string, _ *grant.LaunchOptions) {
 		h.gatewayTimeout = timeout
+		// pdmcp reaches the Gateway through a proxy that can cut every
+		// connection it carries: a dropped connection.
+		proxy = newCuttingProxy(t, strings.TrimPrefix(h.env.URL, "https://"))
+		svc := *h.svc
+		svc.GatewayURL = "https://" + proxy.addr
+		h.svc = &svc
 	})
 	gw := hs.env.Gateway
 	outer := t // sessions that outlive a subtest are the outer test's
@@ -88,6 +99,30 @@ func TestGatewayFaults(t *testing.T) {
 		if m, isErr := read(alice, "proposal-aurora"); isErr {
 			t.Fatalf("alice after the timeout: %v", m)
 		}
+	})
+
+	t.Run("dropped connection", func(t *testing.T) {
+		decrypts := gw.Count(api.RouteDecrypt)
+		gw.SetFaults(reference.Faults{Delay: time.Hour, DelayActingAs: hs.svc.Prefix + "t.alice"})
+		done := make(chan struct{})
+		var m map[string]any
+		var isErr bool
+		go func() {
+			defer close(done)
+			m, isErr = read(alice, "proposal-aurora")
+		}()
+		// Cut the connection once alice's decrypt has reached the Gateway.
+		for gw.Count(api.RouteDecrypt) == decrypts {
+			time.Sleep(time.Millisecond)
+		}
+		proxy.cut()
+		<-done
+		gw.SetFaults(reference.Faults{})
+		wantRefusal("a dropped connection", m, isErr, "gateway", api.CodeUnreachable)
+		if m, isErr := read(alice, "proposal-aurora"); isErr {
+			t.Fatalf("alice after the dropped connection: %v", m)
+		}
+		bobServed("a dropped connection")
 	})
 
 	t.Run("lost encrypt answer", func(t *testing.T) {
@@ -183,4 +218,49 @@ func TestGatewayFaults(t *testing.T) {
 			t.Error("no audit line says sessionReplaced: true")
 		}
 	})
+}
+
+// cuttingProxy forwards TCP to a target and can cut every connection it
+// carries at once.
+type cuttingProxy struct {
+	addr string
+	mu   sync.Mutex
+	conn []net.Conn
+}
+
+func newCuttingProxy(t *testing.T, target string) *cuttingProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cuttingProxy{addr: ln.Addr().String()}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conn = append(p.conn, c, u)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() { _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cuttingProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conn {
+		c.Close()
+	}
+	p.conn = nil
 }
