@@ -108,12 +108,12 @@ func (f *stepFixture) call(t *testing.T, name string, args map[string]any) (map[
 	}
 	var m map[string]any
 	if res.IsError {
-		if len(res.Content) == 0 {
-			t.Fatalf("%s: refusal without content", name)
+		r, ok := server.RefusalOf(res)
+		if !ok {
+			t.Fatalf("%s: isError result without a refusal: %+v", name, res)
 		}
-		if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &m); err != nil {
-			t.Fatalf("%s: refusal text is not JSON: %v", name, err)
-		}
+		b, _ := json.Marshal(r)
+		_ = json.Unmarshal(b, &m)
 		return m, true
 	}
 	b, _ := json.Marshal(res.StructuredContent)

@@ -82,8 +82,9 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 		Detail: "the server failed internally; the task's Gateway session was ended; report this to the operator"}, true
 }
 
-// result renders a refusal as an isError tool result: the refusal as JSON in
-// one text content block, and no structuredContent.
+// result renders a refusal as an isError tool result with no
+// structuredContent and two text content blocks: a one-line sentence naming
+// the layer, code and status, then the refusal as JSON.
 //
 // Why no structuredContent: a tool's outputSchema describes its success
 // result (closed, with required fields), and a refusal object contradicts
@@ -98,33 +99,43 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 // Copilot CLI) read the same JSON. Widening every outputSchema to admit the
 // refusal shape instead would weaken each schema for every success result and
 // would have to be repeated, and kept in step, by every new tool.
+//
+// Why the sentence comes first: Gemini CLI (0.61.0) parses a result's first
+// text block as JSON into structuredContent when the server sent none, and
+// its SDK then rejects that against the output schema, so its model would
+// get the -32602 error instead of the refusal. A first block that is not
+// JSON is left alone, and the model reads both blocks.
 func (r *Refusal) result() *mcp.CallToolResult {
 	b, err := json.Marshal(r)
 	if err != nil {
 		// A Refusal is strings and ints; this cannot happen.
 		b = []byte(`{"refused":true,"layer":"adapter","code":"INTERNAL_ERROR","status":500,"detail":"refusal not renderable"}`)
 	}
+	line := fmt.Sprintf("Refused by the %s layer: %s (status %d). The refusal as JSON follows; its detail says what to do.",
+		r.Layer, r.Code, r.Status)
 	return &mcp.CallToolResult{
 		IsError: true,
-		Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
+		Content: []mcp.Content{&mcp.TextContent{Text: line}, &mcp.TextContent{Text: string(b)}},
 	}
 }
 
 // RefusalOf reads a refusal back from a tool result, as a client sees it:
-// ok is false when res is not an isError result whose first text content is
-// a refusal object. Tests and in-process callers use it; a host's model reads
-// the same JSON.
+// ok is false when res is not an isError result with a text content block
+// holding a refusal object. Tests and in-process callers use it; a host's
+// model reads the same JSON.
 func RefusalOf(res *mcp.CallToolResult) (r *Refusal, ok bool) {
-	if res == nil || !res.IsError || len(res.Content) == 0 {
+	if res == nil || !res.IsError {
 		return nil, false
 	}
-	tc, isText := res.Content[0].(*mcp.TextContent)
-	if !isText {
-		return nil, false
+	for _, c := range res.Content {
+		tc, isText := c.(*mcp.TextContent)
+		if !isText {
+			continue
+		}
+		var out Refusal
+		if err := json.Unmarshal([]byte(tc.Text), &out); err == nil && out.Refused {
+			return &out, true
+		}
 	}
-	var out Refusal
-	if err := json.Unmarshal([]byte(tc.Text), &out); err != nil || !out.Refused {
-		return nil, false
-	}
-	return &out, true
+	return nil, false
 }

@@ -134,15 +134,21 @@ func TestRefusalsReadableAfterToolsList(t *testing.T) {
 }
 
 // wantContentRefusal asserts the one refusal rendering: isError, no
-// structuredContent, one text block holding the refusal JSON.
+// structuredContent, a first text block that is a sentence naming the code
+// (not JSON: Gemini CLI would turn JSON there into structuredContent), then
+// a text block holding the refusal JSON.
 func wantContentRefusal(t *testing.T, res *mcp.CallToolResult, layer, code string) {
 	t.Helper()
-	if !res.IsError || res.StructuredContent != nil || len(res.Content) != 1 {
-		t.Fatalf("want isError with one content block and no structuredContent, got %+v", res)
+	if !res.IsError || res.StructuredContent != nil || len(res.Content) != 2 {
+		t.Fatalf("want isError with two content blocks and no structuredContent, got %+v", res)
 	}
-	tc, ok := res.Content[0].(*mcp.TextContent)
-	if !ok {
-		t.Fatalf("content is %T, want text", res.Content[0])
+	line, ok1 := res.Content[0].(*mcp.TextContent)
+	tc, ok2 := res.Content[1].(*mcp.TextContent)
+	if !ok1 || !ok2 {
+		t.Fatalf("content is %T, %T, want text, text", res.Content[0], res.Content[1])
+	}
+	if json.Valid([]byte(line.Text)) || !strings.Contains(line.Text, code) || !strings.Contains(line.Text, layer) {
+		t.Fatalf("first block %q: want a sentence (not JSON) naming %s and %s", line.Text, layer, code)
 	}
 	var m map[string]any
 	if err := json.Unmarshal([]byte(tc.Text), &m); err != nil {

@@ -106,16 +106,10 @@ describe('Gemini CLI (OAuth sign-in)', () => {
 
   // Gemini CLI's transport (McpComplianceTransport.fixStructuredContent)
   // parses a result's first text block as JSON into structuredContent when
-  // the server sent none; the SDK then checks that against the tool's
-  // output schema and hands the model "MCP error -32602: Structured content
-  // does not match the tool's output schema" instead of the refusal. The
-  // server must change (e.g. a first text block that is not JSON, or an
-  // output schema that admits the refusal); until then this test fails and
-  // is marked todo, so it shows in every run without failing it.
-  test('the model gets a refusal\'s code', {
-    timeout: 240_000,
-    todo: 'Gemini parses the refusal JSON (first text block) into structuredContent and rejects it: pdmcp must change',
-  }, async (t) => {
+  // the server sent none, and its SDK then checks that against the tool's
+  // output schema: a refusal whose first block were its JSON would reach
+  // the model as "MCP error -32602". pdmcp's first block is a sentence.
+  test('the model gets a refusal\'s code', { timeout: 240_000 }, async (t) => {
     const given = await geminiReads(t, 'no-such-doc');
     assertRefusalCode(given, { layer: 'adapter', code: 'DOCUMENT_NOT_IN_GRANT' });
   });

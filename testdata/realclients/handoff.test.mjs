@@ -35,9 +35,12 @@ async function connect(token, answer, asked) {
   return client;
 }
 
+// refusal is the refusal JSON of an isError result (its last text block;
+// a sentence naming the code comes first).
 function refusal(res) {
   assert.equal(res.isError, true, mask(JSON.stringify(res)));
-  return JSON.parse(res.content[0].text);
+  const texts = res.content.filter((c) => c.type === 'text').map((c) => c.text);
+  return JSON.parse(texts[texts.length - 1]);
 }
 
 function stepOf(list) {

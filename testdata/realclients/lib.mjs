@@ -382,20 +382,16 @@ export function flattenText(value) {
   return String(value);
 }
 
-/** Every object inside a tool result as handed to a model, JSON strings opened. */
+/**
+ * Every object inside a tool result as handed to a model: JSON strings are
+ * opened, and so is every JSON value embedded in prose (hosts wrap results
+ * in their own text: Copilot CLI writes "MCP server '<name>': " before a
+ * refused call's text, Gemini CLI reports an isError result as a sentence
+ * with the result's JSON in it).
+ */
 export function objectsIn(value, out = []) {
   if (typeof value === 'string') {
-    // A JSON value, or one object after a host's prefix (Copilot CLI
-    // writes "MCP server '<name>': " before a refused call's text).
-    const s = value.trim();
-    const from = s.startsWith('[') ? 0 : s.indexOf('{');
-    if (from >= 0) {
-      try {
-        objectsIn(JSON.parse(s.slice(from, s.startsWith('[') ? s.length : s.lastIndexOf('}') + 1)), out);
-      } catch {
-        // not JSON; a refusal inside prose is not readable as one
-      }
-    }
+    for (const v of jsonValuesIn(value)) objectsIn(v, out);
   } else if (Array.isArray(value)) {
     for (const v of value) objectsIn(v, out);
   } else if (value && typeof value === 'object') {
@@ -403,6 +399,42 @@ export function objectsIn(value, out = []) {
     for (const v of Object.values(value)) objectsIn(v, out);
   }
   return out;
+}
+
+// jsonValuesIn finds the JSON objects and arrays written out in s: from
+// each { or [, the balanced span (strings and escapes respected) that
+// parses; the scan goes on after it.
+function jsonValuesIn(s) {
+  const found = [];
+  for (let i = 0; i < s.length; i++) {
+    if (s[i] !== '{' && s[i] !== '[') continue;
+    let depth = 0;
+    let inString = false;
+    let end = -1;
+    for (let j = i; j < s.length; j++) {
+      const ch = s[j];
+      if (inString) {
+        if (ch === '\\') j++;
+        else if (ch === '"') inString = false;
+      } else if (ch === '"') inString = true;
+      else if (ch === '{' || ch === '[') depth++;
+      else if (ch === '}' || ch === ']') {
+        depth--;
+        if (depth === 0) {
+          end = j;
+          break;
+        }
+      }
+    }
+    if (end < 0) continue;
+    try {
+      found.push(JSON.parse(s.slice(i, end + 1)));
+      i = end;
+    } catch {
+      // not JSON from here; try the next bracket
+    }
+  }
+  return found;
 }
 
 // "Untrusted ..." and, soon after, "do not follow" (or never/obey): the

@@ -14,7 +14,9 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 
-import { assertRefusalCode, devInfo, gatewayCounts, grantTools, mask, scriptedSignIn, secret, user } from './lib.mjs';
+import {
+  assertRefusalCode, devInfo, gatewayCounts, grantTools, mask, objectsIn, scriptedSignIn, secret, user,
+} from './lib.mjs';
 
 // ScriptedSignInProvider is an OAuthClientProvider for a host whose client
 // is registered at the provider in advance (no dynamic registration), and
@@ -204,9 +206,12 @@ describe('MCP TypeScript SDK client with OAuth', () => {
   // output schema, which the SDK validates after listTools).
   function refusalOf(result) {
     assert.equal(result.isError, true, `not a refusal: ${JSON.stringify(result).slice(0, 500)}`);
+    assert.equal(result.structuredContent, undefined, 'a refusal carries structuredContent');
     const texts = result.content.filter((c) => c.type === 'text').map((c) => c.text);
-    assertRefusalCode(texts, { layer: JSON.parse(texts[0]).layer, code: JSON.parse(texts[0]).code });
-    return JSON.parse(texts[0]);
+    const found = objectsIn(texts).find((o) => o.refused === true);
+    assert.ok(found, `no refusal JSON in the text content: ${JSON.stringify(texts)}`);
+    assertRefusalCode(texts, { layer: found.layer, code: found.code });
+    return found;
   }
 
   test('carol: signed in, but the key server refuses the document', { timeout: 120_000 }, async () => {
