@@ -12,7 +12,7 @@
 # (SIGINT, exit 0 checked) and runs after-restart/*.test.mjs, which use the
 # sign-ins the first round kept in $PDMCP_KEEP. Then it stops `pdmcp dev`
 # and checks it exited 0. Needs Go, Node >= 20 and npm. Exits non-zero on
-# any failure. Takes 4.5 to 9 minutes on 2 cores (README.md).
+# any failure. Takes 1.5 to 9 minutes on 2 cores (README.md).
 #
 # package.json: the clients at exact versions. allowScripts lets only two
 # install scripts run: Claude Code's and opencode's postinstall, each of
