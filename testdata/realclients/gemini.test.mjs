@@ -14,13 +14,13 @@
 // second round (after-restart/) can use the same sign-in after it restarts
 // `pdmcp dev`.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { before, describe, test } from 'node:test';
 
 import { gemini, geminiDirs, geminiReads, listLine } from './gemini-lib.mjs';
 import {
-  assertNoticeThenText, assertRefusalCode, bin, describeRun, devInfo, mask, run, scriptedSignIn, start, user,
+  assertNoticeThenText, assertRefusalCode, bin, describeRun, devInfo, mask, run, scriptedSignIn, secret, start, user,
 } from './lib.mjs';
 
 describe('Gemini CLI (OAuth sign-in)', () => {
@@ -97,6 +97,45 @@ describe('Gemini CLI (OAuth sign-in)', () => {
     // The sign-in is kept in Gemini's home, not in the settings.
     assert.ok(readdirSync(path.join(d.home, '.gemini')).some((f) => /oauth/i.test(f)) ||
       existsSync(path.join(d.home, '.gemini', 'mcp-oauth-tokens.json')), 'no token store in ~/.gemini');
+  });
+
+  // What ten minutes of use would do, without waiting for them: Gemini
+  // treats an access token within five minutes of its expiry as expired
+  // and refreshes it before use. Moving the stored expiry one minute ahead
+  // makes it refresh now, at pdmcp dev's provider, with the refresh token
+  // it got at sign-in.
+  test('a token near its expiry is refreshed; the refresh token rotates', { timeout: 180_000 }, async () => {
+    const file = path.join(d.home, '.gemini', 'mcp-oauth-tokens.json');
+    const stored = JSON.parse(readFileSync(file, 'utf8'));
+    const entry = stored.find((e) => e.serverName === info.serverName);
+    assert.ok(entry?.token?.refreshToken, 'Gemini kept no refresh token from the sign-in');
+    const before = { ...entry.token };
+    secret(before.accessToken);
+    secret(before.refreshToken);
+    entry.token.expiresAt = Date.now() + 60_000;
+    writeFileSync(file, JSON.stringify(stored, null, 2), { mode: 0o600 });
+
+    const list = await run(bin('gemini'), ['mcp', 'list'], gemini([]));
+    assert.equal(list.code, 0, describeRun('gemini mcp list', list));
+    assert.match(listLine(list.stdout + list.stderr, info.serverName) ?? '', /- Connected/,
+      describeRun('gemini mcp list with a token about to expire', list));
+    const after = JSON.parse(readFileSync(file, 'utf8')).find((e) => e.serverName === info.serverName).token;
+    secret(after.accessToken);
+    secret(after.refreshToken);
+    assert.notEqual(after.accessToken, before.accessToken, 'Gemini did not refresh the access token');
+    assert.notEqual(after.refreshToken, before.refreshToken, 'the refresh token did not rotate');
+    assert.ok(after.expiresAt - Date.now() > 10 * 60_000, 'the new access token lives under ten minutes');
+
+    // The replaced refresh token is spent.
+    const res = await fetch(entry.tokenUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: before.refreshToken,
+        client_id: info.hostClientId }).toString(),
+    });
+    const body = await res.text();
+    assert.equal(res.status, 400, mask(body));
+    assert.match(body, /invalid_grant/, mask(body));
   });
 
   test('the model gets the untrusted notice, then the document text', { timeout: 240_000 }, async (t) => {
