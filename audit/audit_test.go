@@ -73,8 +73,11 @@ func sampleLines() []Line {
 			},
 			ServiceRelogin: true,
 			Sections: []Section{
-				{ID: "problems", Outcome: OutcomeOK, LatencyMs: 9},
-				{ID: "results", Outcome: OutcomeRefused, Layer: LayerKeyServer, Code: "ACL_DENIED", LatencyMs: 11},
+				{ID: "problems", Outcome: OutcomeOK, StartedAt: fixed().Add(2 * time.Millisecond), LatencyMs: 9},
+				{ID: "results", Outcome: OutcomeRefused, Layer: LayerKeyServer, Code: "ACL_DENIED",
+					StartedAt: fixed().Add(11*time.Millisecond + 700*time.Microsecond), LatencyMs: 11},
+				// No time of its own: the call's.
+				{ID: "vitals", Outcome: OutcomeOK},
 			},
 		},
 		ToolCall{

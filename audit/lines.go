@@ -102,13 +102,17 @@ type Request struct {
 	LatencyMs int64  `json:"latencyMs"`
 }
 
-// Section is one section's outcome in a compound read.
+// Section is one section's outcome in a compound read. Its time is when
+// its own decrypt began (StartedAt, UTC, to the millisecond) and how long it
+// took (LatencyMs): sections are opened one after another, so a reader can
+// tell which section a slow or refused Gateway request belonged to.
 type Section struct {
-	ID        string `json:"id"`
-	Outcome   string `json:"outcome"`
-	Layer     string `json:"layer,omitempty"`
-	Code      string `json:"code,omitempty"`
-	LatencyMs int64  `json:"latencyMs"`
+	ID        string    `json:"id"`
+	Outcome   string    `json:"outcome"`
+	Layer     string    `json:"layer,omitempty"`
+	Code      string    `json:"code,omitempty"`
+	StartedAt time.Time `json:"startedAt"`
+	LatencyMs int64     `json:"latencyMs"`
 }
 
 // Client is the line written at each initialize: which host connected and
@@ -198,6 +202,8 @@ func (c ToolCall) prepare(now time.Time) (any, []string) {
 			sec.Outcome = s.match("sections.outcome", sec.Outcome, isOutcome)
 			sec.Layer = s.match("sections.layer", sec.Layer, isLayer)
 			sec.Code = s.match("sections.code", sec.Code, isCode)
+			// A section with no time of its own gets its call's.
+			sec.StartedAt = stamp(sec.StartedAt, c.StartedAt)
 			secs[i] = sec
 		}
 		c.Sections = secs
