@@ -30,6 +30,9 @@ import (
 const (
 	CodeNotCompound     = "NOT_COMPOUND"
 	CodeUnknownFragment = "UNKNOWN_FRAGMENT"
+	// CodeInvalidFragmentText refuses a save whose text would change the
+	// document's structure beyond its own section (compound.CheckSectionText).
+	CodeInvalidFragmentText = "INVALID_FRAGMENT_TEXT"
 )
 
 // Section outcomes in a mixed view.
@@ -196,7 +199,7 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 		start := s.cfg.Now()
 		o := sectionOutcome{FragmentID: f.ID, Label: f.Label, DataType: f.DataType, Outcome: sectionOpened}
 		pt, _, err := s.openFragment(ctx, sess, m, docID, f)
-		line := audit.Section{ID: f.ID, Outcome: audit.OutcomeOK}
+		line := audit.Section{ID: f.ID, Outcome: audit.OutcomeOK, StartedAt: start}
 		if err != nil {
 			r, ok := sectionRefusal(err)
 			if !ok {
@@ -321,13 +324,17 @@ type saveFragmentInput struct {
 }
 
 type fragmentReceipt struct {
-	DocumentID     string `json:"documentId"`
-	FragmentID     string `json:"fragmentId"`
-	Version        int    `json:"version"`
-	SHA256         string `json:"sha256"`
-	Size           int64  `json:"size"`
-	SavedAt        string `json:"savedAt"`
-	IdempotencyKey string `json:"idempotencyKey"`
+	DocumentID string `json:"documentId"`
+	FragmentID string `json:"fragmentId"`
+	Version    int    `json:"version" jsonschema:"the section's version this save wrote"`
+	// DocumentVersion is what list_approved_documents and
+	// read_protected_document name as the document's version once this
+	// save is in it.
+	DocumentVersion int    `json:"documentVersion" jsonschema:"the whole document's version with this save in it, as list_approved_documents and read_protected_document name it"`
+	SHA256          string `json:"sha256"`
+	Size            int64  `json:"size"`
+	SavedAt         string `json:"savedAt"`
+	IdempotencyKey  string `json:"idempotencyKey"`
 	// Replayed is true when this key was already saved: nothing new was written.
 	Replayed bool `json:"replayed"`
 }
@@ -338,11 +345,13 @@ func (s *Server) saveFragmentTool() tool {
 		Title: "Save a new version of one section",
 		Description: "Encrypts new text under the existing key of one section of an approved compound document and " +
 			"saves it as that section's next version; the document's version goes up by one. Returns a receipt " +
-			"(the section's version, sha256, size, time). The key server decides for this task's user: a section it " +
+			"(the section's version, the document's new version, sha256, size, time). The key server decides for this task's user: a section it " +
 			"withholds cannot be saved either (layer keyserver). Choose a new idempotencyKey for each new save; the same " +
 			"key with the same text returns the first receipt and writes nothing, with other text it is refused " +
-			"IDEMPOTENCY_CONFLICT. The text replaces the whole section as written: this server does not check that it " +
-			"fits the document's format. It never creates a key and never returns the ciphertext or where it is stored.",
+			"IDEMPOTENCY_CONFLICT. The text replaces the whole section and must keep the document's structure: for HL7 v2 " +
+			"one segment of the section's own id with no line break, for C-CDA exactly one element of the section's kind " +
+			"(as read_protected_fragment returned it); other text is refused INVALID_FRAGMENT_TEXT and nothing is sent. " +
+			"It never creates a key and never returns the ciphertext or where it is stored.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
 			OpenWorldHint: ptr(false)},
 	}, s.saveFragment)
@@ -368,6 +377,9 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		return zero, refuse(CodeResultTooLarge, 413,
 			"with this text document %q would be %d bytes, over the %d-byte limit of one read; nothing was sent; save a shorter section",
 			in.DocumentID, n, MaxTextBytes)
+	}
+	if err := compound.CheckSectionText(sk, f.ID, []byte(in.Text)); err != nil {
+		return zero, sectionTextRefusal(in.DocumentID, f.ID, err)
 	}
 	ttag := m.CompoundKeys[f.DataType]
 	if len(m.Steps) > 0 {
@@ -400,8 +412,13 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		return zero, fmt.Errorf("reserve fragment save: %w", err)
 	}
 	if res.State == journal.SaveCommitted && res.Receipt != nil {
-		c.line.Version = res.Receipt.Version
-		return fragmentReceiptOf(in.IdempotencyKey, *res.Receipt, true), nil
+		rc := *res.Receipt
+		if rc.DocumentVersion == 0 {
+			// A receipt journaled before receipts named it.
+			rc.DocumentVersion = s.currentManifest().Documents[in.DocumentID].Version
+		}
+		c.line.Version = rc.Version
+		return fragmentReceiptOf(in.IdempotencyKey, rc, true), nil
 	}
 	s.cfg.CrashPoint("fragment:reserved")
 	if res.Encrypted == nil {
@@ -454,15 +471,19 @@ func (s *Server) placeFragment(ctx context.Context, key journal.FragmentKey, res
 		if !ok {
 			return journal.Receipt{}, refuse(CodeUnknownFragment, 404, "section %q of %q is no longer in the manifest", key.FragmentID, key.DocumentID)
 		}
+		// After a crash the manifest may hold this save already: the
+		// receipt then names the document's version as it is now, which
+		// has this save in it.
+		docVersion := m.Documents[key.DocumentID].Version
 		if f.IV == ivText {
-			return s.commitFragmentSave(ctx, key, f.Version, f.Path, textSHA, size)
+			return s.commitFragmentSave(ctx, key, f.Version, docVersion, f.Path, textSHA, size)
 		}
 		pl := res.Placement
 		if pl != nil && f.Version >= pl.Version {
 			// Someone took that version: ours if the file there holds
 			// our bytes (we committed and were superseded), else retry.
 			if have, err := s.root.ReadFile(filepath.FromSlash(pl.Path)); err == nil && string(have) == string(enc.Ciphertext) {
-				return s.commitFragmentSave(ctx, key, pl.Version, pl.Path, textSHA, size)
+				return s.commitFragmentSave(ctx, key, pl.Version, docVersion, pl.Path, textSHA, size)
 			}
 			pl = nil
 		}
@@ -484,17 +505,18 @@ func (s *Server) placeFragment(ctx context.Context, key journal.FragmentKey, res
 		s.cfg.CrashPoint("fragment:file-written")
 		nf := f
 		nf.Path, nf.IV, nf.SHA256, nf.Size, nf.Version = pl.Path, ivText, textSHA, size, pl.Version
-		if err := s.commitFragmentManifest(key.DocumentID, nf); err != nil {
+		docVersion, err := s.commitFragmentManifest(key.DocumentID, nf)
+		if err != nil {
 			return journal.Receipt{}, err
 		}
 		s.cfg.CrashPoint("fragment:manifest-committed")
-		return s.commitFragmentSave(ctx, key, pl.Version, pl.Path, textSHA, size)
+		return s.commitFragmentSave(ctx, key, pl.Version, docVersion, pl.Path, textSHA, size)
 	}
 	return journal.Receipt{}, errors.New("fragment save: no free version after 8 attempts")
 }
 
-func (s *Server) commitFragmentSave(ctx context.Context, key journal.FragmentKey, version int, p, textSHA string, size int64) (journal.Receipt, error) {
-	rc := journal.Receipt{DocumentID: key.DocumentID, FragmentID: key.FragmentID, Version: version, Path: p,
+func (s *Server) commitFragmentSave(ctx context.Context, key journal.FragmentKey, version, docVersion int, p, textSHA string, size int64) (journal.Receipt, error) {
+	rc := journal.Receipt{DocumentID: key.DocumentID, FragmentID: key.FragmentID, Version: version, DocumentVersion: docVersion, Path: p,
 		SHA256: textSHA, Size: size, SavedAt: s.cfg.Now().UTC().Truncate(time.Second)}
 	r, err := s.cfg.Journal.Commit(ctx, key, rc)
 	if err != nil {
@@ -509,8 +531,9 @@ func (s *Server) commitFragmentSave(ctx context.Context, key journal.FragmentKey
 // commitFragmentManifest names the section's new version in the manifest
 // and raises the document's version by one. The document no longer equals
 // the source it was protected from, so its whole-document sha256 is
-// dropped; each section and the skeleton keep their own.
-func (s *Server) commitFragmentManifest(docID string, f grant.Fragment) error {
+// dropped; each section and the skeleton keep their own. It returns the
+// document's new version.
+func (s *Server) commitFragmentManifest(docID string, f grant.Fragment) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next := s.manifest.Clone()
@@ -525,13 +548,36 @@ func (s *Server) commitFragmentManifest(docID string, f grant.Fragment) error {
 	d.SHA256 = ""
 	next.Documents[docID] = d
 	if err := next.Save(s.cfg.ManifestPath); err != nil {
-		return fmt.Errorf("commit manifest: %w", err)
+		return 0, fmt.Errorf("commit manifest: %w", err)
 	}
 	s.manifest = next
-	return nil
+	return d.Version, nil
+}
+
+// sectionTextRefusal turns compound.CheckSectionText's refusal into the
+// tool's: NOT_TEXT for a NUL byte, else INVALID_FRAGMENT_TEXT with the rule
+// the text broke (never the text itself).
+func sectionTextRefusal(docID, fragID string, err error) error {
+	var re *compound.RefusedError
+	if !errors.As(err, &re) {
+		return fmt.Errorf("check section text: %w", err)
+	}
+	if errors.Is(err, compound.ErrNotText) {
+		return refuse(CodeNotText, 415, "the new text of section %q of %q is not text: %s; nothing was sent", fragID, docID, re.Detail)
+	}
+	why, shape := re.Detail, "one XML element of its own kind and nothing else"
+	if re.Form == compound.FormHL7 {
+		shape = "one segment of its own id, with no CR or LF"
+	}
+	if errors.Is(err, compound.ErrMarkerInSource) {
+		why = "it holds this server's fragment marker " + re.Detail
+	}
+	return refuse(CodeInvalidFragmentText, 422,
+		"the new text of section %q of %q cannot replace it: %s; nothing was sent; save text that keeps the section %s",
+		fragID, docID, why, shape)
 }
 
 func fragmentReceiptOf(idem string, rc journal.Receipt, replayed bool) fragmentReceipt {
-	return fragmentReceipt{DocumentID: rc.DocumentID, FragmentID: rc.FragmentID, Version: rc.Version, SHA256: rc.SHA256,
+	return fragmentReceipt{DocumentID: rc.DocumentID, FragmentID: rc.FragmentID, Version: rc.Version, DocumentVersion: rc.DocumentVersion, SHA256: rc.SHA256,
 		Size: rc.Size, SavedAt: rc.SavedAt.UTC().Format(time.RFC3339), IdempotencyKey: idem, Replayed: replayed}
 }

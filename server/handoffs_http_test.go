@@ -105,7 +105,8 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	// crypto or key route.
 	before = keyRouteCounts(hs.env.Gateway)
 	m, isErr = callOn(t, bob, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
-		"fragmentId": "problems", "text": "changed by the doctor", "idempotencyKey": "bob-1"})
+		"fragmentId": "problems", "text": `<section><text>changed by the doctor</text></section>`,
+		"idempotencyKey": "bob-1"})
 	if !isErr || m["layer"] != "adapter" || m["code"] != handoff.CodeHandedOffReadOnly {
 		t.Fatalf("bob's save of a handed section: %v", m)
 	}

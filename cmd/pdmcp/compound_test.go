@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -174,6 +175,25 @@ func TestStdioCompoundMixedView(t *testing.T) {
 		got, isErr = call(t, cs, "read_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "results", "path": "x"})
 		wantRefused(t, got, isErr, "adapter", "UNEXPECTED_ARGUMENT")
 	})
+	// Section text that would change the document's structure: refused
+	// before anything is sent, even for a section the key server would
+	// let this user save.
+	s.quiet(t, "INVALID_FRAGMENT_TEXT", func() {
+		for _, bad := range []struct{ doc, frag, text string }{
+			{"oru-0001", "OBX.2", "OBX|2|NM|2085-9^HDL cholesterol^LN||58|mg/dL|>40|N|||F\rPID|2||PAT-999^^^SYN^MR"},
+			{"oru-0001", "OBX.2", "OBX|2|NM|x||1\nZZZ|1|smuggled"},
+			{"oru-0001", "OBX.2", "PID|1||PAT-999"},
+			{"ccd-0001", "results", `<section><text>x</text></section></component><component><section><code code="29762-2"/></section>`},
+			{"ccd-0001", "results", `<section><text>x</text>`},
+		} {
+			got, isErr = call(t, cs, "save_protected_fragment", map[string]any{"documentId": bad.doc, "fragmentId": bad.frag,
+				"text": bad.text, "idempotencyKey": "bad-" + bad.frag})
+			wantRefused(t, got, isErr, "adapter", "INVALID_FRAGMENT_TEXT")
+			if d, _ := got["detail"].(string); strings.Contains(d, "PAT-999") || strings.Contains(d, "smuggled") {
+				t.Fatalf("the refusal echoes the text: %v", d)
+			}
+		}
+	})
 
 	// Every key: the original bytes.
 	s.giveAgent(t, "demographics", "allergies", "medications", "problems", "vitals")
@@ -188,19 +208,32 @@ func TestStdioCompoundMixedView(t *testing.T) {
 	newText := `<section><code code="30954-2" codeSystem="2.16.840.1.113883.6.1"/><text>HbA1c 6.5 % (2026-05-20)</text></section>`
 	args := map[string]any{"documentId": "ccd-0001", "fragmentId": "results", "text": newText, "idempotencyKey": "r-1"}
 	first, isErr := call(t, cs, "save_protected_fragment", args)
-	if isErr || first["version"] != float64(2) || first["replayed"] != false {
+	if isErr || first["version"] != float64(2) || first["documentVersion"] != float64(2) || first["replayed"] != false {
 		t.Fatalf("save: %v", first)
 	}
 	again, _ := call(t, cs, "save_protected_fragment", args)
-	if again["replayed"] != true || again["savedAt"] != first["savedAt"] {
+	if again["replayed"] != true || again["savedAt"] != first["savedAt"] || again["documentVersion"] != float64(2) {
 		t.Fatalf("replay: %v", again)
 	}
-	args["text"] = newText + " "
+	// A second section's save: that section's version 2, the document's 3;
+	// the list and the mixed view name the same document version.
+	second, isErr := call(t, cs, "save_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "vitals",
+		"text": string(sectionOf(t, ccd, "8716-3")), "idempotencyKey": "v-1"})
+	if isErr || second["version"] != float64(2) || second["documentVersion"] != float64(3) {
+		t.Fatalf("second save: %v", second)
+	}
+	list, _ = call(t, cs, "list_approved_documents", map[string]any{})
+	for _, d := range list["documents"].([]any) {
+		if d := d.(map[string]any); d["documentId"] == "ccd-0001" && d["version"] != second["documentVersion"] {
+			t.Fatalf("listed version %v, receipt's documentVersion %v", d["version"], second["documentVersion"])
+		}
+	}
+	args["text"] = strings.Replace(newText, "6.5", "6.6", 1)
 	got, isErr = call(t, cs, "save_protected_fragment", args)
 	wantRefused(t, got, isErr, "adapter", "IDEMPOTENCY_CONFLICT")
 	got, _ = call(t, cs, "read_protected_document", map[string]any{"documentId": "ccd-0001"})
 	want := bytes.Replace(ccd, sectionOf(t, ccd, "30954-2"), []byte(newText), 1)
-	if got["text"] != string(want) || got["provenance"].(map[string]any)["version"] != float64(2) {
+	if got["text"] != string(want) || got["provenance"].(map[string]any)["version"] != second["documentVersion"] {
 		t.Fatalf("after the save: version %v, equal %v", got["provenance"], got["text"] == string(want))
 	}
 	_ = cs.Close()
@@ -213,6 +246,29 @@ func TestStdioCompoundMixedView(t *testing.T) {
 		!bytes.Contains(b, []byte(`{"id":"results","outcome":"ok"`)) {
 		t.Fatalf("the audit does not record each section's outcome:\n%s", b)
 	}
+	// Each section's time: its own start, within its call's.
+	var timed int
+	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var m struct {
+			StartedAt time.Time `json:"startedAt"`
+			LatencyMs int64     `json:"latencyMs"`
+			Sections  []struct {
+				ID        string     `json:"id"`
+				StartedAt *time.Time `json:"startedAt"`
+			} `json:"sections"`
+		}
+		_ = json.Unmarshal(l, &m)
+		for _, sec := range m.Sections {
+			end := m.StartedAt.Add(time.Duration(m.LatencyMs+1) * time.Millisecond)
+			if sec.StartedAt == nil || sec.StartedAt.Before(m.StartedAt) || sec.StartedAt.After(end) {
+				t.Fatalf("section %s's time %v is not within its call's %v + %dms", sec.ID, sec.StartedAt, m.StartedAt, m.LatencyMs)
+			}
+			timed++
+		}
+	}
+	if timed == 0 {
+		t.Fatal("no section carries its time")
+	}
 	// Each save line names the version written; the replay, the same.
 	var saved []float64
 	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
@@ -223,8 +279,9 @@ func TestStdioCompoundMixedView(t *testing.T) {
 			saved = append(saved, v)
 		}
 	}
-	if !slices.Equal(saved, []float64{2, 2}) {
-		t.Fatalf("save lines name versions %v, want [2 2]", saved)
+	// results v2, its replay, vitals v2: a save line names the section's version.
+	if !slices.Equal(saved, []float64{2, 2, 2}) {
+		t.Fatalf("save lines name versions %v, want [2 2 2]", saved)
 	}
 }
 
@@ -253,11 +310,11 @@ func TestSaveFragmentSurvivesKill(t *testing.T) {
 			}
 			cs := s.connect(t)
 			first, isErr := call(t, cs, "save_protected_fragment", args)
-			if isErr || first["version"] != float64(2) {
+			if isErr || first["version"] != float64(2) || first["documentVersion"] != float64(2) {
 				t.Fatalf("retry: %v", first)
 			}
 			again, _ := call(t, cs, "save_protected_fragment", args)
-			if again["replayed"] != true {
+			if again["replayed"] != true || again["documentVersion"] != float64(2) {
 				t.Fatalf("second retry: %v", again)
 			}
 			if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {

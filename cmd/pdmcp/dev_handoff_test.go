@@ -47,7 +47,7 @@ func TestDevHandOffOverHTTP(t *testing.T) {
 	got, isErr = frag("results")
 	wantRefused(t, got, isErr, "keyserver", "ACL_DENIED")
 	got, isErr = call(t, doctor, "save_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "problems",
-		"text": "changed", "idempotencyKey": "doctor-1"})
+		"text": `<section><code code="11450-4" codeSystem="2.16.840.1.113883.6.1"/><text>changed</text></section>`, "idempotencyKey": "doctor-1"})
 	wantRefused(t, got, isErr, "adapter", "HANDED_OFF_READ_ONLY")
 
 	// Not passed on: the doctor's own grant to carol is refused by the key

@@ -99,14 +99,17 @@ type Placement struct {
 
 // Receipt is what a committed save returns, the same on every retry.
 type Receipt struct {
-	Destination string    `json:"destination,omitempty"`
-	DocumentID  string    `json:"documentId,omitempty"`
-	FragmentID  string    `json:"fragmentId,omitempty"`
-	Version     int       `json:"version"`
-	Path        string    `json:"path"`
-	SHA256      string    `json:"sha256"`
-	Size        int64     `json:"size"`
-	SavedAt     time.Time `json:"savedAt"`
+	Destination string `json:"destination,omitempty"`
+	DocumentID  string `json:"documentId,omitempty"`
+	FragmentID  string `json:"fragmentId,omitempty"`
+	Version     int    `json:"version"`
+	// DocumentVersion is, for a section save, the compound document's
+	// version with this save in it.
+	DocumentVersion int       `json:"documentVersion,omitempty"`
+	Path            string    `json:"path"`
+	SHA256          string    `json:"sha256"`
+	Size            int64     `json:"size"`
+	SavedAt         time.Time `json:"savedAt"`
 }
 
 // Reservation is a save's row. Encrypted, Placement and Receipt are set once

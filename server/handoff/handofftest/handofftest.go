@@ -34,12 +34,14 @@ const (
 	PlainDocID = "note-0001"
 )
 
-// Sections of the compound document: fragment id, data type, text.
+// Sections of the compound document: fragment id, data type, text. Each
+// is a C-CDA section element, as pdmcp protect would have split it, so a
+// save of one passes the section-text check.
 var Sections = []struct{ ID, DataType, Text string }{
-	{"allergies", "allergies", "Synthetic allergy: penicillin."},
-	{"medications", "medications", "Synthetic medication: none."},
-	{"problems", "problems", "Synthetic problem: persistent cough, three weeks."},
-	{"results", "results", "Synthetic result: chest film clear."},
+	{"allergies", "allergies", "<section><text>Synthetic allergy: penicillin.</text></section>"},
+	{"medications", "medications", "<section><text>Synthetic medication: none.</text></section>"},
+	{"problems", "problems", "<section><text>Synthetic problem: persistent cough, three weeks.</text></section>"},
+	{"results", "results", "<section><text>Synthetic result: chest film clear.</text></section>"},
 }
 
 // World is what Build made.
@@ -98,7 +100,7 @@ func BuildWith(t testing.TB, svc *gateway.ServiceConfig, c *gateway.Client, dir 
 	}
 	doc := grant.Document{Kind: grant.KindCompound, Label: "Synthetic summary", Category: "clinical", Approved: true,
 		ContentType: "application/xml", Version: 1, Skeleton: "documents/" + DocID + "/skeleton.xml"}
-	skeleton := "<doc>"
+	skeleton := `<ClinicalDocument xmlns="urn:hl7-org:v3"><component><structuredBody>`
 	for _, s := range Sections {
 		iv := make([]byte, 16)
 		iv[0] = byte(len(s.ID))
@@ -116,10 +118,10 @@ func BuildWith(t testing.TB, svc *gateway.ServiceConfig, c *gateway.Client, dir 
 		doc.Fragments = append(doc.Fragments, grant.Fragment{ID: s.ID, Label: "Synthetic " + s.ID, DataType: s.DataType,
 			Path: rel, IV: base64.StdEncoding.EncodeToString(iv), SHA256: hex.EncodeToString(sum[:]),
 			Size: int64(len(s.Text)), Version: 1})
-		skeleton += string(compound.Marker(s.ID))
+		skeleton += "<component>" + string(compound.Marker(s.ID)) + "</component>"
 		doc.Size += int64(len(s.Text))
 	}
-	skeleton += "</doc>"
+	skeleton += "</structuredBody></component></ClinicalDocument>"
 	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(doc.Skeleton)), []byte(skeleton), 0o600); err != nil {
 		t.Fatal(err)
 	}
