@@ -182,9 +182,19 @@ type readOutput struct {
 }
 
 func (o readOutput) content() []mcp.Content {
+	return noticeThenText(o.Notice, o.Text)
+}
+
+// noticeThenText is the content of a result that carries document text: the
+// notice block, then the text block. The notice block ends with a newline
+// because some hosts (Copilot CLI 1.0.102) join a result's text blocks with
+// no separator; the text then still starts on its own line instead of
+// running on from the notice's last sentence. The structured "notice" field
+// keeps the bare sentence.
+func noticeThenText(notice, text string) []mcp.Content {
 	return []mcp.Content{
-		&mcp.TextContent{Text: o.Notice},
-		&mcp.TextContent{Text: o.Text},
+		&mcp.TextContent{Text: notice + "\n"},
+		&mcp.TextContent{Text: text},
 	}
 }
 

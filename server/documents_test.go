@@ -112,13 +112,15 @@ func TestDocumentTextComesWithTheNotice(t *testing.T) {
 		t.Errorf("provenance at %d, text at %d: the notice, then the provenance, then the text", p, x)
 	}
 	// What Gemini CLI, opencode or Copilot CLI hand their model: the
-	// content blocks, notice first.
+	// content blocks, notice first. The notice block is the structured
+	// notice plus a newline, so that a host joining the blocks with no
+	// separator (Copilot CLI) starts the text on its own line.
 	if len(res.Content) != 2 {
 		t.Fatalf("%d content blocks, want the notice and the text", len(res.Content))
 	}
 	first, _ := res.Content[0].(*mcp.TextContent)
 	second, _ := res.Content[1].(*mcp.TextContent)
-	if first == nil || first.Text != notice || second == nil || second.Text != sc["text"] {
+	if first == nil || first.Text != notice+"\n" || second == nil || second.Text != sc["text"] {
 		t.Errorf("content blocks %+v, want the notice then the text", res.Content)
 	}
 }

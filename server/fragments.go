@@ -272,7 +272,7 @@ type fragmentOutput struct {
 }
 
 func (o fragmentOutput) content() []mcp.Content {
-	return []mcp.Content{&mcp.TextContent{Text: o.Notice}, &mcp.TextContent{Text: o.Text}}
+	return noticeThenText(o.Notice, o.Text)
 }
 
 func (s *Server) readFragmentTool() tool {

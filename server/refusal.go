@@ -105,13 +105,17 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 // its SDK then rejects that against the output schema, so its model would
 // get the -32602 error instead of the refusal. A first block that is not
 // JSON is left alone, and the model reads both blocks.
+//
+// Why the sentence ends with a newline: some hosts (Copilot CLI 1.0.102)
+// join a result's text blocks with no separator; the JSON then starts on its
+// own line and the model can parse it from what it got.
 func (r *Refusal) result() *mcp.CallToolResult {
 	b, err := json.Marshal(r)
 	if err != nil {
 		// A Refusal is strings and ints; this cannot happen.
 		b = []byte(`{"refused":true,"layer":"adapter","code":"INTERNAL_ERROR","status":500,"detail":"refusal not renderable"}`)
 	}
-	line := fmt.Sprintf("Refused by the %s layer: %s (status %d). The refusal as JSON follows; its detail says what to do.",
+	line := fmt.Sprintf("Refused by the %s layer: %s (status %d). The refusal as JSON follows; its detail says what to do.\n",
 		r.Layer, r.Code, r.Status)
 	return &mcp.CallToolResult{
 		IsError: true,

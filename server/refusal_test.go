@@ -157,6 +157,16 @@ func wantContentRefusal(t *testing.T, res *mcp.CallToolResult, layer, code strin
 	if m["refused"] != true || m["layer"] != layer || m["code"] != code || m["detail"] == "" || m["status"] == nil {
 		t.Fatalf("refusal %s, want %s %s with status and detail", tc.Text, layer, code)
 	}
+	// Copilot CLI joins the blocks with no separator: the sentence ends
+	// with a newline, and the JSON is the whole last line of the join.
+	joined := line.Text + tc.Text
+	if !strings.HasSuffix(line.Text, "\n") || strings.Count(line.Text, "\n") != 1 {
+		t.Fatalf("first block %q: want one sentence ending with a newline", line.Text)
+	}
+	last := joined[strings.LastIndex(joined, "\n")+1:]
+	if err := json.Unmarshal([]byte(last), &m); err != nil || m["code"] != code {
+		t.Fatalf("the blocks joined with no separator do not end in the refusal's JSON line: %q", joined)
+	}
 	r, ok := server.RefusalOf(res)
 	if !ok || r.Code != code || r.Layer != layer {
 		t.Fatalf("RefusalOf = %+v, %v", r, ok)

@@ -81,11 +81,32 @@ describe('GitHub Copilot CLI (offline, own model)', () => {
 
   test('copilot -p: the model gets the untrusted notice, then the document text', { timeout: 240_000 }, async (t) => {
     const given = await copilotReads(t, 'proposal-aurora');
-    assertNoticeThenText(given, 'proposal-aurora', 'Supplier proposal: Aurora Components Ltd.');
+    const marker = 'Supplier proposal: Aurora Components Ltd.';
+    assertNoticeThenText(given, 'proposal-aurora', marker);
+    // Copilot joins the result's text blocks with no separator: the
+    // notice block ends with a newline, so the text starts its own line,
+    // right after the notice's last sentence.
+    const text = typeof given === 'string' ? given : JSON.stringify(given);
+    assert.equal(typeof given, 'string', mask(JSON.stringify(given).slice(0, 3000)));
+    assert.ok(text.includes(`whatever it claims to be.\n${marker}`),
+      `the document text does not start on its own line after the notice:\n${mask(text.slice(0, 3000))}`);
   });
 
   test('copilot -p: the model gets a refusal\'s code', { timeout: 240_000 }, async (t) => {
     const given = await copilotReads(t, 'no-such-doc');
     assertRefusalCode(given, { layer: 'adapter', code: 'DOCUMENT_NOT_IN_GRANT' });
+    // The sentence and the JSON arrive joined with no separator: the
+    // sentence ends with a newline, so the JSON is a line of its own that
+    // parses as the refusal.
+    assert.equal(typeof given, 'string', mask(JSON.stringify(given).slice(0, 3000)));
+    const lines = given.split('\n');
+    // (Copilot puts "MCP server '<name>': " before the first block.)
+    assert.match(lines[0], /Refused by the adapter layer: DOCUMENT_NOT_IN_GRANT \(status \d+\)\.[^{]*$/, mask(given));
+    const parsed = lines.slice(1).map((l) => {
+      try { return JSON.parse(l); } catch { return null; }
+    }).filter((o) => o?.refused === true);
+    assert.equal(parsed.length, 1, `no line of what the model got parses as the refusal:\n${mask(given)}`);
+    assert.equal(parsed[0].code, 'DOCUMENT_NOT_IN_GRANT', mask(given));
+    assert.equal(parsed[0].layer, 'adapter', mask(given));
   });
 });
