@@ -4,6 +4,13 @@
 // and the HTTP block `pdmcp dev` prints. No login, no model: CODEX_HOME and
 // HOME are temporary, and the model endpoint is a local recorder that must
 // see no request.
+//
+// Then `codex exec` makes real tool calls: the printed HTTP block with a
+// bearer token (`bearer_token_env_var`, alice's token) and a model provider
+// pointing at the scripted model (model.mjs, Responses API). Codex hands its
+// model the structuredContent when present, so the model gets the notice
+// field ahead of the text; a refusal (no structuredContent) reaches it as the
+// content blocks.
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -13,8 +20,10 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 
 import {
-  bin, cleanEnv, describeRun, devInfo, devOutput, grantTools, pdmcpBin, removeDir, run, startRecorder, tempDir,
+  assertNoticeThenText, assertRefusalCode, bin, cleanEnv, describeRun, devInfo, devOutput, devToken, gatewayCounts,
+  grantTools, mask, pdmcpBin, removeDir, run, startRecorder, tempDir,
 } from './lib.mjs';
+import { callPrompt, startModel } from './model.mjs';
 
 const stdioName = 'protected-documents-stdio';
 
@@ -218,6 +227,81 @@ describe('Codex', () => {
 
   test('no model call was made', () => {
     assert.deepEqual(model.requests, []);
+  });
+
+  // codexExec runs `codex exec` with the scripted model's call of
+  // read_protected_document against the printed HTTP block, alice's token
+  // in PDMCP_TOKEN (bearer_token_env_var), and returns what Codex handed
+  // the model as the tool result.
+  async function codexExec(t, documentId) {
+    const scripted = await startModel();
+    t.after(() => scripted.close());
+    const token = await devToken('alice');
+    const block = printedCodexBlock().split('\n');
+    const urlAt = block.findIndex((l) => l.startsWith('url = '));
+    block.splice(urlAt + 1, 0, 'bearer_token_env_var = "PDMCP_TOKEN"');
+    const config = [
+      'model = "scripted"',
+      'model_provider = "scripted"',
+      'approval_policy = "never"',
+      'sandbox_mode = "read-only"',
+      '',
+      '[model_providers.scripted]',
+      'name = "scripted model"',
+      `base_url = "${scripted.url}/v1"`,
+      'wire_api = "responses"',
+      'env_key = "SCRIPTED_MODEL_KEY"',
+      '',
+      ...block,
+      '',
+    ].join('\n');
+    const codexHome = path.join(root, `codex-exec-${Math.random().toString(36).slice(2)}`);
+    mkdirSync(codexHome);
+    writeFileSync(path.join(codexHome, 'config.toml'), config);
+    const env = cleanEnv({
+      HOME: dirs.home,
+      CODEX_HOME: codexHome,
+      SSL_CERT_FILE: info.caFile,
+      PDMCP_TOKEN: token,
+      SCRIPTED_MODEL_KEY: 'scripted-model-not-a-key',
+    });
+    const r = await run(bin('codex'), ['exec', '--skip-git-repo-check', '--json',
+      callPrompt('read_protected_document', { documentId })], { env, cwd: dirs.work, timeoutMs: 150_000 });
+    assert.equal(r.code, 0, describeRun('codex exec', r));
+    const tool = `mcp__${info.serverName.replace(/-/g, '_')}__read_protected_document`;
+    assert.deepEqual(scripted.calls, [{ tool, args: { documentId } }], describeRun('codex exec', r));
+    assert.equal(scripted.toolResults.length, 1, mask(JSON.stringify(scripted.toolResults)));
+    // Codex's own account of the call: an MCP tool call on this server,
+    // completed, and the model's closing answer.
+    const events = r.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+    const calls = events.filter((e) => e.type === 'item.completed' && e.item?.type === 'mcp_tool_call');
+    assert.equal(calls.length, 1, describeRun('codex exec', r));
+    assert.equal(calls[0].item.server, info.serverName);
+    assert.equal(calls[0].item.tool, 'read_protected_document');
+    assert.ok(events.some((e) => e.type === 'item.completed' && e.item?.type === 'agent_message' && e.item.text === 'done'),
+      describeRun('codex exec', r));
+    return { given: scripted.toolResults[0].content, item: calls[0].item };
+  }
+
+  test('codex exec: the model gets the untrusted notice, then the document text', { timeout: 240_000 }, async (t) => {
+    const { given } = await codexExec(t, 'proposal-aurora');
+    assertNoticeThenText(given, 'proposal-aurora', 'Supplier proposal: Aurora Components Ltd.');
+    // Codex hands over the structuredContent: its notice field comes
+    // before the text, and the text is the document's.
+    const text = typeof given === 'string' ? given : JSON.stringify(given);
+    const json = JSON.parse(text.slice(text.indexOf('{')));
+    assert.deepEqual(Object.keys(json).slice(0, 1), ['notice'], mask(text.slice(0, 3000)));
+    assert.match(json.notice, /^Untrusted document content follows: document proposal-aurora /);
+    assert.match(json.text, /^Supplier proposal: Aurora Components Ltd\./);
+    assert.equal(json.untrusted, true);
+  });
+
+  test('codex exec: the model gets a refusal\'s code, and nothing reached the Gateway', { timeout: 240_000 }, async (t) => {
+    const before = await gatewayCounts(info);
+    const { given, item } = await codexExec(t, 'no-such-doc');
+    assertRefusalCode(given, { layer: 'adapter', code: 'DOCUMENT_NOT_IN_GRANT' });
+    assert.ok(!JSON.stringify(item.result ?? {}).includes('structured_content":{'), 'a refusal carried structuredContent');
+    assert.deepEqual(await gatewayCounts(info), before, 'an adapter refusal sent a request to the Gateway');
   });
 });
 

@@ -1,6 +1,6 @@
 // A scripted model on 127.0.0.1 for the hosts' agent loops: it imitates
 // the Anthropic Messages API (Claude Code), OpenAI Chat Completions and
-// Responses (Copilot CLI, opencode) and the Gemini API (Gemini CLI), each
+// Responses (Copilot CLI, opencode, Codex) and the Gemini API (Gemini CLI), each
 // streaming as the host asks. It does not think. Its script:
 //
 //  1. A user message names a call as `CALL <tool> <key>=<value>,...` (for
@@ -186,12 +186,24 @@ export async function startModel() {
       results.unshift({ id: input[i].call_id, content: input[i].output });
       i -= 1;
     }
-    const offered = (body.tools ?? []).map((t) => t.name ?? t.function?.name).filter(Boolean);
+    // Codex offers each MCP server's tools as one namespace tool
+    // ({type: "namespace", name: "mcp__<server>", tools: [...]}); a call of
+    // one of them names the tool and its namespace. Offered here as
+    // <namespace>__<tool>.
+    const inNamespace = new Map();
+    const offered = (body.tools ?? []).flatMap((t) => {
+      if (t.type !== 'namespace') return [t.name ?? t.function?.name];
+      return (t.tools ?? []).map((f) => {
+        const full = `${t.name}__${f.name}`;
+        inNamespace.set(full, { namespace: t.name, name: f.name });
+        return full;
+      });
+    }).filter(Boolean);
     const p = plan(entry, users, offered, results);
     const id = `resp_${requests.length}`;
     const model = body.model ?? 'scripted';
     const item = p.call
-      ? { type: 'function_call', id: `fc_${p.call.id}`, call_id: p.call.id, name: p.call.name,
+      ? { type: 'function_call', id: `fc_${p.call.id}`, call_id: p.call.id, ...(inNamespace.get(p.call.name) ?? { name: p.call.name }),
         arguments: JSON.stringify(p.call.args), status: 'completed' }
       : { type: 'message', id: `msg_${requests.length}`, role: 'assistant', status: 'completed',
         content: [{ type: 'output_text', text: p.text, annotations: [] }] };
