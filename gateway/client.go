@@ -20,6 +20,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
+	"github.com/pdmcp/pdmcp/internal/jsonb64"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
@@ -285,10 +286,24 @@ type request struct {
 
 	relogin bool // recorded as part of a service re-sign-in
 
-	// raw, when set, builds the body's JSON per attempt (the crypto routes
-	// append base64 straight into one buffer); body is then ignored. Built
-	// per attempt, the body is not kept while the answer is read.
-	raw func() []byte
+	// raw, when set, gives the body's JSON per attempt as a reader and its
+	// length (the crypto routes encode their base64 while it is sent);
+	// body is then ignored.
+	raw func() (io.Reader, int64)
+	// field, when set, names the one large base64 member of a 200 answer
+	// (the crypto routes'): it is decoded as the answer is read, never
+	// held as text.
+	field *streamedField
+}
+
+// streamedField is a 200 answer's large base64 member, decoded while the
+// answer is read. seen is false when the answer had no such member, or
+// spelled its name with escapes (it is then decoded with the rest).
+type streamedField struct {
+	name     string
+	sizeHint int
+	data     []byte
+	seen     bool
 }
 
 // readBody reads an answer of at most maxResponseBytes (+1, to tell a
@@ -337,15 +352,18 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 			return fmt.Errorf("encode %s request: %w", r.route, err)
 		}
 	}
+	var reqBody io.Reader = bytes.NewReader(payload)
+	length := int64(len(payload))
 	if r.raw != nil {
-		payload = r.raw()
+		reqBody, length = r.raw()
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(payload))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, reqBody)
 	if err != nil {
 		return fmt.Errorf("build %s request: %w", r.route, err)
 	}
+	req.ContentLength = length
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	if r.handle != "" {
@@ -368,8 +386,25 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 	// alive while the answer (as large, for the crypto routes) is read.
 	req.Body, req.GetBody, payload = nil, nil, nil
 	var body []byte
+	tooLarge := false
+	var unreadable error // an answer read in full that is not the JSON promised
 	if err == nil {
-		body, err = readBody(resp)
+		if r.field != nil && resp.StatusCode == http.StatusOK {
+			var res jsonb64.Result
+			res, err = jsonb64.Read(resp.Body, r.field.name, r.field.sizeHint, maxResponseBytes)
+			switch {
+			case errors.Is(err, jsonb64.ErrTooLarge):
+				err, tooLarge = nil, true
+			case errors.Is(err, jsonb64.ErrFormat):
+				unreadable, err = err, nil
+			case err == nil:
+				body = res.Rest
+				r.field.data, r.field.seen = res.Data, res.Seen
+			}
+		} else {
+			body, err = readBody(resp)
+			tooLarge = len(body) > maxResponseBytes
+		}
 		_ = resp.Body.Close()
 	}
 	end := time.Now()
@@ -383,8 +418,10 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 	switch {
 	case err != nil:
 		result = unreachable(err)
-	case len(body) > maxResponseBytes:
+	case tooLarge:
 		result = badResponse(status, fmt.Errorf("answer is over %d bytes", maxResponseBytes))
+	case unreadable != nil:
+		result = badResponse(status, fmt.Errorf("answer is not the expected JSON: %w", unreadable))
 	default:
 		result = interpret(resp, body, r.out)
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -352,9 +353,9 @@ type EncryptResult struct {
 }
 
 // Encrypt encrypts under the key in.TTag, or a new key. The request's
-// base64 is appended straight into its one body buffer and the answer's
-// ciphertext decoded straight into bytes, so a 16 MiB plaintext costs about
-// four times its size here, not eight.
+// base64 is encoded as it is sent and the answer's ciphertext decoded as it
+// arrives, so a 16 MiB plaintext costs its own size and the ciphertext's
+// here: neither JSON text is ever held whole.
 func (s *Session) Encrypt(ctx context.Context, in EncryptInput) (*EncryptResult, error) {
 	head, err := json.Marshal(struct {
 		TTag string `json:"ttag,omitempty"`
@@ -363,7 +364,7 @@ func (s *Session) Encrypt(ctx context.Context, in EncryptInput) (*EncryptResult,
 	if err != nil {
 		return nil, fmt.Errorf("encode encrypt request: %w", err)
 	}
-	payload := func() []byte { return appendBase64Field(head, "plaintext", in.Plaintext) }
+	payload := func() (io.Reader, int64) { return base64FieldBody(head, "plaintext", in.Plaintext) }
 	var out struct {
 		TTag       string `json:"ttag"`
 		IV         []byte `json:"iv"`
@@ -371,8 +372,13 @@ func (s *Session) Encrypt(ctx context.Context, in EncryptInput) (*EncryptResult,
 		Minted     bool   `json:"minted"`
 		Link       string `json:"link"`
 	}
-	if err := s.callRaw(ctx, api.RouteEncrypt, payload, &out); err != nil {
+	// AES-GCM adds its 16-byte tag.
+	field := &streamedField{name: "ciphertext", sizeHint: len(in.Plaintext) + 16}
+	if err := s.callRaw(ctx, api.RouteEncrypt, payload, field, &out); err != nil {
 		return nil, err
+	}
+	if field.seen {
+		out.Ciphertext = field.data
 	}
 	if out.TTag == "" || (in.TTag != "" && out.TTag != in.TTag) {
 		return nil, badResponse(http.StatusOK, errors.New("encrypt answered another key than the one asked for"))
@@ -383,31 +389,73 @@ func (s *Session) Encrypt(ctx context.Context, in EncryptInput) (*EncryptResult,
 	return &EncryptResult{TTag: out.TTag, IV: out.IV, Ciphertext: out.Ciphertext, Minted: out.Minted, Link: out.Link}, nil
 }
 
-// appendBase64Field returns the JSON object head (a marshalled object) with
-// one more string field whose value is data's standard base64, built in one
-// buffer of the final size.
-func appendBase64Field(head []byte, name string, data []byte) []byte {
-	buf := make([]byte, 0, len(head)+len(name)+8+base64.StdEncoding.EncodedLen(len(data)))
-	buf = append(buf, head[:len(head)-1]...) // without its closing brace
+// base64FieldBody returns the JSON object head (a marshalled object) with
+// one more string field whose value is data's standard base64, as a reader
+// that encodes it while it is read, and the body's length.
+func base64FieldBody(head []byte, name string, data []byte) (io.Reader, int64) {
+	prefix := make([]byte, 0, len(head)+len(name)+5)
+	prefix = append(prefix, head[:len(head)-1]...) // without its closing brace
 	if len(head) > 2 {
-		buf = append(buf, ',')
+		prefix = append(prefix, ',')
 	}
-	buf = append(buf, '"')
-	buf = append(buf, name...)
-	buf = append(buf, `":"`...)
-	buf = base64.StdEncoding.AppendEncode(buf, data)
-	return append(buf, `"}`...)
+	prefix = append(prefix, '"')
+	prefix = append(prefix, name...)
+	prefix = append(prefix, `":"`...)
+	const suffix = `"}`
+	n := int64(len(prefix)) + int64(base64.StdEncoding.EncodedLen(len(data))) + int64(len(suffix))
+	return io.MultiReader(bytes.NewReader(prefix), &base64Reader{src: data}, strings.NewReader(suffix)), n
+}
+
+// base64Reader reads as the standard base64 of src, encoding as it goes.
+type base64Reader struct {
+	src  []byte
+	pend []byte // encoded but not yet read: at most one quantum
+	quad [4]byte
+}
+
+func (r *base64Reader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if len(r.pend) > 0 {
+			c := copy(p[n:], r.pend)
+			r.pend = r.pend[c:]
+			n += c
+			continue
+		}
+		if len(r.src) == 0 {
+			break
+		}
+		// Whole groups of 3 bytes straight into p; a partial group only
+		// at the end of src, where its padding belongs.
+		k := min((len(p)-n)/4*3, len(r.src))
+		if k == 0 {
+			// Less than one quantum's room: encode one aside.
+			k = min(3, len(r.src))
+			base64.StdEncoding.Encode(r.quad[:], r.src[:k])
+			r.pend = r.quad[:]
+			r.src = r.src[k:]
+			continue
+		}
+		base64.StdEncoding.Encode(p[n:], r.src[:k])
+		n += base64.StdEncoding.EncodedLen(k)
+		r.src = r.src[k:]
+	}
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // callRaw is call with a body already encoded.
-func (s *Session) callRaw(ctx context.Context, route string, payload func() []byte, out any) error {
+func (s *Session) callRaw(ctx context.Context, route string, payload func() (io.Reader, int64), field *streamedField,
+	out any) error {
 	s.keyMu.RLock()
 	revoked := s.revoked
 	s.keyMu.RUnlock()
 	if revoked {
 		return ended()
 	}
-	return s.c.do(ctx, &request{route: route, raw: payload, out: out, handle: s.handle, prove: s.prove})
+	return s.c.do(ctx, &request{route: route, raw: payload, field: field, out: out, handle: s.handle, prove: s.prove})
 }
 
 // DecryptResult is a decryption's outcome: the plaintext and the key's
@@ -427,8 +475,8 @@ func (s *Session) Decrypt(ctx context.Context, ttag string, iv, ciphertext []byt
 }
 
 // DecryptWithLink is Decrypt that also returns the key's hidden link. Like
-// Encrypt, it builds the body in one buffer and decodes the plaintext
-// straight into bytes.
+// Encrypt, it encodes the ciphertext as it is sent and decodes the
+// plaintext as it arrives.
 func (s *Session) DecryptWithLink(ctx context.Context, ttag string, iv, ciphertext []byte) (*DecryptResult, error) {
 	head, err := json.Marshal(struct {
 		TTag string `json:"ttag"`
@@ -437,13 +485,17 @@ func (s *Session) DecryptWithLink(ctx context.Context, ttag string, iv, cipherte
 	if err != nil {
 		return nil, fmt.Errorf("encode decrypt request: %w", err)
 	}
-	payload := func() []byte { return appendBase64Field(head, "ciphertext", ciphertext) }
+	payload := func() (io.Reader, int64) { return base64FieldBody(head, "ciphertext", ciphertext) }
 	var out struct {
 		Plaintext []byte `json:"plaintext"`
 		Link      string `json:"link"`
 	}
-	if err := s.callRaw(ctx, api.RouteDecrypt, payload, &out); err != nil {
+	field := &streamedField{name: "plaintext", sizeHint: len(ciphertext) - 16}
+	if err := s.callRaw(ctx, api.RouteDecrypt, payload, field, &out); err != nil {
 		return nil, err
+	}
+	if field.seen {
+		out.Plaintext = field.data
 	}
 	if out.Plaintext == nil {
 		out.Plaintext = []byte{}

@@ -360,7 +360,7 @@ func envelopeMatches(dir *os.Root, rel string, row journal.FileRecord) (ours, ex
 		return false, true, nil
 	}
 	defer f.Close()
-	env, err := files.ReadEnvelope(f, rel)
+	env, err := files.ReadEnvelope(f, fi.Size(), rel)
 	if err != nil {
 		return false, true, nil
 	}
@@ -453,7 +453,7 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 			"%q is %d bytes, larger than any envelope of a file within the %d-byte limit; nothing was read or sent",
 			f.Rel, f.Size(), api.MaxDataBytes)
 	}
-	env, err := files.ReadEnvelope(f.File, f.Rel)
+	env, err := files.ReadEnvelope(f.File, f.Size(), f.Rel)
 	if err != nil {
 		return zero, fileRefusal(err)
 	}

@@ -44,31 +44,54 @@ func procKB(b *testing.B, pid int, field string) int64 {
 // its peak resident set over its resident set before the call, as a ratio
 // to the file size (peak-rss/size). The resident set includes what the Go
 // collector has not yet returned, so it is an upper bound on the live heap.
-func BenchmarkServeEncryptFileMemory(b *testing.B) {
+func BenchmarkServeEncryptFileMemory(b *testing.B) { benchServeFileMemory(b, false) }
+
+// BenchmarkServeDecryptFileMemory is the same measurement for decrypt_file
+// of that file's envelope. The envelope is written each round by a second
+// `pdmcp serve` on the same state, so the measured one only decrypts (an
+// encrypt there would leave it a heap the decrypt reuses unseen).
+func BenchmarkServeDecryptFileMemory(b *testing.B) { benchServeFileMemory(b, true) }
+
+func benchServeFileMemory(b *testing.B, decrypt bool) {
 	s, root := newFileStack(b)
 	data := make([]byte, api.MaxDataBytes)
 	for i := range data {
 		data[i] = byte(i * 13)
 	}
 	name := filepath.Join(root, "big.bin")
-	cmd := exec.Command(binary(b), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant,
-		"--audit", s.audit)
-	cmd.Env = cleanEnv()
-	c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
 	ctx := context.Background()
-	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-	if err != nil {
-		b.Fatal(err)
+	serve := func() (*mcp.ClientSession, int) {
+		cmd := exec.Command(binary(b), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant,
+			"--audit", s.audit)
+		cmd.Env = cleanEnv()
+		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+		cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cs.Close() })
+		return cs, cmd.Process.Pid
 	}
-	defer cs.Close()
-	pid := cmd.Process.Pid
+	call := func(cs *mcp.ClientSession, tool, path string) {
+		b.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"path": path}})
+		if err != nil || res.IsError {
+			b.Fatalf("%s %s: %v %+v", tool, path, err, res)
+		}
+	}
+	cs, pid := serve()
+	encrypter := cs
+	if decrypt {
+		encrypter, _ = serve()
+	}
 	// Warm up on a small file, so the measured calls start from a server
 	// that has served one.
 	if err := os.WriteFile(filepath.Join(root, "warm.txt"), []byte("warm"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "encrypt_file", Arguments: map[string]any{"path": "warm.txt"}}); err != nil || res.IsError {
-		b.Fatalf("warm-up: %v %+v", err, res)
+	call(encrypter, "encrypt_file", "warm.txt")
+	if decrypt {
+		call(cs, "decrypt_file", "warm.txt.pisoft")
 	}
 	var worst float64
 	b.ResetTimer()
@@ -79,17 +102,20 @@ func BenchmarkServeEncryptFileMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		_ = os.Remove(name + ".pisoft")
+		_ = os.Remove(filepath.Join(root, "big.decrypted.bin"))
+		tool, arg := "encrypt_file", "big.bin"
+		if decrypt {
+			call(encrypter, "encrypt_file", "big.bin")
+			tool, arg = "decrypt_file", "big.bin.pisoft"
+		}
 		before := procKB(b, pid, "VmRSS")
 		// Reset the peak resident set to the current one.
 		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
 			b.Fatalf("reset the peak resident set: %v", err)
 		}
 		b.StartTimer()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "encrypt_file", Arguments: map[string]any{"path": "big.bin"}})
+		call(cs, tool, arg)
 		b.StopTimer()
-		if err != nil || res.IsError {
-			b.Fatalf("encrypt_file: %v %+v", err, res)
-		}
 		grew := float64(procKB(b, pid, "VmHWM")-before) * 1024 / float64(len(data))
 		worst = max(worst, grew)
 		b.StartTimer()

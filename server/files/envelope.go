@@ -2,14 +2,17 @@ package files
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/jsonb64"
 )
 
 // The envelope encrypt_file writes beside a file: JSON, format
@@ -86,8 +89,10 @@ func WriteEnvelope(w io.Writer, e Envelope) error {
 
 // ReadEnvelope parses an envelope of at most MaxEnvelopeBytes. Anything that
 // is not a version 1 envelope with every field present is NOT_AN_ENVELOPE;
-// an unknown field is too, since the server writes none.
-func ReadEnvelope(r io.Reader, p string) (Envelope, error) {
+// an unknown field is too, since the server writes none. size is the
+// envelope's size when known (0 if not): the ciphertext's buffer is then
+// made once, not grown.
+func ReadEnvelope(r io.Reader, size int64, p string) (Envelope, error) {
 	var doc struct {
 		Format        *string        `json:"format"`
 		FormatVersion *int           `json:"formatVersion"`
@@ -97,13 +102,31 @@ func ReadEnvelope(r io.Reader, p string) (Envelope, error) {
 		Ciphertext    []byte         `json:"ciphertext"`
 		Plaintext     *plaintextInfo `json:"plaintext"`
 	}
-	dec := json.NewDecoder(io.LimitReader(r, MaxEnvelopeBytes+1))
-	dec.DisallowUnknownFields()
 	not := func(why string) (Envelope, error) {
 		return Envelope{}, refuse(CodeNotAnEnvelope, "%q is not an envelope encrypt_file wrote: %s", p, why)
 	}
+	// The ciphertext's base64 is decoded as it is read, so the envelope's
+	// text and the ciphertext are never both held whole.
+	hint := 0
+	if size > 0 && size <= MaxEnvelopeBytes {
+		hint = int(size / 4 * 3)
+	}
+	res, err := jsonb64.Read(r, "ciphertext", hint, MaxEnvelopeBytes)
+	switch {
+	case errors.Is(err, jsonb64.ErrTooLarge):
+		return not("it is larger than any envelope")
+	case errors.Is(err, jsonb64.ErrFormat):
+		return not("it is not the envelope's JSON")
+	case err != nil:
+		return not("it could not be read")
+	}
+	dec := json.NewDecoder(bytes.NewReader(res.Rest))
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
 		return not("it is not the envelope's JSON")
+	}
+	if res.Seen {
+		doc.Ciphertext = res.Data
 	}
 	if dec.More() {
 		return not("it holds more than one JSON value")
