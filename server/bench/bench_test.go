@@ -13,9 +13,6 @@ import (
 // rot: each figure is measured, with its baselines, a finite ratio and a
 // goal; nothing here judges a time.
 func TestQuickRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two stacks")
-	}
 	o := Quick()
 	o.Dir = t.TempDir()
 	var progress bytes.Buffer

@@ -26,9 +26,6 @@ import (
 //
 //	go test ./server/bench -run TestLoad
 func TestLoadFiftyUsersThroughEightCallers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("50 users against the stack")
-	}
 	const users, callsEach, maxCallers = 50, 4, 8
 	ctx := context.Background()
 	st, err := StartStack(ctx, StackOptions{Dir: t.TempDir(), Users: users, MaxCallers: maxCallers, Mixed: true})
