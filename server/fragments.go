@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -19,7 +18,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/audit"
-	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/compound"
@@ -424,22 +422,8 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 	if res.Encrypted == nil {
 		// Under the section's existing key: asking again after a lost
 		// answer creates nothing at the key server.
-		sess, err := s.session(ctx, c)
-		if err != nil {
+		if res, err = s.encryptUnderKey(ctx, c, key, ttag, in.Text); err != nil {
 			return zero, err
-		}
-		iv := make([]byte, api.IVBytes)
-		if _, err := rand.Read(iv); err != nil {
-			return zero, fmt.Errorf("save IV: %w", err)
-		}
-		enc, err := sess.Encrypt(ctx, gateway.EncryptInput{TTag: ttag, IV: iv, Plaintext: []byte(in.Text)})
-		if err != nil {
-			return zero, err
-		}
-		c.line.KeyLink = digestOrEmpty(enc.Link)
-		res, err = s.cfg.Journal.RecordEncrypted(ctx, key, journal.EncryptedPayload{IV: enc.IV, Ciphertext: enc.Ciphertext, TTag: enc.TTag})
-		if err != nil {
-			return zero, fmt.Errorf("record encrypted fragment save: %w", err)
 		}
 		s.cfg.CrashPoint("fragment:encrypted")
 	}

@@ -109,23 +109,8 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	if res.Encrypted == nil {
 		// No answer was recorded: ask (again). The key is the destination's
 		// existing one, so a repeated ask creates nothing at the key server.
-		sess, err := s.session(ctx, c)
-		if err != nil {
+		if res, err = s.encryptUnderKey(ctx, c, key, dest.TTag, in.Text); err != nil {
 			return zero, err
-		}
-		iv := make([]byte, api.IVBytes)
-		if _, err := rand.Read(iv); err != nil {
-			return zero, fmt.Errorf("save IV: %w", err)
-		}
-		enc, err := sess.Encrypt(ctx, gateway.EncryptInput{TTag: dest.TTag, IV: iv, Plaintext: []byte(in.Text)})
-		if err != nil {
-			return zero, err
-		}
-		c.line.KeyLink = digestOrEmpty(enc.Link)
-		res, err = s.cfg.Journal.RecordEncrypted(ctx, key,
-			journal.EncryptedPayload{IV: enc.IV, Ciphertext: enc.Ciphertext, TTag: enc.TTag})
-		if err != nil {
-			return zero, fmt.Errorf("record encrypted save: %w", err)
 		}
 		s.cfg.CrashPoint("save:encrypted")
 	}
@@ -135,6 +120,32 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	}
 	c.line.Version = rc.Version
 	return receiptOf(in.IdempotencyKey, rc, false), nil
+}
+
+// encryptUnderKey encrypts text under an existing key (a destination's or a
+// section's) with a fresh IV and records the answer in the save journal
+// under key. Asking again after a lost answer creates nothing at the key
+// server, so a save with no recorded answer may call this again.
+func (s *Server) encryptUnderKey(ctx context.Context, c *call, key journal.SaveID, ttag, text string) (journal.Reservation, error) {
+	sess, err := s.session(ctx, c)
+	if err != nil {
+		return journal.Reservation{}, err
+	}
+	iv := make([]byte, api.IVBytes)
+	if _, err := rand.Read(iv); err != nil {
+		return journal.Reservation{}, fmt.Errorf("save IV: %w", err)
+	}
+	enc, err := sess.Encrypt(ctx, gateway.EncryptInput{TTag: ttag, IV: iv, Plaintext: []byte(text)})
+	if err != nil {
+		return journal.Reservation{}, err
+	}
+	c.line.KeyLink = digestOrEmpty(enc.Link)
+	res, err := s.cfg.Journal.RecordEncrypted(ctx, key,
+		journal.EncryptedPayload{IV: enc.IV, Ciphertext: enc.Ciphertext, TTag: enc.TTag})
+	if err != nil {
+		return journal.Reservation{}, fmt.Errorf("record encrypted save: %w", err)
+	}
+	return res, nil
 }
 
 // place writes the recorded ciphertext as a new versioned file, commits the
