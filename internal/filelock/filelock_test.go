@@ -1,0 +1,296 @@
+package filelock
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// helperEnv makes the test binary a helper process: its value is the mode,
+// the lock file is helperPathEnv.
+const (
+	helperEnv     = "FILELOCK_TEST_HELPER"
+	helperPathEnv = "FILELOCK_TEST_PATH"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		if err := helper(mode, os.Getenv(helperPathEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// helper is one process of a test. "hold" takes the lock, says "held" and
+// keeps it until its standard input ends. "wait" checks the lock is taken
+// ("busy"), waits for it, and says what the state file beside it held when
+// it got it. "count:N" waits for "go", then N times takes the lock and
+// adds one to a counter file, written in two steps so an unguarded writer
+// loses counts.
+func helper(mode, path string) error {
+	ctx := context.Background()
+	switch {
+	case mode == "hold":
+		l, err := Acquire(ctx, path)
+		if err != nil {
+			return err
+		}
+		fmt.Println("held")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return l.Release()
+	case mode == "wait":
+		if _, err := TryAcquire(path); !errors.Is(err, ErrLocked) {
+			return fmt.Errorf("the lock was not taken: %v", err)
+		}
+		fmt.Println("busy")
+		l, err := Acquire(ctx, path)
+		if err != nil {
+			return err
+		}
+		state, err := os.ReadFile(path + ".state")
+		if err != nil {
+			return err
+		}
+		fmt.Println("acquired", string(state))
+		return l.Release()
+	case strings.HasPrefix(mode, "count:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(mode, "count:"))
+		if err != nil {
+			return err
+		}
+		if line, _ := bufio.NewReader(os.Stdin).ReadString('\n'); line != "go\n" {
+			return fmt.Errorf("no go: %q", line)
+		}
+		counter := path + ".count"
+		for range n {
+			l, err := Acquire(ctx, path)
+			if err != nil {
+				return err
+			}
+			data, err := os.ReadFile(counter)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			v, _ := strconv.Atoi(string(data))
+			f, err := os.OpenFile(counter, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+			if err != nil {
+				return err
+			}
+			if _, err := f.WriteString(strconv.Itoa(v + 1)); err != nil {
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			if err := l.Release(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown mode %q", mode)
+}
+
+// child starts the test binary as a helper in mode on the lock at path.
+type child struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	errBuf *strings.Builder
+}
+
+func startChild(t *testing.T, mode, path string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, helperPathEnv+"="+path)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, in: in, out: bufio.NewReader(out), errBuf: &strings.Builder{}}
+	cmd.Stderr = c.errBuf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = in.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return c
+}
+
+// line reads the child's next line of output.
+func (c *child) line(t *testing.T) string {
+	t.Helper()
+	s, err := c.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("helper said nothing more (%v); stderr: %s", err, c.errBuf)
+	}
+	return strings.TrimSuffix(s, "\n")
+}
+
+func (c *child) wait(t *testing.T) {
+	t.Helper()
+	_ = c.in.Close()
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("helper: %v; stderr: %s", err, c.errBuf)
+	}
+}
+
+// TestAcquireWaitsForAnotherProcess: while this process holds the lock,
+// another process finds it taken and waits; it gets the lock only after
+// this one released it, which the state file written just before the
+// release shows.
+func TestAcquireWaitsForAnotherProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "manifest.json.lock")
+	l, err := TryAcquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".state", []byte("holding"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startChild(t, "wait", path)
+	if got := c.line(t); got != "busy" {
+		t.Fatalf("helper: %q, want busy", got)
+	}
+	if err := os.WriteFile(path+".state", []byte("released"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.line(t); got != "acquired released" {
+		t.Fatalf("helper: %q, want it to get the lock only after the release", got)
+	}
+	c.wait(t)
+}
+
+// TestLockExcludesOtherProcesses: three processes each add one to a counter
+// file 200 times, each addition under the lock; not one is lost.
+func TestLockExcludesOtherProcesses(t *testing.T) {
+	const procs, rounds = 3, 200
+	path := filepath.Join(t.TempDir(), "counter.lock")
+	var children []*child
+	for range procs {
+		children = append(children, startChild(t, "count:"+strconv.Itoa(rounds), path))
+	}
+	for _, c := range children {
+		if _, err := io.WriteString(c.in, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range children {
+		c.wait(t)
+	}
+	data, err := os.ReadFile(path + ".count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(data); got != strconv.Itoa(procs*rounds) {
+		t.Fatalf("counter %s, want %d: additions were lost", got, procs*rounds)
+	}
+}
+
+// TestLockReleasedWhenHolderKilled: a holder killed outright leaves a lock
+// file that stops no one.
+func TestLockReleasedWhenHolderKilled(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "manifest.json.lock")
+	c := startChild(t, "hold", path)
+	if got := c.line(t); got != "held" {
+		t.Fatalf("helper: %q", got)
+	}
+	if _, err := TryAcquire(path); !errors.Is(err, ErrLocked) {
+		t.Fatalf("while another process holds it: %v, want ErrLocked", err)
+	}
+	if err := c.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.cmd.Wait()
+	l, err := Acquire(context.Background(), path)
+	if err != nil {
+		t.Fatalf("after the holder was killed: %v", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTwoLocksInOneProcess: the lock excludes a second holder in the same
+// process too, and a released lock can be taken again.
+func TestTwoLocksInOneProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	l, err := TryAcquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := TryAcquire(path); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second TryAcquire: %v, want ErrLocked", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatalf("a second Release: %v", err)
+	}
+	again, err := TryAcquire(path)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	if err := again.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAcquireEndsWithContext: a wait whose context ends returns the
+// context's error, and the lock it would have got is not kept: the next
+// Acquire gets it once the holder releases.
+func TestAcquireEndsWithContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	l, err := TryAcquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Acquire(ctx, path); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with an ended context: %v, want context.Canceled", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	next, err := Acquire(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLockFileMustBeRegular: a lock path that is a folder is refused.
+func TestLockFileMustBeRegular(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := TryAcquire(path); err == nil {
+		t.Fatal("a folder was taken as a lock file")
+	}
+}
