@@ -1,6 +1,7 @@
 package grant
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -181,8 +182,13 @@ func LoadManifest(path string) (*Manifest, error) {
 	return &m, nil
 }
 
-// Save checks m and writes it to path atomically with mode 0600. An invalid
-// manifest is refused and nothing is written. On success m remembers path.
+// Save checks m and writes it to path atomically with mode 0600, under the
+// manifest's lock. An invalid manifest is refused and nothing is written.
+// On success m remembers path.
+//
+// Save replaces whatever the file holds with m: it is for a file the caller
+// alone writes (a test's folder). To change a manifest that others may
+// write, use [UpdateManifest]; to write a new one, [CreateManifest].
 func (m *Manifest) Save(path string) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -195,6 +201,13 @@ func (m *Manifest) Save(path string) error {
 	if err != nil {
 		return fmt.Errorf("manifest %s: %w", abs, err)
 	}
+	// Even a whole-file write waits for an update under way, so the
+	// update's read, change and rename stay one step.
+	l, err := lockShared(context.Background(), abs)
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	defer l.Release()
 	if err := writeFileAtomic(abs, data); err != nil {
 		return fmt.Errorf("manifest: %w", err)
 	}

@@ -1,6 +1,7 @@
 package grant
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -41,7 +42,9 @@ func LoadSeedRecord(path string) (*SeedRecord, error) {
 	return &r, nil
 }
 
-// Save checks r and writes it to path atomically with mode 0600.
+// Save checks r and writes it to path atomically with mode 0600, under the
+// record's lock. It replaces whatever the file holds: to change a record
+// that protect or cleanup may write too, use [UpdateSeedRecord].
 func (r *SeedRecord) Save(path string) error {
 	if err := r.Check(); err != nil {
 		return fmt.Errorf("seed record %s: not saved: %w", path, err)
@@ -50,7 +53,16 @@ func (r *SeedRecord) Save(path string) error {
 	if err != nil {
 		return fmt.Errorf("seed record %s: %w", path, err)
 	}
-	if err := writeFileAtomic(path, data); err != nil {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("seed record %s: %w", path, err)
+	}
+	l, err := lockShared(context.Background(), abs)
+	if err != nil {
+		return fmt.Errorf("seed record: %w", err)
+	}
+	defer l.Release()
+	if err := writeFileAtomic(abs, data); err != nil {
 		return fmt.Errorf("seed record: %w", err)
 	}
 	return nil
