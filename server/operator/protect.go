@@ -249,11 +249,16 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		return nil, errors.New("protect: name the keys' owner with --owner, or --record a seed record whose owner it is")
 	}
 
-	unlock, err := lockProtect(filepath.Join(m.Dir(), ProtectJournalName+".lock"))
+	unlock, err := lockProtect(ctx, filepath.Join(m.Dir(), ProtectJournalName+".lock"), o.DocumentID, progress)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	// Read again under the lock: a protect this one waited for may have
+	// added keys, or this very document.
+	if m, err = grant.LoadManifest(o.ManifestPath); err != nil {
+		return nil, fmt.Errorf("protect: %w", err)
+	}
 	j, err := loadProtectJournal(filepath.Join(m.Dir(), ProtectJournalName))
 	if err != nil {
 		return nil, err
@@ -269,7 +274,7 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		}
 		// A run killed after the manifest was saved finishes here.
 		if run != nil && run.State != "done" {
-			if err := finishRecord(rec, o.RecordPath, run); err != nil {
+			if err := finishRecord(ctx, o.RecordPath, run); err != nil {
 				return nil, err
 			}
 			run.State = "done"
@@ -450,34 +455,33 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 	doc.Skeleton, doc.SkeletonSHA256 = rel+"/"+skName, hex.EncodeToString(skSum[:])
 	crash("protect:files-written")
 
-	// The manifest, read again so a change since the start is kept, and
-	// saved atomically with the document and each type's key.
-	fresh, err := grant.LoadManifest(o.ManifestPath)
+	// The manifest, changed under its lock on the file as it is now, so
+	// whatever another writer saved since this run read it is kept.
+	announceManifestWait(o.ManifestPath, o.DocumentID, progress)
+	_, err = grant.UpdateManifest(ctx, o.ManifestPath, func(next *grant.Manifest) error {
+		if _, ok := next.Documents[o.DocumentID]; ok {
+			return fmt.Errorf("%w: %q was added while this ran", ErrAlreadyProtected, o.DocumentID)
+		}
+		if next.Documents == nil {
+			next.Documents = map[string]grant.Document{}
+		}
+		if next.CompoundKeys == nil {
+			next.CompoundKeys = map[string]string{}
+		}
+		for _, dt := range split.DataTypesUsed() {
+			if have := next.CompoundKeys[dt]; have != "" && have != keys[dt] {
+				return fmt.Errorf("compoundKeys[%s] changed while this ran; start over", dt)
+			}
+			next.CompoundKeys[dt] = keys[dt]
+		}
+		next.Documents[o.DocumentID] = doc
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
-	if _, ok := fresh.Documents[o.DocumentID]; ok {
-		return nil, fmt.Errorf("protect: %w: %q was added while this ran", ErrAlreadyProtected, o.DocumentID)
-	}
-	next := fresh.Clone()
-	if next.Documents == nil {
-		next.Documents = map[string]grant.Document{}
-	}
-	if next.CompoundKeys == nil {
-		next.CompoundKeys = map[string]string{}
-	}
-	for _, dt := range split.DataTypesUsed() {
-		if have := next.CompoundKeys[dt]; have != "" && have != keys[dt] {
-			return nil, fmt.Errorf("protect: compoundKeys[%s] changed while this ran; start over", dt)
-		}
-		next.CompoundKeys[dt] = keys[dt]
-	}
-	next.Documents[o.DocumentID] = doc
-	if err := next.Save(o.ManifestPath); err != nil {
-		return nil, fmt.Errorf("protect: %w", err)
-	}
 	crash("protect:manifest-saved")
-	if err := finishRecord(rec, o.RecordPath, run); err != nil {
+	if err := finishRecord(ctx, o.RecordPath, run); err != nil {
 		return nil, err
 	}
 	run.State = "done"
@@ -487,22 +491,22 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 	return summary, nil
 }
 
-// finishRecord adds the keys run created to the seed record, once each.
-func finishRecord(rec *grant.SeedRecord, path string, run *protectRun) error {
-	if rec == nil {
+// finishRecord adds the keys run created to the seed record, once each,
+// under the record's lock on the record as it is now: a cleanup or another
+// protect that changed it meanwhile keeps its change.
+func finishRecord(ctx context.Context, path string, run *protectRun) error {
+	if path == "" {
 		return nil
 	}
-	added := false
-	for _, a := range run.Attempts {
-		if a.CreatesKey && a.State == attemptEncrypted && !slices.Contains(rec.Keys, a.TTag) {
-			rec.Keys = append(rec.Keys, a.TTag)
-			added = true
+	_, err := grant.UpdateSeedRecord(ctx, path, func(rec *grant.SeedRecord) error {
+		for _, a := range run.Attempts {
+			if a.CreatesKey && a.State == attemptEncrypted && !slices.Contains(rec.Keys, a.TTag) {
+				rec.Keys = append(rec.Keys, a.TTag)
+			}
 		}
-	}
-	if !added {
 		return nil
-	}
-	if err := rec.Save(path); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("protect: %w", err)
 	}
 	return nil
