@@ -180,8 +180,10 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 			}
 		}
 	}
-	if err := m.Save(manifestPath); err != nil {
-		return nil, err
+	// Created under the manifest's lock, and refused if a manifest
+	// appeared while this ran: another's is never replaced.
+	if err := grant.CreateManifest(ctx, manifestPath, m); err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
 	}
 	if err := rec.Save(filepath.Join(o.OutDir, "seed-record.json")); err != nil {
 		return nil, err
@@ -259,14 +261,37 @@ func Cleanup(ctx context.Context, cfg *gateway.ServiceConfig, recordPath string)
 			principalsLeft = append(principalsLeft, p)
 		}
 	}
-	rec.Keys, rec.Principals = keysLeft, principalsLeft
-	if err := rec.Save(recordPath); err != nil {
+	// The record is changed as it is now, under its lock: only what this
+	// run removed leaves it, so a key a protect added meanwhile stays
+	// listed for the next cleanup.
+	removedKeys := removedSet(rec.Keys, keysLeft)
+	removedPrincipals := removedSet(rec.Principals, principalsLeft)
+	_, err = grant.UpdateSeedRecord(ctx, recordPath, func(r *grant.SeedRecord) error {
+		r.Keys = slices.DeleteFunc(r.Keys, func(k string) bool { return removedKeys[k] })
+		r.Principals = slices.DeleteFunc(r.Principals, func(p string) bool { return removedPrincipals[p] })
+		if len(r.Keys) > 0 && removedPrincipals[r.OwnerUser] {
+			problems = append(problems, fmt.Sprintf("the record gained %d keys while cleanup ran (a protect?); their owner %s is removed, so remove them as another owner", len(r.Keys), r.OwnerUser))
+		}
+		return nil
+	})
+	if err != nil {
 		problems = append(problems, fmt.Sprintf("the seed record could not be rewritten (%v); it still lists what was removed", err))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("cleanup: %s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// removedSet is the entries of all that are not in left.
+func removedSet(all, left []string) map[string]bool {
+	out := map[string]bool{}
+	for _, v := range all {
+		if !slices.Contains(left, v) {
+			out[v] = true
+		}
+	}
+	return out
 }
 
 func short(ttag string) string {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
@@ -57,5 +59,56 @@ func TestCleanupRewritesTheRecord(t *testing.T) {
 	}
 	if n := env.Gateway.Count(api.RouteKeyRemove) + env.Gateway.Count(api.RouteAdminDeletePrincipal); n != 0 {
 		t.Errorf("a cleanup with nothing left sent %d removals", n)
+	}
+}
+
+// TestCleanupKeepsAKeyAddedWhileItRan: a key another writer (a protect)
+// adds to the seed record while cleanup is at the Gateway stays listed, and
+// cleanup says its owner is gone; cleanup removes from the record only what
+// it removed.
+func TestCleanupKeepsAKeyAddedWhileItRan(t *testing.T) {
+	ctx := context.Background()
+	env := reftest.Start(t, reference.Config{})
+	svc := env.Service(t, "svc", true)
+	dir := t.TempDir()
+	if _, err := Seed(ctx, SeedOptions{Config: svc, OutDir: dir, Tag: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	recordPath := filepath.Join(dir, "seed-record.json")
+
+	// Every request is held until the faults change, so cleanup stops at
+	// its first request, after it read the record.
+	env.Gateway.ResetCounts()
+	env.Gateway.SetFaults(reference.Faults{Delay: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- Cleanup(ctx, svc, recordPath) }()
+	for env.Gateway.Count(api.RouteServiceLogin)+env.Gateway.Count(api.RouteScoped) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("cleanup ended before reaching the Gateway: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	rec, err := grant.LoadSeedRecord(recordPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const added = "key-added-by-a-protect"
+	rec.Keys = append(rec.Keys, added)
+	if err := rec.Save(recordPath); err != nil {
+		t.Fatal(err)
+	}
+	env.Gateway.SetFaults(reference.Faults{})
+
+	err = <-done
+	if err == nil || !strings.Contains(err.Error(), "gained 1 keys") {
+		t.Fatalf("cleanup: %v; want it to say the record gained a key", err)
+	}
+	left, err := grant.LoadSeedRecord(recordPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(left.Keys, []string{added}) || len(left.Principals) != 0 {
+		t.Fatalf("record after cleanup: keys %v, principals %v; want only the added key", left.Keys, left.Principals)
 	}
 }
