@@ -247,19 +247,20 @@ func (st *Stack) provision(ctx context.Context, pwFile string) error {
 		return err
 	}
 	manifestPath := filepath.Join(data, "manifest.json")
-	m, err := grant.LoadManifest(manifestPath)
-	if err != nil {
-		return err
-	}
 	rel := "documents/" + DocumentID + ".v1.bin"
 	if err := os.WriteFile(filepath.Join(data, rel), enc.Ciphertext, 0o600); err != nil {
 		return err
 	}
 	sum := sha256.Sum256(text)
-	m.Documents[DocumentID] = grant.Document{Label: "Benchmark text (4 KiB)", Category: "benchmark", Approved: true,
-		ContentType: "text/plain; charset=utf-8", Version: 1, Path: rel, TTag: enc.TTag,
-		IV: base64.StdEncoding.EncodeToString(enc.IV), SHA256: hex.EncodeToString(sum[:]), Size: int64(len(text))}
-	if err := m.Save(manifestPath); err != nil {
+	if _, err := grant.UpdateManifest(ctx, manifestPath, func(m *grant.Manifest) error {
+		if m.Documents == nil {
+			m.Documents = map[string]grant.Document{}
+		}
+		m.Documents[DocumentID] = grant.Document{Label: "Benchmark text (4 KiB)", Category: "benchmark", Approved: true,
+			ContentType: "text/plain; charset=utf-8", Version: 1, Path: rel, TTag: enc.TTag,
+			IV: base64.StdEncoding.EncodeToString(enc.IV), SHA256: hex.EncodeToString(sum[:]), Size: int64(len(text))}
+		return nil
+	}); err != nil {
 		return err
 	}
 	if st.Manifest, err = grant.LoadManifest(manifestPath); err != nil {

@@ -93,21 +93,20 @@ func provisionSteps(ctx context.Context, sc *gateway.ServiceConfig, data string,
 		DevStepReferralConfirmed: {Label: "Referral: history for the doctor, confirmed by the user", From: patient.Name, To: to,
 			Documents: map[string][]string{devStepDocument: devStepTypes()}, MaxWindowSeconds: 1800, Confirm: grant.ConfirmElicit},
 	}
-	changed := false
-	next := m.Clone()
-	if next.Steps == nil {
-		next.Steps = map[string]grant.Step{}
-	}
-	for _, id := range slices.Sorted(maps.Keys(want)) {
-		if _, ok := next.Steps[id]; !ok {
-			next.Steps[id] = want[id]
-			changed = true
+	// Written under the manifest's lock on the file as it is now; a second
+	// run finds both steps there and writes nothing.
+	_, err = grant.UpdateManifest(ctx, manifestPath, func(next *grant.Manifest) error {
+		if next.Steps == nil {
+			next.Steps = map[string]grant.Step{}
 		}
-	}
-	if !changed {
+		for _, id := range slices.Sorted(maps.Keys(want)) {
+			if _, ok := next.Steps[id]; !ok {
+				next.Steps[id] = want[id]
+			}
+		}
 		return nil
-	}
-	return next.Save(manifestPath)
+	})
+	return err
 }
 
 // principal finds a principal, or creates it (a state folder made before
