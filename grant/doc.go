@@ -10,7 +10,11 @@
 // refused with an error naming the file and the field. Every write is
 // atomic: a temporary file in the same folder, mode 0600, synced, then
 // renamed over the target, so a reader sees the old file or the new one and
-// never half of either.
+// never half of either. The manifest and the seed record are shared by
+// several processes: their writers ([UpdateManifest], [CreateManifest],
+// [UpdateSeedRecord]) take the file's lock file beside it
+// (internal/filelock), read the file again under it, change that copy and
+// rename it into place, so no writer loses another's change.
 //
 // # Ids
 //
