@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 // "go" on standard input, then each round adds a destination named after it
 // and the round to the manifest, and a key to the seed record.
 func writer(spec string) error {
+	if manifest, ok := strings.CutPrefix(spec, "die:"); ok {
+		return dieMidUpdate(manifest)
+	}
 	parts := strings.SplitN(spec, ":", 4)
 	if len(parts) != 4 {
 		return fmt.Errorf("spec %q", spec)
@@ -68,6 +71,49 @@ func writer(spec string) error {
 		}
 	}
 	return nil
+}
+
+// dieMidUpdate is killed, as kill -9 would, while it holds the manifest's
+// lock with its change half made.
+func dieMidUpdate(manifest string) error {
+	_, err := UpdateManifest(context.Background(), manifest, func(m *Manifest) error {
+		delete(m.Documents, "proposal-aurora")
+		fmt.Println("changing")
+		p, err := os.FindProcess(os.Getpid())
+		if err != nil {
+			return err
+		}
+		_ = p.Kill()
+		select {} // not reached where Kill works
+	})
+	return err
+}
+
+// TestUpdateManifestKilledHoldingTheLock: a writer killed in the middle of
+// its change leaves the manifest byte for byte as it was, and its lock
+// stops no one.
+func TestUpdateManifestKilledHoldingTheLock(t *testing.T) {
+	manifest := copyFixture(t, "manifest-valid.json", "manifest.json")
+	before, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), writerEnv+"=die:"+manifest)
+	out, err := cmd.Output()
+	if err == nil || string(out) != "changing\n" {
+		t.Fatalf("the writer was not killed mid-change: %v, said %q", err, out)
+	}
+	if after, _ := os.ReadFile(manifest); string(after) != string(before) {
+		t.Fatal("a writer killed mid-change altered the manifest")
+	}
+	if _, err := UpdateManifest(context.Background(), manifest, func(m *Manifest) error {
+		m.Destinations["after-the-kill"] = Destination{}
+		return nil
+	}); err != nil {
+		t.Fatalf("the next writer: %v", err)
+	}
+	assertOnly(t, filepath.Dir(manifest), "manifest.json", "manifest.json.lock")
 }
 
 // TestUpdateManifestAcrossProcesses: three processes change one manifest
