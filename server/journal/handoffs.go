@@ -2,8 +2,16 @@ package journal
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -38,7 +46,29 @@ type HandOff struct {
 	CreatedAt  time.Time    // set by the journal
 	ClosedAt   time.Time    // zero while open
 	VerifiedAt time.Time    // zero until the entry read back as granted
+	// CloseReason says how a closed row ended (one of the HandOffClosed*
+	// reasons); "" while open, and for rows closed by a program that did
+	// not record it (they were revoked).
+	CloseReason string
 }
+
+// Why a hand-off row was closed.
+const (
+	// ClosedRevoked: the entry read back as this row granted it, was
+	// revoked, and read back absent.
+	ClosedRevoked = "revoked"
+	// ClosedNotGranted: the key server refused the grant, so the row made
+	// nothing and nothing was revoked.
+	ClosedNotGranted = "not-granted"
+	// ClosedAbsent: the recipient held no entry on the key when the row was
+	// closed (the grant never took, or someone else revoked it); nothing was
+	// revoked.
+	ClosedAbsent = "absent"
+	// ClosedLeftAlone: the recipient held an entry that is not the one this
+	// row granted (other rights, another end, limited uses); it was left as
+	// it is.
+	ClosedLeftAlone = "left-alone"
+)
 
 // AddHandOff records an open hand-off. If one is already open for the same
 // step, caller, key and recipient, that row is returned with inserted false
@@ -104,6 +134,23 @@ func (j *Journal) OpenHandOffsTo(ctx context.Context, ttag string, systemID int6
 		ttag, systemID, principalID)
 }
 
+// GetHandOff reads one hand-off row by id.
+func (j *Journal) GetHandOff(ctx context.Context, id int64) (HandOff, error) {
+	rows, err := queryHandOffs(ctx, j.db, `WHERE id = ?`, id)
+	if err != nil {
+		return HandOff{}, err
+	}
+	if len(rows) == 0 {
+		return HandOff{}, fmt.Errorf("journal: hand-off %d: %w", id, ErrNotFound)
+	}
+	return rows[0], nil
+}
+
+// OpenHandOffsOn lists the open hand-offs on one key, to anyone.
+func (j *Journal) OpenHandOffsOn(ctx context.Context, ttag string) ([]HandOff, error) {
+	return queryHandOffs(ctx, j.db, `WHERE ttag = ? AND state = 'open'`, ttag)
+}
+
 // VerifyHandOffs records that each open hand-off in ids read back as
 // granted. A closed one is left as it is.
 func (j *Journal) VerifyHandOffs(ctx context.Context, ids []int64) error {
@@ -122,10 +169,22 @@ UPDATE handoffs SET verified_at = ? WHERE id = ? AND state = 'open' AND verified
 // CloseHandOff records that a hand-off's entry was revoked (and read back
 // absent). Closing a closed one returns it unchanged.
 func (j *Journal) CloseHandOff(ctx context.Context, id int64) (HandOff, error) {
+	return j.CloseHandOffAs(ctx, id, ClosedRevoked)
+}
+
+// CloseHandOffAs closes a hand-off row, recording why (one of the Closed*
+// reasons). Closing a closed one returns it unchanged.
+func (j *Journal) CloseHandOffAs(ctx context.Context, id int64, reason string) (HandOff, error) {
+	switch reason {
+	case ClosedRevoked, ClosedNotGranted, ClosedAbsent, ClosedLeftAlone:
+	default:
+		return HandOff{}, fmt.Errorf("journal: %w: close reason %q", ErrInvalid, reason)
+	}
 	var out HandOff
 	err := j.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `
-UPDATE handoffs SET state = 'closed', closed_at = ? WHERE id = ? AND state = 'open'`, nowText(), id); err != nil {
+UPDATE handoffs SET state = 'closed', closed_at = ?, close_reason = ? WHERE id = ? AND state = 'open'`,
+			nowText(), reason, id); err != nil {
 			return fmt.Errorf("journal: close hand-off %d: %w", id, err)
 		}
 		rows, err := queryHandOffs(ctx, tx, `WHERE id = ?`, id)
@@ -148,7 +207,7 @@ type rowsQueryer interface {
 func queryHandOffs(ctx context.Context, q rowsQueryer, where string, args ...any) ([]HandOff, error) {
 	rows, err := q.QueryContext(ctx, `
 SELECT id, step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at, closed_at,
-	batch, grant_id, verified_at
+	batch, grant_id, verified_at, close_reason
 FROM handoffs `+where+` ORDER BY id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("journal: read hand-offs: %w", err)
@@ -163,7 +222,7 @@ FROM handoffs `+where+` ORDER BY id`, args...)
 			closed, verified sql.NullString
 		)
 		if err := rows.Scan(&h.ID, &h.Step, &h.Caller, &h.TTag, &h.DocumentID, &h.FragmentID, &h.SystemID,
-			&h.PrincipalID, &endTime, &state, &created, &closed, &h.Batch, &h.GrantID, &verified); err != nil {
+			&h.PrincipalID, &endTime, &state, &created, &closed, &h.Batch, &h.GrantID, &verified, &h.CloseReason); err != nil {
 			return nil, fmt.Errorf("journal: read hand-offs: %w", err)
 		}
 		h.State = HandOffState(state)
@@ -185,4 +244,220 @@ FROM handoffs `+where+` ORDER BY id`, args...)
 		return nil, fmt.Errorf("journal: read hand-offs: %w", err)
 	}
 	return out, nil
+}
+
+// ensureHandOffSchema adds, to a journal of any earlier shape, what this
+// file's code needs beyond the numbered migrations: the close_reason column
+// and the handoff_locks table. Both are additive, so a journal written by
+// an older pdmcp opens here unchanged, and an older pdmcp still reads one
+// written here (it ignores the column and the table). It runs inside
+// migrate's write transaction, so two processes opening one file cannot
+// both add the column.
+func ensureHandOffSchema(ctx context.Context, tx *sql.Tx) error {
+	has, err := hasColumn(ctx, tx, "handoffs", "close_reason")
+	if err != nil {
+		return err
+	}
+	if !has {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE handoffs ADD COLUMN close_reason TEXT NOT NULL DEFAULT ''`); err != nil {
+			return fmt.Errorf("journal: add handoffs.close_reason: %w", err)
+		}
+	}
+	// One row per (key, recipient) a hand-off, a close or a save check is
+	// working on: who holds it (process id and a random tag) and until when
+	// the hold lasts without being renewed.
+	if _, err := tx.ExecContext(ctx, `
+CREATE TABLE IF NOT EXISTS handoff_locks (
+	ttag         TEXT NOT NULL,
+	system_id    INTEGER NOT NULL,
+	principal_id TEXT NOT NULL,
+	holder       TEXT NOT NULL,
+	until        TEXT NOT NULL,
+	PRIMARY KEY (ttag, system_id, principal_id)
+) STRICT`); err != nil {
+		return fmt.Errorf("journal: create handoff_locks: %w", err)
+	}
+	return nil
+}
+
+func hasColumn(ctx context.Context, tx *sql.Tx, table, column string) (bool, error) {
+	// PRAGMA takes no parameters; table is this file's own constant.
+	rows, err := tx.QueryContext(ctx, "SELECT name FROM pragma_table_info('"+table+"')")
+	if err != nil {
+		return false, fmt.Errorf("journal: read columns of %s: %w", table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return false, fmt.Errorf("journal: read columns of %s: %w", table, err)
+		}
+		if name == column {
+			return true, nil
+		}
+	}
+	return false, rows.Err()
+}
+
+// LockKey names what a hand-off lock covers: one key and one recipient.
+type LockKey struct {
+	TTag        string
+	SystemID    int64
+	PrincipalID string
+}
+
+// ErrLockBusy: another hand-off, close or save check still holds one of
+// the keys asked for when the wait ran out.
+var ErrLockBusy = errors.New("another hand-off on this key and recipient is in progress")
+
+// LockLease is how long a hand-off lock lasts without renewal. The holder
+// renews it every quarter lease while it lives; a holder whose process has
+// ended is passed over at once (same machine: the journal is a WAL file,
+// which cannot be shared across machines).
+const LockLease = time.Minute
+
+// LockOptions change how LockHandOffs waits; the zero value waits up to
+// two minutes.
+type LockOptions struct {
+	// Wait bounds the wait for a busy lock; 0 means two minutes.
+	Wait time.Duration
+	// OnWait, when set, is called once if the lock was busy at the first
+	// try (tests use it to know the caller is waiting).
+	OnWait func()
+}
+
+// LockHandOffs takes, for the caller alone across every goroutine and
+// process using this journal, every (key, recipient) in keys: all at once
+// or none, so two callers asking for overlapping sets cannot deadlock. It
+// waits while any is held by a live holder. The returned function releases
+// them. Hand-offs, their closes and the recipient's save check take these
+// locks, so one (key, recipient) is worked on by one of them at a time.
+func (j *Journal) LockHandOffs(ctx context.Context, keys []LockKey, o LockOptions) (func(), error) {
+	if len(keys) == 0 {
+		return func() {}, nil
+	}
+	keys = slices.Clone(keys)
+	slices.SortFunc(keys, func(a, b LockKey) int {
+		return strings.Compare(a.TTag+"\x00"+strconv.FormatInt(a.SystemID, 10)+"\x00"+a.PrincipalID,
+			b.TTag+"\x00"+strconv.FormatInt(b.SystemID, 10)+"\x00"+b.PrincipalID)
+	})
+	keys = slices.Compact(keys)
+	var tag [8]byte
+	if _, err := rand.Read(tag[:]); err != nil {
+		return nil, fmt.Errorf("journal: lock holder id: %w", err)
+	}
+	holder := strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(tag[:])
+	wait := o.Wait
+	if wait <= 0 {
+		wait = 2 * time.Minute
+	}
+	deadline := time.Now().Add(wait)
+	waited := false
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
+		got, err := j.tryLock(ctx, keys, holder)
+		if err != nil {
+			return nil, err
+		}
+		if got {
+			break
+		}
+		if !waited {
+			waited = true
+			if o.OnWait != nil {
+				o.OnWait()
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("journal: %w (waited %s)", ErrLockBusy, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("journal: waiting for a hand-off lock: %w", ctx.Err())
+		case <-time.After(pause):
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(LockLease / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = j.inTx(context.Background(), func(tx *sql.Tx) error {
+					_, err := tx.Exec(`UPDATE handoff_locks SET until = ? WHERE holder = ?`,
+						formatTime(time.Now().Add(LockLease)), holder)
+					return err
+				})
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			wg.Wait()
+			rctx, cancel := context.WithTimeout(context.Background(), BusyTimeout)
+			defer cancel()
+			_ = j.inTx(rctx, func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(rctx, `DELETE FROM handoff_locks WHERE holder = ?`, holder)
+				return err
+			})
+		})
+	}, nil
+}
+
+// tryLock takes every key for holder if none is held by a live holder.
+func (j *Journal) tryLock(ctx context.Context, keys []LockKey, holder string) (bool, error) {
+	got := false
+	err := j.inTx(ctx, func(tx *sql.Tx) error {
+		now := time.Now()
+		for _, k := range keys {
+			var other, until string
+			err := tx.QueryRowContext(ctx, `SELECT holder, until FROM handoff_locks
+WHERE ttag = ? AND system_id = ? AND principal_id = ?`, k.TTag, k.SystemID, k.PrincipalID).Scan(&other, &until)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("journal: read hand-off lock: %w", err)
+			}
+			if holderLive(other, until, now) {
+				return nil
+			}
+		}
+		for _, k := range keys {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO handoff_locks (ttag, system_id, principal_id, holder, until)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (ttag, system_id, principal_id) DO UPDATE SET holder = excluded.holder, until = excluded.until`,
+				k.TTag, k.SystemID, k.PrincipalID, holder, formatTime(now.Add(LockLease))); err != nil {
+				return fmt.Errorf("journal: take hand-off lock: %w", err)
+			}
+		}
+		got = true
+		return nil
+	})
+	return got, err
+}
+
+// holderLive reports whether a lock row still binds: its lease has not run
+// out and its process (the number before the colon) is still running.
+func holderLive(holder, until string, now time.Time) bool {
+	end, err := parseTime(until)
+	if err != nil || !end.After(now) {
+		return false
+	}
+	pidText, _, ok := strings.Cut(holder, ":")
+	pid, err := strconv.Atoi(pidText)
+	if !ok || err != nil || pid <= 0 {
+		return true
+	}
+	if pid == os.Getpid() {
+		return true
+	}
+	return processAlive(pid)
 }

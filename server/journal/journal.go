@@ -295,6 +295,11 @@ func (j *Journal) migrate(ctx context.Context) error {
 				return fmt.Errorf("journal: %s: migrate schema %d to %d: %w", j.path, v, v+1, err)
 			}
 		}
+		// Additive parts kept by their own table's file, outside the
+		// numbered steps (see ensureHandOffSchema).
+		if err := ensureHandOffSchema(ctx, tx); err != nil {
+			return fmt.Errorf("journal: %s: %w", j.path, err)
+		}
 		if have < len(steps) {
 			// PRAGMA takes no parameters; the value is our own integer.
 			if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(steps))); err != nil {

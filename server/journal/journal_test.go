@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(helperDBEnv); path != "" {
 		os.Exit(runHelper(path, os.Getenv(helperNameEnv)))
 	}
+	if path := os.Getenv(lockHelperEnv); path != "" {
+		os.Exit(runLockHelper(path))
+	}
 	os.Exit(m.Run())
 }
 

@@ -1,0 +1,201 @@
+package journal
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lockHelperEnv makes the test binary a child that takes the hand-off
+// lock on lockKeyA, says "locked", and releases it when its stdin closes.
+const lockHelperEnv = "PDMCP_JOURNAL_LOCK_HELPER"
+
+var lockKeyA = LockKey{TTag: "k1", SystemID: 7, PrincipalID: "1004"}
+
+func runLockHelper(path string) int {
+	ctx := context.Background()
+	j, err := Open(ctx, path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer j.Close()
+	unlock, err := j.LockHandOffs(ctx, []LockKey{lockKeyA}, LockOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("locked")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	unlock()
+	return 0
+}
+
+// startLockHolder starts a child process holding lockKeyA and returns it
+// once it holds the lock, with the pipe that releases it when closed.
+func startLockHolder(t *testing.T, path string) (*exec.Cmd, func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), lockHelperEnv+"="+path)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "locked" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("lock holder said %q (%v): %s", line, err, stderr.String())
+	}
+	return cmd, func() { stdin.Close() }
+}
+
+// TestHandOffLockAcrossProcesses: a (key, recipient) locked by another
+// process is not taken while that process holds it; it is taken once the
+// holder releases it, and at once when the holder is killed (-9) while
+// holding it. A lock on another recipient is never blocked by it.
+func TestHandOffLockAcrossProcesses(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "shared.journal.sqlite")
+	j := openAt(t, path)
+
+	for _, end := range []string{"release", "SIGKILL"} {
+		t.Run(end, func(t *testing.T) {
+			cmd, release := startLockHolder(t, path)
+			// Another recipient on the same key is not held.
+			other, err := j.LockHandOffs(ctx, []LockKey{{TTag: "k1", SystemID: 7, PrincipalID: "1005"}}, LockOptions{Wait: time.Second})
+			if err != nil {
+				t.Fatalf("another recipient's lock: %v", err)
+			}
+			other()
+			// Waiting on the held one: the parent is told it waits, and then
+			// the child ends its hold.
+			waiting := make(chan struct{})
+			got := make(chan error, 1)
+			var unlock func()
+			go func() {
+				var err error
+				unlock, err = j.LockHandOffs(ctx, []LockKey{lockKeyA, {TTag: "k2", SystemID: 7, PrincipalID: "1004"}},
+					LockOptions{OnWait: func() { close(waiting) }})
+				got <- err
+			}()
+			select {
+			case <-waiting:
+			case err := <-got:
+				t.Fatalf("took a lock another process holds: %v", err)
+			}
+			if end == "release" {
+				release()
+			} else if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("after the holder's %s: %v", end, err)
+			}
+			_ = cmd.Wait()
+			release()
+			// All or none: the child's key and the second are both ours.
+			var holders int
+			if err := j.db.QueryRowContext(ctx, `SELECT COUNT(DISTINCT holder) FROM handoff_locks`).Scan(&holders); err != nil || holders != 1 {
+				t.Fatalf("holders while locked: %d, %v", holders, err)
+			}
+			unlock()
+			var n int
+			if err := j.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM handoff_locks`).Scan(&n); err != nil || n != 0 {
+				t.Fatalf("lock rows after release: %d, %v", n, err)
+			}
+		})
+	}
+}
+
+// TestHandOffLockInProcess: two goroutines of one process are kept apart
+// as two processes are, and a wait that runs out is ErrLockBusy.
+func TestHandOffLockInProcess(t *testing.T) {
+	ctx := context.Background()
+	j, _ := openTemp(t)
+	unlock, err := j.LockHandOffs(ctx, []LockKey{lockKeyA}, LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := false
+	_, err = j.LockHandOffs(ctx, []LockKey{lockKeyA}, LockOptions{Wait: 50 * time.Millisecond, OnWait: func() { waited = true }})
+	if !errors.Is(err, ErrLockBusy) || !waited {
+		t.Fatalf("second lock: %v (waited %v), want ErrLockBusy", err, waited)
+	}
+	unlock()
+	unlock() // twice is harmless
+	again, err := j.LockHandOffs(ctx, []LockKey{lockKeyA}, LockOptions{Wait: time.Second})
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	again()
+}
+
+// TestOpensJournalOfSchema2: a journal written before close_reason and
+// handoff_locks existed (schema 2, as main wrote it) opens, keeps its
+// rows, and gains both.
+func TestOpensJournalOfSchema2(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.journal.sqlite")
+	if err := preparePrivateFile(path); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path+"?_journal_mode=WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range migrations()[:2] {
+		if _, err := db.ExecContext(ctx, step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `PRAGMA user_version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO handoffs (step, caller, ttag, system_id, principal_id, end_time, state,
+created_at, batch, grant_id) VALUES ('referral', '', 'k1', 7, '1004', '2026-12-01T12:00:00Z', 'open', '2026-12-01T11:00:00Z', 'b', 'g')`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	j := openAt(t, path)
+	rows, err := j.OpenHandOffs(ctx, "referral")
+	if err != nil || len(rows) != 1 || rows[0].CloseReason != "" {
+		t.Fatalf("old row: %+v, %v", rows, err)
+	}
+	closed, err := j.CloseHandOffAs(ctx, rows[0].ID, ClosedLeftAlone)
+	if err != nil || closed.CloseReason != ClosedLeftAlone || closed.State != HandOffClosed {
+		t.Fatalf("close: %+v, %v", closed, err)
+	}
+	if _, err := j.CloseHandOffAs(ctx, rows[0].ID, "whatever"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("an unknown reason: %v", err)
+	}
+	unlock, err := j.LockHandOffs(ctx, []LockKey{lockKeyA}, LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	j.Close()
+	// Opening it again changes nothing.
+	j = openAt(t, path)
+	if got, err := j.GetHandOff(ctx, rows[0].ID); err != nil || got.CloseReason != ClosedLeftAlone {
+		t.Fatalf("reopened: %+v, %v", got, err)
+	}
+}
