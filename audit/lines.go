@@ -84,6 +84,10 @@ type ToolCall struct {
 	// ConfirmAccepted, ConfirmDeclined, ConfirmCancelled or
 	// ConfirmUnavailable (the host could not be asked).
 	Confirmation string `json:"confirmation,omitempty"`
+	// EntriesLeftAlone counts, for hand_off and close_step, the access
+	// entries this server had journalled that no longer read as it granted
+	// them (someone changed or replaced them), and so were not revoked.
+	EntriesLeftAlone int `json:"entriesLeftAlone,omitempty"`
 }
 
 // Answers to a hand-off's confirmation.

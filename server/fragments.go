@@ -21,6 +21,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/compound"
+	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
@@ -380,18 +381,28 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		return zero, sectionTextRefusal(in.DocumentID, f.ID, err)
 	}
 	ttag := m.CompoundKeys[f.DataType]
-	if len(m.Steps) > 0 {
+	handed, err := s.handoffs.MayBeHanded(ctx, ttag)
+	if err != nil {
+		return zero, err
+	}
+	if len(m.Steps) > 0 || handed {
 		// A handed READ entry would let its recipient encrypt under the
-		// key: the recipient of an open hand-off may read the section but
-		// not save it. Knowing who the caller is takes their session
-		// (over HTTP), which sends nothing to the crypto or key routes.
+		// key: the recipient of an open hand-off (by the journal, whatever
+		// the manifest says now) may read the section but not save it.
+		// Knowing who the caller is takes their session (over HTTP), which
+		// sends nothing to the crypto or key routes. The check holds the
+		// hand-off lock on (key, caller) until the save ends, so no
+		// hand-off to the caller can start in between.
 		sess, err := s.session(ctx, c)
 		if err != nil {
 			return zero, err
 		}
-		if err := s.handoffs.CheckSave(ctx, m, sess.ActingAs(), in.DocumentID, f.ID, ttag); err != nil {
+		release, err := s.handoffs.CheckSave(ctx, handoff.Identity{SystemID: sess.SystemID(), PrincipalID: sess.PrincipalID()},
+			in.DocumentID, f.ID, ttag)
+		if err != nil {
 			return zero, err
 		}
+		defer release()
 	}
 	sum := sha256.Sum256([]byte(in.Text))
 	textSHA := hex.EncodeToString(sum[:])

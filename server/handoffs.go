@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -116,6 +117,16 @@ func (s *Server) handOff(ctx context.Context, c *call, in stepInput) (handoff.Re
 		return zero, err
 	}
 	rec, err := s.handoffs.HandOff(ctx, sess, c.caller.ID, p, end)
+	var la *handoff.LeftAloneError
+	if errors.As(err, &la) {
+		c.line.EntriesLeftAlone = la.LeftAlone
+		if r, internal := asRefusal(la.Err); !internal {
+			out := *r
+			out.Detail += fmt.Sprintf(" %d access entries this hand-off had made no longer read as it granted them "+
+				"(someone changed them), so they were left as they are and the recipient may still hold them; tell the operator.", la.LeftAlone)
+			return zero, &out
+		}
+	}
 	return derefReceipt(rec), err
 }
 
@@ -130,6 +141,13 @@ func (s *Server) closeStep(ctx context.Context, c *call, in stepInput) (handoff.
 		return zero, err
 	}
 	rec, err := s.handoffs.Close(ctx, sess, c.caller.ID, p)
+	if rec != nil && !rec.Replayed {
+		keys := map[string]bool{}
+		for _, sec := range rec.LeftAlone {
+			keys[p.TypeKey[sec.DataType]] = true
+		}
+		c.line.EntriesLeftAlone = len(keys)
+	}
 	return derefReceipt(rec), err
 }
 

@@ -138,3 +138,5 @@ func (l *liveSession) ActingAs() string     { return l.current().ActingAs() }
 func (l *liveSession) JKT() string          { return l.current().JKT() }
 func (l *liveSession) HandleDigest() string { return l.current().HandleDigest() }
 func (l *liveSession) Objects() []string    { return l.current().Objects() }
+func (l *liveSession) SystemID() int64      { return l.current().SystemID() }
+func (l *liveSession) PrincipalID() string  { return l.current().PrincipalID() }

@@ -45,6 +45,10 @@ type Session interface {
 	Encrypt(ctx context.Context, in gateway.EncryptInput) (*gateway.EncryptResult, error)
 	DecryptWithLink(ctx context.Context, ttag string, iv, ciphertext []byte) (*gateway.DecryptResult, error)
 	ActingAs() string
+	// SystemID and PrincipalID are the acting principal's ids, as access
+	// lists name it.
+	SystemID() int64
+	PrincipalID() string
 	JKT() string
 	HandleDigest() string
 	// Objects are the keys the session covers, keys it minted included.

@@ -52,7 +52,14 @@ func newCloseStepCmd() *cobra.Command {
 					fmt.Fprintf(out, "entry %d (document %s, key %s): NOT revoked: %v\n", r.ID, r.DocumentID, r.KeyDigest, r.Err)
 					continue
 				}
-				fmt.Fprintf(out, "entry %d (document %s, key %s): revoked, read back absent\n", r.ID, r.DocumentID, r.KeyDigest)
+				switch r.Outcome {
+				case journal.ClosedLeftAlone:
+					fmt.Fprintf(out, "entry %d (document %s, key %s): LEFT ALONE: the recipient's entry is not the one this server granted (someone changed or replaced it); check it yourself\n", r.ID, r.DocumentID, r.KeyDigest)
+				case journal.ClosedAbsent, journal.ClosedNotGranted:
+					fmt.Fprintf(out, "entry %d (document %s, key %s): nothing to revoke, the recipient holds no entry\n", r.ID, r.DocumentID, r.KeyDigest)
+				default:
+					fmt.Fprintf(out, "entry %d (document %s, key %s): revoked, read back absent\n", r.ID, r.DocumentID, r.KeyDigest)
+				}
 			}
 			if err != nil {
 				return fmt.Errorf("step %q: not every entry was revoked; they stay in the journal, run this again: %w", step, err)

@@ -49,6 +49,9 @@ const (
 	// could not be revoked; the journal still names it, so close_step or
 	// `pdmcp close-step` can.
 	CodeHandOffNotUndone = "HANDOFF_NOT_UNDONE"
+	// CodeHandOffBusy: another hand-off, close or save on the same key and
+	// recipient held it for longer than a call waits.
+	CodeHandOffBusy = "HANDOFF_BUSY"
 )
 
 // Refusal is a "no" this package decided. The server renders it as an
@@ -104,8 +107,32 @@ type Receipt struct {
 	Sections  []Section `json:"sections"`
 	ExpiresAt string    `json:"expiresAt"`
 	ClosedAt  string    `json:"closedAt,omitempty"`
+	// LeftAlone are the sections whose key's entry for the recipient was
+	// not the one this server granted (someone changed or replaced it), so
+	// it was not revoked: the recipient may still hold access there.
+	LeftAlone []Section `json:"leftAlone,omitempty"`
 	Replayed  bool      `json:"replayed"`
 }
+
+// Identity is a principal as the key server names it in an access list.
+type Identity struct {
+	SystemID    int64
+	PrincipalID string
+}
+
+// LeftAloneError is a failed hand-off during whose undo an entry was found
+// that this server did not grant as it reads now, and was left as it is.
+// Err is why the hand-off failed.
+type LeftAloneError struct {
+	Err       error
+	LeftAlone int
+}
+
+func (e *LeftAloneError) Error() string {
+	return fmt.Sprintf("%v (%d entries left alone)", e.Err, e.LeftAlone)
+}
+
+func (e *LeftAloneError) Unwrap() error { return e.Err }
 
 // Config is what an Engine is built from.
 type Config struct {
@@ -120,6 +147,9 @@ type Config struct {
 	// kill the process or change an entry there.
 	Hook   func(point string)
 	Logger *slog.Logger
+	// OnLockWait, when set, is called when a call finds the (key,
+	// recipient) lock it needs held and starts to wait (tests).
+	OnLockWait func()
 }
 
 // Engine makes and closes one grant's hand-offs. It is safe for concurrent
@@ -323,39 +353,61 @@ func (e *Engine) Status(ctx context.Context, caller, stepID string) (bool, time.
 // until end, through acl (a session acting as the step's from user). The
 // caller has checked that it is that user and asked any confirmation.
 //
-// Every entry is journalled before it is granted and read back after; if
-// any grant is refused, or any entry does not read back as READ with that
-// end and unlimited uses, every entry made is revoked and read back absent.
-// A recipient who already holds an entry on one of the keys is refused
-// before anything is granted, and that entry is never touched. While the
-// caller's hand-off of the step is open, the first receipt is returned and
-// nothing is granted.
+// The whole call holds the journal's lock on each (key, recipient) it
+// touches, so no other hand-off, close or save check, in this process or
+// another, works on them meanwhile. Every entry is journalled before it is
+// granted and read back after; a grant the key server refuses made
+// nothing, and its row is closed without a revoke; if any grant fails, or
+// any entry does not read back as READ with that end and unlimited uses,
+// every entry made is undone: read back, and revoked only where it still
+// reads as this server granted it. A recipient who already holds an entry
+// on one of the keys is refused before anything is granted, and that entry
+// is never touched, unless it is a lapsed hand-off of this server's
+// journal, which is then closed the same way. While the caller's hand-off
+// of the step is open, the first receipt is returned and nothing is
+// granted.
 func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, end time.Time) (*Receipt, error) {
 	defer e.lock(p.StepID, caller)()
-	if rec, ok, err := e.Open(ctx, caller, p); err != nil || ok {
-		return rec, err
-	}
-	// Entries left by an earlier hand-off that lapsed, or that did not
-	// finish (a crash), are this server's own: take them back first.
+	to := p.Step.To
 	rows, err := e.cfg.Journal.StepHandOffs(ctx, p.StepID, caller)
 	if err != nil {
 		return nil, err
 	}
-	if left := openRows(rows); len(left) > 0 {
-		if err := e.revokeAll(ctx, acl, left); err != nil {
-			return nil, err
-		}
+	locks := lockKeys(p.Keys, to.SystemID, to.PrincipalID)
+	for _, r := range openRows(rows) {
+		locks = append(locks, journal.LockKey{TTag: r.TTag, SystemID: r.SystemID, PrincipalID: r.PrincipalID})
 	}
-	to := p.Step.To
-	for _, k := range p.Keys {
-		entries, err := acl.ACLGet(ctx, k)
+	unlock, err := e.lockOn(ctx, locks)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if rec, ok, err := e.Open(ctx, caller, p); err != nil || ok {
+		return rec, err
+	}
+	// Entries left by an earlier hand-off of this step that lapsed, or that
+	// did not finish (a crash), are this server's own where they still read
+	// as granted: take those back first, and leave anything else alone.
+	if rows, err = e.cfg.Journal.StepHandOffs(ctx, p.StepID, caller); err != nil {
+		return nil, err
+	}
+	leftoverAlone := map[string]bool{}
+	if left := openRows(rows); len(left) > 0 {
+		res, err := SettleRows(ctx, acl, e.cfg.Journal, left)
 		if err != nil {
 			return nil, err
 		}
-		if hasEntry(entries, to.SystemID, to.PrincipalID) {
-			return nil, refuse(CodeRecipientHasEntry, 409,
-				"the recipient of step %q already holds access to a section it hands, not made by this server; nothing was handed and that access was not changed; tell the operator",
-				p.StepID)
+		for _, r := range res {
+			if r.Reason == journal.ClosedLeftAlone {
+				leftoverAlone[r.Row.TTag] = true
+				e.cfg.Logger.Warn("an earlier hand-off's entry no longer reads as granted; left alone", "step", p.StepID,
+					"row", r.Row.ID)
+			}
+		}
+	}
+	for _, k := range p.Keys {
+		if err := e.clearKey(ctx, acl, p, k, leftoverAlone[k]); err != nil {
+			return nil, err
 		}
 	}
 	batch, err := newBatch()
@@ -372,8 +424,24 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 		}
 		made = append(made, row)
 		e.cfg.Hook("handoff:journalled")
-		if err := acl.ACLGrant(ctx, api.ACLGrantRequest{TTag: k, SystemID: to.SystemID, PrincipalID: to.PrincipalID,
-			Rights: []string{api.RightRead}, EndTime: &end}); err != nil {
+		err = acl.ACLGrant(ctx, api.ACLGrantRequest{TTag: k, SystemID: to.SystemID, PrincipalID: to.PrincipalID,
+			Rights: []string{api.RightRead}, EndTime: &end})
+		if err != nil && refusedBeforeWork(err) {
+			// The key server said no: nothing was made under this row, so
+			// nothing of it is revoked, whatever the recipient holds now.
+			e.cfg.Hook("handoff:grant-refused")
+			if _, cerr := e.cfg.Journal.CloseHandOffAs(context.WithoutCancel(ctx), row.ID, journal.ClosedNotGranted); cerr != nil {
+				return nil, e.undo(ctx, acl, made, errors.Join(err, cerr))
+			}
+			made = made[:len(made)-1]
+			if isCode(err, api.CodeConflict) {
+				err = refuse(CodeRecipientHasEntry, 409,
+					"while step %q was being handed, the recipient was given access to a section it hands by someone else, not by this server; nothing was handed and that access was not changed; tell the operator",
+					p.StepID)
+			}
+			return nil, e.undo(ctx, acl, made, err)
+		}
+		if err != nil {
 			return nil, e.undo(ctx, acl, made, err)
 		}
 		e.cfg.Hook("handoff:granted")
@@ -382,7 +450,7 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 		entries, err := acl.ACLGet(ctx, row.TTag)
 		if err == nil && !grantedAsSent(entries, row) {
 			err = refuse(CodeHandOffNotVerified, 502,
-				"an entry of step %q did not read back as READ until %s with unlimited uses; every entry made was revoked and nothing is handed; tell the operator",
+				"an entry of step %q did not read back as READ until %s with unlimited uses; every entry made that still read as granted was revoked and nothing is handed; tell the operator",
 				p.StepID, end.Format(time.RFC3339))
 		}
 		if err != nil {
@@ -406,20 +474,129 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 	return p.receipt(made), nil
 }
 
-// undo revokes the entries made so far and returns why the hand-off
-// failed; if an entry could not be revoked, HANDOFF_NOT_UNDONE instead.
+// clearKey makes sure, under the lock on (k, recipient), that the
+// recipient holds no entry on k before it is granted one. This journal's
+// other open rows on (k, recipient) are looked at first: one whose entry
+// is gone is closed; one that has lapsed is closed as any row is (revoked
+// only if it still reads as granted), which frees the key for this step;
+// one still in force refuses the hand-off, naming its step. An entry
+// nothing in the journal accounts for refuses it too, as not made by this
+// server. Nothing is granted here.
+func (e *Engine) clearKey(ctx context.Context, acl ACL, p *Plan, k string, leftoverAlone bool) error {
+	to := p.Step.To
+	others, err := e.cfg.Journal.OpenHandOffsTo(ctx, k, to.SystemID, to.PrincipalID)
+	if err != nil {
+		return err
+	}
+	entries, err := acl.ACLGet(ctx, k)
+	if err != nil {
+		return err
+	}
+	now := e.gatewayNow()
+	for _, o := range others {
+		live := o.EndTime.After(now)
+		if live && hasEntry(entries, to.SystemID, to.PrincipalID) && grantedAsSent(entries, o) {
+			who := "this server's open hand-off of step " + fmt.Sprintf("%q", o.Step)
+			if o.Step == p.StepID {
+				who = "another user's open hand-off of this step"
+			}
+			return refuse(CodeRecipientHasEntry, 409,
+				"the recipient of step %q already holds access to a section it hands, made by %s until %s; nothing was handed and that access was not changed; close that step first (close_step, or the operator's pdmcp close-step), or wait until then",
+				p.StepID, who, o.EndTime.UTC().Format(time.RFC3339))
+		}
+		// Lapsed, or no longer reading as granted, or gone: close it by the
+		// rule every close follows.
+		res, err := SettleRows(ctx, acl, e.cfg.Journal, []journal.HandOff{o})
+		if err != nil {
+			return refuse(CodeRecipientHasEntry, 409,
+				"the recipient of step %q holds access to a section it hands from this server's lapsed hand-off of step %q, which could not be closed now; nothing was handed; ask the operator to run pdmcp close-step --step %s",
+				p.StepID, o.Step, o.Step)
+		}
+		e.cfg.Logger.Info("an earlier hand-off on the key was closed", "step", o.Step, "row", o.ID, "reason", res[0].Reason,
+			"lapsed", !live)
+		if entries, err = acl.ACLGet(ctx, k); err != nil {
+			return err
+		}
+	}
+	if hasEntry(entries, to.SystemID, to.PrincipalID) {
+		why := "not made by this server"
+		if leftoverAlone {
+			why = "changed by someone else since this server's earlier hand-off of this step granted it, so no longer this server's"
+		}
+		return refuse(CodeRecipientHasEntry, 409,
+			"the recipient of step %q already holds access to a section it hands, %s; nothing was handed and that access was not changed; tell the operator",
+			p.StepID, why)
+	}
+	return nil
+}
+
+// undo closes the rows made so far by the rule every close follows, and
+// returns why the hand-off failed; HANDOFF_NOT_UNDONE instead if an entry
+// could not be revoked, and a LeftAloneError around the cause if an entry
+// no longer read as granted and was left alone.
 func (e *Engine) undo(ctx context.Context, acl ACL, made []journal.HandOff, cause error) error {
-	if err := e.revokeAll(context.WithoutCancel(ctx), acl, made); err != nil {
+	res, err := SettleRows(context.WithoutCancel(ctx), acl, e.cfg.Journal, made)
+	if err != nil {
 		e.cfg.Logger.Error("hand-off could not be undone", "err", err)
 		return refuse(CodeHandOffNotUndone, 502,
 			"the hand-off failed and an entry it made could not be revoked; the server's journal keeps it: call close_step, or ask the operator to run pdmcp close-step")
 	}
+	if n := countReason(res, journal.ClosedLeftAlone); n > 0 {
+		e.cfg.Logger.Warn("hand-off undone; entries that no longer read as granted were left alone", "entries", n)
+		return &LeftAloneError{Err: cause, LeftAlone: n}
+	}
 	return cause
 }
 
-// Close revokes every open entry of the caller's hand-off of the step, each
-// read back absent. Asked again, it returns the first receipt; a step the
-// caller never handed (or whose hand-off never completed) is STEP_NOT_OPEN.
+func countReason(res []Settled, reason string) int {
+	n := 0
+	for _, r := range res {
+		if r.Reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// refusedBeforeWork reports whether err is an answer saying the request
+// was refused and nothing done (a 4xx from the Gateway or the key server),
+// as against a failure after which the grant may have been made (a 5xx, an
+// answer that never came).
+func refusedBeforeWork(err error) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500
+}
+
+func isCode(err error, code string) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Code == code
+}
+
+func lockKeys(keys []string, systemID int64, principalID string) []journal.LockKey {
+	out := make([]journal.LockKey, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, journal.LockKey{TTag: k, SystemID: systemID, PrincipalID: principalID})
+	}
+	return out
+}
+
+// lockOn takes the journal's locks on keys (see journal.LockHandOffs); a
+// wait that runs out is HANDOFF_BUSY.
+func (e *Engine) lockOn(ctx context.Context, keys []journal.LockKey) (func(), error) {
+	unlock, err := e.cfg.Journal.LockHandOffs(ctx, keys, journal.LockOptions{OnWait: e.cfg.OnLockWait})
+	if errors.Is(err, journal.ErrLockBusy) {
+		return nil, refuse(CodeHandOffBusy, 409,
+			"another hand-off, close or save on the same section and recipient is still in progress; nothing was changed; try again in a minute")
+	}
+	return unlock, err
+}
+
+// Close closes every open entry of the caller's hand-off of the step,
+// under the journal's lock on each: an entry that still reads as granted
+// is revoked and read back absent; one that does not is left alone and
+// named in the receipt's leftAlone. Asked again, it returns the first
+// receipt; a step the caller never handed (or whose hand-off never
+// completed) is STEP_NOT_OPEN. A lapsed hand-off closes the same way.
 func (e *Engine) Close(ctx context.Context, acl ACL, caller string, p *Plan) (*Receipt, error) {
 	defer e.lock(p.StepID, caller)()
 	rows, err := e.cfg.Journal.StepHandOffs(ctx, p.StepID, caller)
@@ -438,7 +615,16 @@ func (e *Engine) Close(ctx context.Context, acl ACL, caller string, p *Plan) (*R
 		rec.Replayed = true
 		return rec, nil
 	}
-	if err := e.revokeAll(ctx, acl, open); err != nil {
+	var locks []journal.LockKey
+	for _, r := range open {
+		locks = append(locks, journal.LockKey{TTag: r.TTag, SystemID: r.SystemID, PrincipalID: r.PrincipalID})
+	}
+	unlock, err := e.lockOn(ctx, locks)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if _, err := SettleRows(ctx, acl, e.cfg.Journal, open); err != nil {
 		return nil, err
 	}
 	closed, err := e.cfg.Journal.StepHandOffs(ctx, p.StepID, caller)
@@ -456,90 +642,139 @@ func (e *Engine) Close(ctx context.Context, acl ACL, caller string, p *Plan) (*R
 	return rec, nil
 }
 
-// ReadOnly reports whether actingAs is, on the key ttag, the recipient of
-// an open hand-off of any step in m: such a user may read the section but
-// not save it, and the name of the step.
-func (e *Engine) ReadOnly(ctx context.Context, m *grant.Manifest, actingAs, ttag string) (string, bool, error) {
-	if actingAs == "" || ttag == "" {
+// ReadOnly reports whether who is, on the key ttag, the recipient of an
+// open hand-off in this server's journal that has not lapsed: such a user
+// may read the section but not save it; and the name of the step. It goes
+// by the recipient's ids, as the journal recorded them when the entry was
+// granted, so it holds whatever the manifest now says of the step, or if
+// it no longer has it.
+func (e *Engine) ReadOnly(ctx context.Context, who Identity, ttag string) (string, bool, error) {
+	if who.PrincipalID == "" || ttag == "" {
 		return "", false, nil
 	}
+	rows, err := e.cfg.Journal.OpenHandOffsTo(ctx, ttag, who.SystemID, who.PrincipalID)
+	if err != nil {
+		return "", false, err
+	}
 	now := e.gatewayNow()
-	for _, id := range slices.Sorted(maps.Keys(m.Steps)) {
-		to := m.Steps[id].To
-		if to.ActingAs != actingAs {
-			continue
-		}
-		rows, err := e.cfg.Journal.OpenHandOffsTo(ctx, ttag, to.SystemID, to.PrincipalID)
-		if err != nil {
-			return "", false, err
-		}
-		for _, r := range rows {
-			if r.EndTime.After(now) {
-				return r.Step, true, nil
-			}
+	for _, r := range rows {
+		if r.EndTime.After(now) {
+			return r.Step, true, nil
 		}
 	}
 	return "", false, nil
+}
+
+// MayBeHanded reports whether the journal has any open hand-off on ttag,
+// to anyone: a save of a section under it must then run CheckSave even
+// where the manifest names no step.
+func (e *Engine) MayBeHanded(ctx context.Context, ttag string) (bool, error) {
+	rows, err := e.cfg.Journal.OpenHandOffsOn(ctx, ttag)
+	return len(rows) > 0, err
 }
 
 // CheckSave refuses a save of a section (documentID, fragmentID, under
 // ttag) by the recipient of an open hand-off of it: HANDED_OFF_READ_ONLY. A
 // handed READ entry lets its holder encrypt under the key too, so without
 // this check the recipient could change what was handed read-only. The
-// save tool calls it with the caller's acting principal before it sends
-// anything to the crypto routes.
-func (e *Engine) CheckSave(ctx context.Context, m *grant.Manifest, actingAs, documentID, fragmentID, ttag string) error {
-	step, ok, err := e.ReadOnly(ctx, m, actingAs, ttag)
+// save tool calls it with the caller's ids before it sends anything to the
+// crypto routes, and holds the returned release until the save is done:
+// the check takes the journal's lock on (ttag, who), so no hand-off to who
+// on ttag can start between the check and the save's encrypt.
+func (e *Engine) CheckSave(ctx context.Context, who Identity, documentID, fragmentID, ttag string) (func(), error) {
+	if who.PrincipalID == "" || ttag == "" {
+		return func() {}, nil
+	}
+	unlock, err := e.lockOn(ctx, []journal.LockKey{{TTag: ttag, SystemID: who.SystemID, PrincipalID: who.PrincipalID}})
 	if err != nil {
-		return err
+		return nil, err
+	}
+	step, ok, err := e.ReadOnly(ctx, who, ttag)
+	if err != nil {
+		unlock()
+		return nil, err
 	}
 	if ok {
-		return refuse(CodeHandedOffReadOnly, 403,
+		unlock()
+		return nil, refuse(CodeHandedOffReadOnly, 403,
 			"section %q of %q was handed to this user read-only by step %q; it was not saved and nothing was sent; do not retry",
 			fragmentID, documentID, step)
 	}
-	return nil
+	return unlock, nil
 }
 
-// revokeAll revokes each row's entry, reads it back absent and closes the
-// row; it goes on past a failure and returns every failure joined.
-func (e *Engine) revokeAll(ctx context.Context, acl ACL, rows []journal.HandOff) error {
-	return RevokeRows(ctx, acl, e.cfg.Journal, rows)
+// Settled is how one journalled row was closed: Reason is one of the
+// journal's Closed* reasons.
+type Settled struct {
+	Row    journal.HandOff
+	Reason string
 }
 
-// RevokeRows revokes each row's entry through acl, reads it back absent and
-// closes the row in j. An entry the key server no longer has counts as
-// revoked. It goes on past a failure and returns every failure joined; a
-// row whose revocation failed stays open.
-func RevokeRows(ctx context.Context, acl ACL, j *journal.Journal, rows []journal.HandOff) error {
+// SettleRows closes each open row by the one rule this server follows,
+// whoever asks (an undo, close_step, hand_off's leftovers, shutdown,
+// GRANT_EXPIRED, pdmcp close-step): the row is read again from the journal
+// (one another call closed meanwhile is left as it is); the recipient's
+// entry on the key is read; an entry that reads exactly as the row granted
+// it (READ alone, the row's end time, unlimited uses) is revoked and read
+// back absent; an entry that reads otherwise is left alone; no entry means
+// nothing to revoke. The row is then closed with that reason. The caller
+// holds the journal's lock on each row's (key, recipient). It goes on past
+// a failure and returns every failure joined; a row that failed stays
+// open.
+func SettleRows(ctx context.Context, acl ACL, j *journal.Journal, rows []journal.HandOff) ([]Settled, error) {
+	var out []Settled
 	var errs []error
 	for _, r := range rows {
-		if err := revokeOne(ctx, acl, r); err != nil {
+		reason, err := settleRow(ctx, acl, j, r)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if _, err := j.CloseHandOff(ctx, r.ID); err != nil {
-			errs = append(errs, err)
-		}
+		out = append(out, Settled{Row: r, Reason: reason})
 	}
-	return errors.Join(errs...)
+	return out, errors.Join(errs...)
 }
 
-func revokeOne(ctx context.Context, acl ACL, r journal.HandOff) error {
-	revokeErr := acl.ACLRevoke(ctx, api.ACLRevokeRequest{TTag: r.TTag, SystemID: r.SystemID, PrincipalID: r.PrincipalID})
-	// Read back either way: a refused revoke of an entry that is not there
-	// (a grant that never took, one already revoked) leaves nothing to do.
+func settleRow(ctx context.Context, acl ACL, j *journal.Journal, r journal.HandOff) (string, error) {
+	cur, err := j.GetHandOff(ctx, r.ID)
+	if err != nil {
+		return "", err
+	}
+	if cur.State != journal.HandOffOpen {
+		return cur.CloseReason, nil
+	}
 	entries, err := acl.ACLGet(ctx, r.TTag)
 	if err != nil {
-		return errors.Join(revokeErr, err)
+		return "", err
 	}
-	if hasEntry(entries, r.SystemID, r.PrincipalID) {
-		if revokeErr != nil {
-			return revokeErr
+	reason := journal.ClosedRevoked
+	switch {
+	case !hasEntry(entries, r.SystemID, r.PrincipalID):
+		reason = journal.ClosedAbsent
+	case !grantedAsSent(entries, r):
+		reason = journal.ClosedLeftAlone
+	default:
+		revokeErr := acl.ACLRevoke(ctx, api.ACLRevokeRequest{TTag: r.TTag, SystemID: r.SystemID, PrincipalID: r.PrincipalID})
+		// Read back either way: a refused revoke of an entry that is gone
+		// by now leaves nothing to do.
+		entries, err := acl.ACLGet(ctx, r.TTag)
+		if err != nil {
+			return "", errors.Join(revokeErr, err)
 		}
-		return fmt.Errorf("hand-off %d: the entry still reads back after its revocation", r.ID)
+		if hasEntry(entries, r.SystemID, r.PrincipalID) {
+			if revokeErr != nil {
+				return "", revokeErr
+			}
+			return "", fmt.Errorf("hand-off %d: the entry still reads back after its revocation", r.ID)
+		}
+		if revokeErr != nil {
+			reason = journal.ClosedAbsent
+		}
 	}
-	return nil
+	if _, err := j.CloseHandOffAs(ctx, r.ID, reason); err != nil {
+		return "", err
+	}
+	return reason, nil
 }
 
 func hasEntry(entries []api.ACLEntry, systemID int64, principalID string) bool {
@@ -621,9 +856,18 @@ func (p *Plan) receipt(rows []journal.HandOff) *Receipt {
 	if !end.IsZero() {
 		rec.ExpiresAt = end.UTC().Format(time.RFC3339)
 	}
+	alone := map[string]bool{}
+	for _, r := range rows {
+		if r.CloseReason == journal.ClosedLeftAlone {
+			alone[r.TTag] = true
+		}
+	}
 	for _, s := range p.Sections {
 		if keys[p.TypeKey[s.DataType]] {
 			rec.Sections = append(rec.Sections, s)
+		}
+		if alone[p.TypeKey[s.DataType]] {
+			rec.LeftAlone = append(rec.LeftAlone, s)
 		}
 	}
 	return rec

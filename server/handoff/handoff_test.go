@@ -279,10 +279,23 @@ func TestEntryChangedBeforeReadBackIsUndone(t *testing.T) {
 	if codeOf(err) != "adapter/"+handoff.CodeHandOffNotVerified {
 		t.Fatalf("got %v, want HANDOFF_NOT_VERIFIED", err)
 	}
+	// The widened entry is no longer what this server granted: it is left
+	// alone, and the call says so; the others are revoked.
+	var la *handoff.LeftAloneError
+	if !errors.As(err, &la) || la.LeftAlone != 1 {
+		t.Fatalf("got %v, want one entry left alone", err)
+	}
+	left := 0
 	for _, k := range r.handedTo {
 		if e, ok := r.w.Entry(t, k, r.w.Doctor); ok {
-			t.Fatalf("an entry was left: %+v", e)
+			if len(e.Rights) != 2 {
+				t.Fatalf("an entry was left that is not the widened one: %+v", e)
+			}
+			left++
 		}
+	}
+	if left != 1 {
+		t.Fatalf("%d entries left, want the widened one", left)
 	}
 	if open, _ := r.j.OpenHandOffs(ctx, handofftest.StepReferral); len(open) != 0 {
 		t.Fatalf("journal rows left open: %+v", open)
@@ -437,33 +450,37 @@ func TestRevokeFromJournal(t *testing.T) {
 func TestReadOnly(t *testing.T) {
 	r := newRig(t, handofftest.Options{}, time.Hour)
 	ctx := context.Background()
-	if _, ok, _ := r.e.ReadOnly(ctx, r.m, r.w.Doctor.Name, r.w.Keys["problems"]); ok {
+	doctor := handoff.Identity{SystemID: r.w.Doctor.SystemID, PrincipalID: r.w.Doctor.PrincipalID}
+	patient := handoff.Identity{SystemID: r.w.Patient.SystemID, PrincipalID: r.w.Patient.PrincipalID}
+	if _, ok, _ := r.e.ReadOnly(ctx, doctor, r.w.Keys["problems"]); ok {
 		t.Fatal("read-only before any hand-off")
 	}
 	if _, err := r.handOff(t, r.patient, handofftest.StepReferral); err != nil {
 		t.Fatal(err)
 	}
-	if step, ok, err := r.e.ReadOnly(ctx, r.m, r.w.Doctor.Name, r.w.Keys["problems"]); err != nil || !ok || step != handofftest.StepReferral {
+	if step, ok, err := r.e.ReadOnly(ctx, doctor, r.w.Keys["problems"]); err != nil || !ok || step != handofftest.StepReferral {
 		t.Fatalf("doctor on problems: %q %v %v", step, ok, err)
 	}
-	if _, ok, _ := r.e.ReadOnly(ctx, r.m, r.w.Doctor.Name, r.w.Keys["results"]); ok {
+	if _, ok, _ := r.e.ReadOnly(ctx, doctor, r.w.Keys["results"]); ok {
 		t.Error("results were not handed")
 	}
-	if _, ok, _ := r.e.ReadOnly(ctx, r.m, r.w.Patient.Name, r.w.Keys["problems"]); ok {
+	if _, ok, _ := r.e.ReadOnly(ctx, patient, r.w.Keys["problems"]); ok {
 		t.Error("the patient is not the recipient")
 	}
-	err := r.e.CheckSave(ctx, r.m, r.w.Doctor.Name, handofftest.DocID, "problems", r.w.Keys["problems"])
+	_, err := r.e.CheckSave(ctx, doctor, handofftest.DocID, "problems", r.w.Keys["problems"])
 	if codeOf(err) != "adapter/"+handoff.CodeHandedOffReadOnly {
 		t.Fatalf("doctor saving problems: %v", err)
 	}
-	if err := r.e.CheckSave(ctx, r.m, r.w.Patient.Name, handofftest.DocID, "problems", r.w.Keys["problems"]); err != nil {
+	release, err := r.e.CheckSave(ctx, patient, handofftest.DocID, "problems", r.w.Keys["problems"])
+	if err != nil {
 		t.Fatalf("patient saving problems: %v", err)
 	}
+	release()
 	// Once closed, the doctor is no longer a recipient.
 	if _, err := r.e.Close(ctx, r.patient, "", r.plan(t, handofftest.StepReferral)); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := r.e.ReadOnly(ctx, r.m, r.w.Doctor.Name, r.w.Keys["problems"]); ok {
+	if _, ok, _ := r.e.ReadOnly(ctx, doctor, r.w.Keys["problems"]); ok {
 		t.Error("read-only after close")
 	}
 }

@@ -23,18 +23,23 @@ type Minter interface {
 
 // Revoked is one journalled entry that a revocation from the journal dealt
 // with: its step, the document it was recorded for, a digest of its key
-// (never the t-Tag), and the failure if it stays open.
+// (never the t-Tag), how its row was closed (Outcome, one of the journal's
+// Closed* reasons: only "revoked" took anything away), and the failure if
+// it stays open.
 type Revoked struct {
 	ID         int64
 	Step       string
 	DocumentID string
 	KeyDigest  string
+	Outcome    string
 	Err        error
 }
 
-// RevokeAsDelegator revokes the given open hand-offs as the registered
-// service acting as each step's from user (the user who granted them),
-// reading each back absent and closing its journal row. It is what the
+// RevokeAsDelegator closes the given open hand-offs as the registered
+// service acting as each step's from user (the user who granted them), by
+// the rule SettleRows follows: each row under the journal's lock on its
+// (key, recipient), its entry revoked and read back absent only if it
+// still reads as the row granted it, left alone otherwise. It is what the
 // server's shutdown, a call refused GRANT_EXPIRED, and `pdmcp close-step`
 // use when the delegating user's own session is not at hand. It goes on
 // past a failure; the error joins every failure, and a row that failed
@@ -91,13 +96,31 @@ func revokeChunk(ctx context.Context, minter Minter, j *journal.Journal, from st
 	}()
 	var errs []error
 	for _, r := range rows {
-		err := RevokeRows(ctx, sess, j, []journal.HandOff{r})
-		out = append(out, revoked(r, err))
+		res, err := settleLocked(ctx, sess, j, r)
+		rv := revoked(r, err)
+		rv.Outcome = res
+		out = append(out, rv)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// settleLocked closes one row by SettleRows' rule under the journal's lock
+// on its (key, recipient).
+func settleLocked(ctx context.Context, acl ACL, j *journal.Journal, r journal.HandOff) (string, error) {
+	unlock, err := j.LockHandOffs(ctx, []journal.LockKey{{TTag: r.TTag, SystemID: r.SystemID, PrincipalID: r.PrincipalID}},
+		journal.LockOptions{})
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	res, err := SettleRows(ctx, acl, j, []journal.HandOff{r})
+	if err != nil {
+		return "", err
+	}
+	return res[0].Reason, nil
 }
 
 func revoked(r journal.HandOff, err error) Revoked {
@@ -139,6 +162,12 @@ func (e *Engine) RevokeGrant(ctx context.Context, minter Minter, m *grant.Manife
 		return nil, err
 	}
 	res, err := RevokeAsDelegator(ctx, minter, m, e.cfg.Journal, rows)
-	e.cfg.Logger.Info("open hand-offs revoked", "entries", len(res), "failed", err != nil)
+	alone := 0
+	for _, r := range res {
+		if r.Outcome == journal.ClosedLeftAlone {
+			alone++
+		}
+	}
+	e.cfg.Logger.Info("open hand-offs closed", "entries", len(res), "leftAlone", alone, "failed", err != nil)
 	return res, err
 }
