@@ -43,6 +43,13 @@ type stepOptions struct {
 	elicit  func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)
 	noElict bool   // the client declares no elicitation
 	proto   string // the protocol revision the client asks for; "" the newest
+	// manifest changes the built manifest (saved back) before the server
+	// starts; hook is the server's CrashPoint.
+	manifest func(*grant.Manifest)
+	hook     func(string)
+	// client changes the client's options (e.g. to turn off the SDK's
+	// multi round-trip handling).
+	client func(*mcp.ClientOptions)
 }
 
 func newStepFixture(t *testing.T, o stepOptions) *stepFixture {
@@ -63,6 +70,12 @@ func newStepFixture(t *testing.T, o stepOptions) *stepFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.manifest != nil {
+		o.manifest(m)
+		if err := m.Save(f.w.Manifest); err != nil {
+			t.Fatal(err)
+		}
+	}
 	j, err := journal.Open(ctx, journal.DefaultPath(f.w.Manifest))
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +90,7 @@ func newStepFixture(t *testing.T, o stepOptions) *stepFixture {
 	f.sessions = server.NewGrantSessions(f.w.Client, g.LocalUser, grant.Keys(g, m), g.NotAfter, nil, nil)
 	f.srv, err = server.New(server.Config{Grant: g, Manifest: m, ManifestPath: f.w.Manifest, Journal: j, Audit: a,
 		Sessions: f.sessions, Version: "test", RunID: "run-test", Now: o.now, ClockOffset: f.w.Client.ClockOffset,
-		Revoker: f.w.Client})
+		Revoker: f.w.Client, CrashPoint: o.hook})
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
@@ -89,6 +102,9 @@ func newStepFixture(t *testing.T, o stepOptions) *stepFixture {
 	opts := &mcp.ClientOptions{ElicitationHandler: o.elicit}
 	if o.elicit == nil && !o.noElict {
 		opts.Capabilities = &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}}
+	}
+	if o.client != nil {
+		o.client(opts)
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "step-host", Version: "0"}, opts)
 	if f.cs, err = client.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: o.proto}); err != nil {

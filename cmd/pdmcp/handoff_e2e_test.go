@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
@@ -194,5 +196,145 @@ func TestKillBetweenGrantAndReadBack(t *testing.T) {
 	}
 	if got := s.doctorEntries(t); len(got) != 0 {
 		t.Fatalf("entries after close_step: %v", got)
+	}
+}
+
+// TestKilledHandOffNeverRevokesAnotherEntry: the server dies right after
+// journalling its first row, before that grant is sent. The patient then
+// gives the doctor access on that key herself. Neither the next server's
+// hand_off nor `pdmcp close-step` takes her entry away: the row is closed
+// as left alone, the call is refused RECIPIENT_HAS_ENTRY, and close-step
+// says what it left.
+func TestKilledHandOffNeverRevokesAnotherEntry(t *testing.T) {
+	s := newStepStack(t)
+	doomed, _ := s.serve(t, crashEnv+"=handoff:journalled")
+	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+		Arguments: map[string]any{"stepId": handofftest.StepReferral}}); err == nil {
+		t.Fatal("the server answered instead of dying after its first journal row")
+	}
+	rows := s.openRows(t)
+	if len(rows) != 1 || len(s.doctorEntries(t)) != 0 {
+		t.Fatalf("after the kill: rows %+v, entries %v", rows, s.doctorEntries(t))
+	}
+	ctx := context.Background()
+	own := time.Now().Add(365 * 24 * time.Hour).UTC().Truncate(time.Second)
+	patient := s.w.As(t, s.w.Patient.Name)
+	if err := patient.ACLGrant(ctx, api.ACLGrantRequest{TTag: rows[0].TTag, SystemID: s.w.Doctor.SystemID,
+		PrincipalID: s.w.Doctor.PrincipalID, Rights: []string{api.RightRead, api.RightWrite}, EndTime: &own}); err != nil {
+		t.Fatal(err)
+	}
+	patient.Revoke(ctx)
+	ownIntact := func(when string) {
+		t.Helper()
+		e, ok := s.w.Entry(t, rows[0].TTag, s.w.Doctor)
+		if !ok || len(e.Rights) != 2 || e.EndTime == nil || !e.EndTime.Equal(own) {
+			t.Fatalf("%s: the patient's own entry for the doctor is %+v (present %v)", when, e, ok)
+		}
+	}
+
+	out := run(t, "close-step", "--config", s.config, "--manifest", s.w.Manifest, "--step", handofftest.StepReferral)
+	if !strings.Contains(out, "LEFT ALONE") || strings.Contains(out, "revoked, read back absent") ||
+		!strings.HasSuffix(strings.TrimSpace(out), "CLOSE-STEP: DONE") {
+		t.Fatalf("close-step output:\n%s", out)
+	}
+	ownIntact("after close-step")
+	j, err := journal.Open(ctx, journal.DefaultPath(s.w.Manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := j.GetHandOff(ctx, rows[0].ID)
+	j.Close()
+	if err != nil || row.State != journal.HandOffClosed || row.CloseReason != journal.ClosedLeftAlone {
+		t.Fatalf("the row after close-step: %+v, %v", row, err)
+	}
+	// The step handed again: refused, and her entry still untouched.
+	cs, _ := s.serve(t)
+	m, isErr := call(t, cs, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	if !isErr || m["code"] != "RECIPIENT_HAS_ENTRY" || !strings.Contains(fmt.Sprint(m["detail"]), "not made by this server") {
+		t.Fatalf("hand_off with her entry in place: %v", m)
+	}
+	ownIntact("after hand_off")
+}
+
+// TestKilledHandOffLeftoverLeftAloneOnRestart: as above, but it is the next
+// server's hand_off that finds the row open (nobody ran close-step): it
+// closes the row as left alone and refuses, touching nothing.
+func TestKilledHandOffLeftoverLeftAloneOnRestart(t *testing.T) {
+	s := newStepStack(t)
+	doomed, _ := s.serve(t, crashEnv+"=handoff:journalled")
+	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+		Arguments: map[string]any{"stepId": handofftest.StepReferral}}); err == nil {
+		t.Fatal("the server answered instead of dying after its first journal row")
+	}
+	rows := s.openRows(t)
+	ctx := context.Background()
+	patient := s.w.As(t, s.w.Patient.Name)
+	if err := patient.ACLGrant(ctx, api.ACLGrantRequest{TTag: rows[0].TTag, SystemID: s.w.Doctor.SystemID,
+		PrincipalID: s.w.Doctor.PrincipalID, Rights: []string{api.RightRead}}); err != nil {
+		t.Fatal(err)
+	}
+	patient.Revoke(ctx)
+	revokes := s.env.Gateway.Count(api.RouteACLRevoke)
+	cs, _ := s.serve(t)
+	m, isErr := call(t, cs, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	if !isErr || m["code"] != "RECIPIENT_HAS_ENTRY" {
+		t.Fatalf("hand_off after the restart: %v", m)
+	}
+	if n := s.env.Gateway.Count(api.RouteACLRevoke) - revokes; n != 0 {
+		t.Fatalf("%d revokes sent", n)
+	}
+	if e, ok := s.w.Entry(t, rows[0].TTag, s.w.Doctor); !ok || e.EndTime != nil {
+		t.Fatalf("the patient's own entry: %+v (present %v)", e, ok)
+	}
+	if open := s.openRows(t); len(open) != 0 {
+		t.Fatalf("rows left open: %+v", open)
+	}
+}
+
+// TestHandOffSurvivesKillAfterRefusedGrant kills the server between a
+// grant the key server refused (the nurse holds the key READ only) and the
+// close of its row ("handoff:grant-refused"). The row stays open, no entry
+// exists; the next server's hand_off closes it without a revoke and is
+// refused again, and close-step then has nothing to do.
+func TestHandOffSurvivesKillAfterRefusedGrant(t *testing.T) {
+	s := newStepStack(t)
+	s.grant = filepath.Join(filepath.Dir(s.grant), "nurse-grant.json")
+	run(t, "grant", "--manifest", s.w.Manifest, "--local-user", s.w.Nurse.Name,
+		"--documents", handofftest.DocID, "--tools", "list_approved_documents,hand_off,close_step",
+		"--steps", handofftest.StepByNurse, "--ttl-seconds", "900", "--out", s.grant)
+	doomed, _ := s.serve(t, crashEnv+"=handoff:grant-refused")
+	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+		Arguments: map[string]any{"stepId": handofftest.StepByNurse}}); err == nil {
+		t.Fatal("the server answered instead of dying after the refused grant")
+	}
+	openRows := func() []journal.HandOff {
+		j, err := journal.Open(context.Background(), journal.DefaultPath(s.w.Manifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.Close()
+		rows, err := j.OpenHandOffs(context.Background(), handofftest.StepByNurse)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	if rows := openRows(); len(rows) != 1 || len(s.doctorEntries(t)) != 0 {
+		t.Fatalf("after the kill: rows %+v, entries %v", rows, s.doctorEntries(t))
+	}
+	revokes := s.env.Gateway.Count(api.RouteACLRevoke)
+	cs, _ := s.serve(t)
+	if m, isErr := call(t, cs, "hand_off", map[string]any{"stepId": handofftest.StepByNurse}); !isErr || m["code"] != "ACL_DENIED" {
+		t.Fatalf("hand_off after the restart: %v", m)
+	}
+	if n := s.env.Gateway.Count(api.RouteACLRevoke) - revokes; n != 0 {
+		t.Fatalf("%d revokes sent for grants that never took", n)
+	}
+	if rows := openRows(); len(rows) != 0 {
+		t.Fatalf("rows left open: %+v", rows)
+	}
+	out := run(t, "close-step", "--config", s.config, "--manifest", s.w.Manifest, "--step", handofftest.StepByNurse)
+	if !strings.Contains(out, "no open hand-off") || !strings.HasSuffix(strings.TrimSpace(out), "CLOSE-STEP: DONE") {
+		t.Fatalf("close-step:\n%s", out)
 	}
 }
