@@ -113,7 +113,7 @@ func (s *Server) handOff(ctx context.Context, c *call, in stepInput) (handoff.Re
 	if err != nil {
 		return zero, err
 	}
-	if err := s.confirm(c, p, end); err != nil {
+	if end, err = s.confirm(ctx, c, p, end); err != nil {
 		return zero, err
 	}
 	rec, err := s.handoffs.HandOff(ctx, sess, c.caller.ID, p, end)
@@ -165,40 +165,81 @@ const (
 	confirmRequest = "confirm-hand-off"
 )
 
+// protocolInputRequests is the first protocol revision on which a host
+// answers a server's input request by calling again (MCP multi
+// round-trip); before it, the server asks with an elicitation/create
+// request during the call.
+const protocolInputRequests = "2026-07-28"
+
 // confirm asks the host's user, through MCP elicitation, to confirm a step
-// whose confirm is "elicit", before anything is granted. The question goes
-// out as an input request (MCP multi round-trip): the SDK sends it as an
-// elicitation/create request to a host on an older protocol revision, and a
-// host on 2026-07-28 answers it and calls again. A host that did not
-// declare form elicitation is CONFIRMATION_UNAVAILABLE; a declined,
-// cancelled or unticked form is CONFIRMATION_DECLINED. The answer goes into
-// the audit line.
-func (s *Server) confirm(c *call, p *handoff.Plan, end time.Time) error {
+// whose confirm is "elicit", before anything is granted, and returns the
+// end time the user confirmed. An answer is taken only for the question
+// this server asked, of this caller, about this step as it stands:
+//
+//   - before 2026-07-28 the server sends elicitation/create itself during
+//     the call and takes the host's response to that request (JSON-RPC
+//     ties it by id); input responses the host sends with its call are
+//     ignored.
+//   - on 2026-07-28 the question goes out as an input request whose
+//     requestState is sealed (HMAC under this process's secret) and names
+//     the caller, the grant, the step, a digest of the recipient and
+//     sections, the end time asked about and when the question lapses
+//     (confirmTTL). An answer is taken only with a state that opens, names
+//     all of these as they are now, has not lapsed and was not answered
+//     before; any other answer is ignored and the question asked afresh.
+//
+// A host that did not declare form elicitation is CONFIRMATION_UNAVAILABLE;
+// a declined, cancelled or unticked form is CONFIRMATION_DECLINED. The
+// answer goes into the audit line.
+func (s *Server) confirm(ctx context.Context, c *call, p *handoff.Plan, end time.Time) (time.Time, error) {
 	if p.Step.Confirm != grant.ConfirmElicit {
-		return nil
+		return end, nil
 	}
 	if !canElicit(c.mcp) {
 		c.line.Confirmation = audit.ConfirmUnavailable
-		return &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable, Status: 412,
+		return end, &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable, Status: 412,
 			Detail: fmt.Sprintf("step %q must be confirmed by the user, and this host cannot ask (it did not declare MCP elicitation); nothing was sent; use a host that can, or ask the operator", p.StepID)}
 	}
-	answer, asked := c.inputs[confirmRequest]
-	if !asked {
-		return &needInput{requests: mcp.InputRequestMap{confirmRequest: &mcp.ElicitParams{
-			Mode:    "form",
-			Message: confirmMessage(p, end),
-			RequestedSchema: map[string]any{
-				"type": "object",
-				"properties": map[string]any{
-					confirmField: map[string]any{"type": "boolean", "title": "Hand these sections over",
-						"description": "Tick to give the recipient read-only access until the time shown."},
-				},
-				"required": []string{confirmField},
-			},
-		}}}
+	if !answersInputRequests(c.mcp) {
+		res, err := c.mcp.Elicit(ctx, confirmParams(p, end))
+		if err != nil {
+			s.log.Warn("the host did not answer a hand-off's confirmation", "step", p.StepID, "err", err)
+			return end, s.confirmAnswer(c, p, nil)
+		}
+		return end, s.confirmAnswer(c, p, res)
 	}
-	res, ok := answer.(*mcp.ElicitResult)
-	if !ok {
+	now := s.cfg.Now()
+	answer, answered := c.inputs[confirmRequest]
+	if answered {
+		st, ok := s.confirms.open(c.state)
+		ok = ok && st.Caller == c.caller.ID && st.Grant == s.cfg.Grant.ID && st.Step == p.StepID &&
+			st.Plan == planDigest(p) && now.Unix() <= st.Expiry
+		asked := time.Unix(st.End, 0).UTC()
+		// The end the user saw must still leave the shortest window.
+		ok = ok && asked.Sub(end) <= 0 && asked.Sub(s.handoffs.GatewayNow()) >= handoff.MinWindow
+		if ok && s.confirms.spend(st, now) {
+			res, _ := answer.(*mcp.ElicitResult)
+			return asked, s.confirmAnswer(c, p, res)
+		}
+		s.log.Warn("a confirmation answer that is not for the question this server asked was ignored; asking again",
+			"step", p.StepID)
+	}
+	nonce, err := newNonce()
+	if err != nil {
+		return end, err
+	}
+	state, err := s.confirms.seal(confirmState{Caller: c.caller.ID, Grant: s.cfg.Grant.ID, Step: p.StepID,
+		Plan: planDigest(p), End: end.Unix(), Expiry: now.Add(confirmTTL).Unix(), Nonce: nonce})
+	if err != nil {
+		return end, err
+	}
+	return end, &needInput{requests: mcp.InputRequestMap{confirmRequest: confirmParams(p, end)}, state: state}
+}
+
+// confirmAnswer judges the host's answer (nil: none came) and records it in
+// the audit line.
+func (s *Server) confirmAnswer(c *call, p *handoff.Plan, res *mcp.ElicitResult) error {
+	if res == nil {
 		c.line.Confirmation = audit.ConfirmUnavailable
 		return &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable, Status: 412,
 			Detail: fmt.Sprintf("the host did not answer the confirmation of step %q; nothing was sent; try again, or ask the operator", p.StepID)}
@@ -214,6 +255,33 @@ func (s *Server) confirm(c *call, p *handoff.Plan, end time.Time) error {
 	}
 	return &handoff.Refusal{Code: handoff.CodeConfirmationDeclined, Status: 403,
 		Detail: fmt.Sprintf("the user did not confirm step %q; nothing was sent; do not retry unless the user asks", p.StepID)}
+}
+
+// confirmParams is the confirmation form: one boolean, and a message
+// naming the step, the recipient, each section and the end time.
+func confirmParams(p *handoff.Plan, end time.Time) *mcp.ElicitParams {
+	return &mcp.ElicitParams{
+		Mode:    "form",
+		Message: confirmMessage(p, end),
+		RequestedSchema: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				confirmField: map[string]any{"type": "boolean", "title": "Hand these sections over",
+					"description": "Tick to give the recipient read-only access until the time shown."},
+			},
+			"required": []string{confirmField},
+		},
+	}
+}
+
+// answersInputRequests reports whether the host speaks 2026-07-28 or
+// later, where input requests are answered by calling again.
+func answersInputRequests(ss *mcp.ServerSession) bool {
+	v := protocolInputRequests
+	if ip := ss.InitializeParams(); ip != nil && ip.ProtocolVersion != "" {
+		v = ip.ProtocolVersion
+	}
+	return v >= protocolInputRequests
 }
 
 // canElicit reports whether the host declared form elicitation at

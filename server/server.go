@@ -146,8 +146,10 @@ type Server struct {
 	// call.
 	idemLocks keyLocks
 	destLocks keyLocks
-	// handoffs makes and closes the grant's hand-offs.
+	// handoffs makes and closes the grant's hand-offs; confirms seals the
+	// questions their confirmations ask (2026-07-28 request state).
 	handoffs *handoff.Engine
+	confirms *confirmSeal
 	// files judges the file tools' paths against the grant's file root;
 	// nil when the grant names none. fileLocks serialises one caller's
 	// encrypt_file of one content at one path.
@@ -180,7 +182,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: the manifest's folder: %w", err)
 	}
-	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root}
+	confirms, err := newConfirmSeal()
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root, confirms: confirms}
 	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
 		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger})
 	if cfg.Grant.FileRoot != "" {

@@ -34,6 +34,8 @@ type call struct {
 	// retried call (an elicitation's, for a hand-off's confirmation).
 	mcp    *mcp.ServerSession
 	inputs mcp.InputResponseMap
+	// state is the requestState the host echoed with inputs (2026-07-28).
+	state string
 }
 
 // needInput ends a call round with a request for the host's input (MCP
@@ -42,6 +44,8 @@ type call struct {
 // finishes does.
 type needInput struct {
 	requests mcp.InputRequestMap
+	// state is the requestState the host must echo with its answers.
+	state string
 }
 
 func (*needInput) Error() string { return "the call needs the host's input" }
@@ -70,14 +74,14 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := s.cfg.Now()
 		c := &call{caller: callerOf(req), line: audit.ToolCall{Tool: d.Name}, mcp: req.Session,
-			inputs: req.Params.InputResponses}
+			inputs: req.Params.InputResponses, state: req.Params.RequestState}
 		defer c.releaseSessions()
 		rec := &gateway.Recorder{}
 		ctx = gateway.WithRecorder(ctx, rec)
 		out, err := runTool(ctx, s, c, start, req.Params.Arguments, in, h)
 		var ni *needInput
 		if errors.As(err, &ni) {
-			return &mcp.CallToolResult{InputRequests: ni.requests}, nil
+			return &mcp.CallToolResult{InputRequests: ni.requests, RequestState: ni.state}, nil
 		}
 		if err != nil {
 			r, internal := asRefusal(err)

@@ -303,6 +303,9 @@ func (e *Engine) EndTime(p *Plan) (time.Time, error) {
 // gatewayNow is now on the Gateway's clock.
 func (e *Engine) gatewayNow() time.Time { return e.cfg.Now().Add(e.cfg.ClockOffset()) }
 
+// GatewayNow is now on the Gateway's clock, as hand-off end times are.
+func (e *Engine) GatewayNow() time.Time { return e.gatewayNow() }
+
 // Open returns the receipt of the caller's hand-off of the step while it is
 // open: every entry verified and not yet past its end.
 func (e *Engine) Open(ctx context.Context, caller string, p *Plan) (*Receipt, bool, error) {

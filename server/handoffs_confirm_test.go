@@ -1,0 +1,117 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/handoff"
+	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
+)
+
+var accepted = mcp.InputResponseMap{"confirm-hand-off": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}}
+
+// rawHandOff calls hand_off with the given answers and request state, the
+// SDK's multi round-trip handling off, and returns the raw result.
+func rawHandOff(t *testing.T, f *stepFixture, step string, answers mcp.InputResponseMap, state string) *mcp.CallToolResult {
+	t.Helper()
+	res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+		Arguments: map[string]any{"stepId": step}, InputResponses: answers, RequestState: state})
+	if err != nil {
+		t.Fatalf("hand_off: %v", err)
+	}
+	return res
+}
+
+func doctorHolds(t *testing.T, f *stepFixture) bool {
+	t.Helper()
+	_, ok := f.w.Entry(t, f.w.Keys["problems"], f.w.Doctor)
+	return ok
+}
+
+// TestConfirmationAnswersTheQuestionAsked (issue 18 item 10), on
+// 2026-07-28: an answer is taken only with the request state this server
+// sealed for this caller, step and question, not yet lapsed and not used
+// before. An answer with no state, a forged state, another step's state,
+// a used one or a lapsed one is not taken: the question is asked again,
+// and nothing reaches the crypto or key routes.
+func TestConfirmationAnswersTheQuestionAsked(t *testing.T) {
+	var skew time.Duration
+	o := withProblemsStep(600)
+	o.world = handofftest.Options{Confirm: grant.ConfirmElicit} // referral and referral-problems both ask
+	o.now = func() time.Time { return time.Now().Add(skew) }
+	o.client = func(co *mcp.ClientOptions) { co.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true} }
+	f := newStepFixture(t, o)
+	before := keyRouteCounts(f.env.Gateway)
+	asksAgain := func(what string, res *mcp.CallToolResult) {
+		t.Helper()
+		if !res.NeedsInput() || res.InputRequests["confirm-hand-off"] == nil || res.RequestState == "" {
+			t.Fatalf("%s: got %+v, want the question asked again", what, res)
+		}
+		if after := keyRouteCounts(f.env.Gateway); !mapsEqual(before, after) {
+			t.Fatalf("%s reached the crypto or key routes: %v -> %v", what, before, after)
+		}
+		if doctorHolds(t, f) {
+			t.Fatalf("%s: the doctor holds an entry", what)
+		}
+		before = keyRouteCounts(f.env.Gateway) // doctorHolds reads the access list
+	}
+
+	asksAgain("an answer nobody asked for", rawHandOff(t, f, handofftest.StepReferral, accepted, ""))
+	first := rawHandOff(t, f, handofftest.StepReferral, nil, "")
+	asksAgain("the first call", first)
+	state := first.RequestState
+	asksAgain("a forged state", rawHandOff(t, f, handofftest.StepReferral, accepted, state[:len(state)-2]+"AA"))
+	asksAgain("another step's state", rawHandOff(t, f, stepProblems, accepted, state))
+
+	// The answer to the question asked is taken.
+	res := rawHandOff(t, f, handofftest.StepReferral, accepted, state)
+	if res.IsError || res.NeedsInput() || !doctorHolds(t, f) {
+		t.Fatalf("the answer to the question asked: %+v", res)
+	}
+	if line := f.lastAudit(t, "hand_off"); line["confirmation"] != "accepted" {
+		t.Errorf("audit line %v", line)
+	}
+	if m, isErr := f.call(t, "close_step", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatal(m)
+	}
+	if doctorHolds(t, f) {
+		t.Fatal("an entry after close_step")
+	}
+	before = keyRouteCounts(f.env.Gateway)
+	asksAgain("the same answer again", rawHandOff(t, f, handofftest.StepReferral, accepted, state))
+
+	// A question left unanswered past its time is asked again.
+	fresh := rawHandOff(t, f, handofftest.StepReferral, nil, "")
+	skew = 11 * time.Minute
+	asksAgain("a lapsed question", rawHandOff(t, f, handofftest.StepReferral, accepted, fresh.RequestState))
+}
+
+// TestConfirmationBefore20260728IsAskedDuringTheCall (issue 18 item 10):
+// on 2025-11-25 the server asks with its own elicitation/create request;
+// an answer the host puts in its call is ignored, and the user's own
+// answer (here: decline) decides.
+func TestConfirmationBefore20260728IsAskedDuringTheCall(t *testing.T) {
+	asked := 0
+	f := newStepFixture(t, stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit}, proto: "2025-11-25",
+		elicit: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked++
+			return &mcp.ElicitResult{Action: "decline"}, nil
+		}})
+	before := keyRouteCounts(f.env.Gateway)
+	res := rawHandOff(t, f, handofftest.StepReferral, accepted, "")
+	r, ok := server.RefusalOf(res)
+	if !res.IsError || !ok || r.Code != handoff.CodeConfirmationDeclined || asked != 1 {
+		t.Fatalf("an answer sent with the call: %+v (asked %d times)", res, asked)
+	}
+	if after := keyRouteCounts(f.env.Gateway); !mapsEqual(before, after) {
+		t.Fatalf("the hand-off reached the crypto or key routes: %v -> %v", before, after)
+	}
+	if doctorHolds(t, f) {
+		t.Fatal("the doctor holds an entry")
+	}
+}
