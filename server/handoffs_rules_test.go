@@ -310,3 +310,86 @@ func TestReadOnlyCheckedUnderTheLock(t *testing.T) {
 		t.Fatalf("the hand-off after the save: %v", rec)
 	}
 }
+
+// TestRevokeFromJournalLeavesOthersEntries (issue 18 item 1): an open row
+// whose entry the recipient no longer holds as this server granted it
+// (here: revoked by the patient, who then gave the doctor her own, READ
+// and WRITE for a day; a row journalled before a crash whose grant was
+// never sent is the same case) is closed by shutdown, by GRANT_EXPIRED and
+// by close_step without revoking that entry, as left alone; close_step's
+// receipt and audit line say so.
+func TestRevokeFromJournalLeavesOthersEntries(t *testing.T) {
+	for _, how := range []string{"shutdown", "GRANT_EXPIRED", "close_step"} {
+		t.Run(how, func(t *testing.T) {
+			var now time.Time
+			f := newStepFixture(t, stepOptions{now: func() time.Time {
+				if now.IsZero() {
+					return time.Now()
+				}
+				return now
+			}})
+			ctx := context.Background()
+			// A verified hand-off, so close_step has something to close, then
+			// a crash's row on problems: journalled, never granted.
+			if m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+				t.Fatal(m)
+			}
+			j, err := journal.Open(ctx, journal.DefaultPath(f.w.Manifest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			rows, _ := j.OpenHandOffs(ctx, handofftest.StepReferral)
+			var problems journal.HandOff
+			for _, r := range rows {
+				if r.TTag == f.w.Keys["problems"] {
+					problems = r
+				}
+			}
+			// Someone revokes the server's entry on problems and the patient
+			// then gives the doctor her own.
+			own := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Second)
+			s := f.w.As(t, f.w.Patient.Name)
+			if err := s.ACLRevoke(ctx, api.ACLRevokeRequest{TTag: problems.TTag, SystemID: f.w.Doctor.SystemID,
+				PrincipalID: f.w.Doctor.PrincipalID}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.ACLGrant(ctx, api.ACLGrantRequest{TTag: problems.TTag, SystemID: f.w.Doctor.SystemID,
+				PrincipalID: f.w.Doctor.PrincipalID, Rights: []string{api.RightRead, api.RightWrite}, EndTime: &own}); err != nil {
+				t.Fatal(err)
+			}
+			s.Revoke(ctx)
+			switch how {
+			case "shutdown":
+				f.srv.RevokeHandOffs(ctx)
+			case "GRANT_EXPIRED":
+				now = time.Now().Add(2 * time.Hour)
+				if m, _ := f.call(t, "list_approved_documents", nil); m["code"] != server.CodeGrantExpired {
+					t.Fatalf("after the grant: %v", m)
+				}
+			case "close_step":
+				rec, isErr := f.call(t, "close_step", map[string]any{"stepId": handofftest.StepReferral})
+				alone, _ := rec["leftAlone"].([]any)
+				if isErr || len(alone) != 1 || alone[0].(map[string]any)["fragmentId"] != "problems" {
+					t.Fatalf("close_step: %v", rec)
+				}
+				if line := f.lastAudit(t, "close_step"); line["entriesLeftAlone"] != float64(1) {
+					t.Errorf("audit line %v", line)
+				}
+			}
+			e, ok := f.w.Entry(t, problems.TTag, f.w.Doctor)
+			if !ok || len(e.Rights) != 2 || e.EndTime == nil || !e.EndTime.Equal(own) {
+				t.Fatalf("the patient's own entry after %s: %+v (present %v)", how, e, ok)
+			}
+			for _, dt := range []string{"allergies", "medications"} {
+				if _, ok := f.w.Entry(t, f.w.Keys[dt], f.w.Doctor); ok {
+					t.Errorf("the server's own entry on %s survived %s", dt, how)
+				}
+			}
+			if got, err := j.GetHandOff(ctx, problems.ID); err != nil || got.State != journal.HandOffClosed ||
+				got.CloseReason != journal.ClosedLeftAlone {
+				t.Fatalf("the row after %s: %+v, %v", how, got, err)
+			}
+		})
+	}
+}
