@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +18,8 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
@@ -336,5 +340,84 @@ func TestHandOffSurvivesKillAfterRefusedGrant(t *testing.T) {
 	out := run(t, "close-step", "--config", s.config, "--manifest", s.w.Manifest, "--step", handofftest.StepByNurse)
 	if !strings.Contains(out, "no open hand-off") || !strings.HasSuffix(strings.TrimSpace(out), "CLOSE-STEP: DONE") {
 		t.Fatalf("close-step:\n%s", out)
+	}
+}
+
+// TestTwoServersHandingStepsSharingAKey (issue 18 item 1): two pdmcp
+// processes on one journal hand, at the same time, two steps of one user
+// that share a key (every Gateway answer slowed, so the two overlap). The
+// journal's lock serialises them, whatever the schedule: one step is
+// handed whole, the other is refused RECIPIENT_HAS_ENTRY naming it, and
+// the first's entries are all there, as its journal rows say.
+func TestTwoServersHandingStepsSharingAKey(t *testing.T) {
+	s := newStepStack(t)
+	m, err := grant.LoadManifest(s.w.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := m.Steps[handofftest.StepReferral]
+	st.Label = "Referral: problems"
+	st.Documents = map[string][]string{handofftest.DocID: {"problems"}}
+	m.Steps["referral-problems"] = st
+	if err := m.Save(s.w.Manifest); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "grant", "--manifest", s.w.Manifest, "--local-user", s.w.Patient.Name,
+		"--documents", handofftest.DocID+","+handofftest.PlainDocID,
+		"--tools", "list_approved_documents,hand_off,close_step", "--steps", handofftest.StepReferral+",referral-problems",
+		"--ttl-seconds", "900", "--out", s.grant)
+	a, _ := s.serve(t)
+	b, _ := s.serve(t)
+	s.env.Gateway.SetFaults(reference.Faults{Delay: 150 * time.Millisecond})
+	steps := []string{handofftest.StepReferral, "referral-problems"}
+	results := make([]map[string]any, 2)
+	errs := make([]bool, 2)
+	var wg sync.WaitGroup
+	for i, cs := range []*mcp.ClientSession{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+				Arguments: map[string]any{"stepId": steps[i]}})
+			if err != nil {
+				t.Errorf("hand_off %s: %v", steps[i], err)
+				return
+			}
+			if r, ok := server.RefusalOf(res); ok && res.IsError {
+				results[i], errs[i] = map[string]any{"code": r.Code, "detail": r.Detail}, true
+			} else {
+				results[i] = map[string]any{"ok": true}
+			}
+		}()
+	}
+	wg.Wait()
+	s.env.Gateway.SetFaults(reference.Faults{})
+	if errs[0] == errs[1] {
+		t.Fatalf("both %v: %v", errs[0], results)
+	}
+	won, lost := 0, 1
+	if errs[0] {
+		won, lost = 1, 0
+	}
+	if results[lost]["code"] != "RECIPIENT_HAS_ENTRY" || !strings.Contains(fmt.Sprint(results[lost]["detail"]), fmt.Sprintf("step %q", steps[won])) {
+		t.Fatalf("the step that lost: %v", results[lost])
+	}
+	want := map[string][]string{handofftest.StepReferral: {"allergies", "medications", "problems"}, "referral-problems": {"problems"}}[steps[won]]
+	if got := s.doctorEntries(t); !slices.Equal(got, want) {
+		t.Fatalf("the doctor's entries: %v, want %v (%s won)", got, want, steps[won])
+	}
+	j, err := journal.Open(context.Background(), journal.DefaultPath(s.w.Manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for i, step := range steps {
+		rows, err := j.OpenHandOffs(context.Background(), step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := map[bool]int{true: len(want), false: 0}[i == won]; len(rows) != n {
+			t.Errorf("open rows of %s: %d, want %d", step, len(rows), n)
+		}
 	}
 }
