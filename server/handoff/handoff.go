@@ -512,7 +512,7 @@ func (e *Engine) clearKey(ctx context.Context, acl ACL, p *Plan, k string, lefto
 		res, err := SettleRows(ctx, acl, e.cfg.Journal, []journal.HandOff{o})
 		if err != nil {
 			return refuse(CodeRecipientHasEntry, 409,
-				"the recipient of step %q holds access to a section it hands from this server's lapsed hand-off of step %q, which could not be closed now; nothing was handed; ask the operator to run pdmcp close-step --step %s",
+				"the recipient of step %q holds access to a section it hands from this server's earlier hand-off of step %q (lapsed, or changed since), which could not be closed now; nothing was handed; ask the operator to run pdmcp close-step --step %s",
 				p.StepID, o.Step, o.Step)
 		}
 		e.cfg.Logger.Info("an earlier hand-off on the key was closed", "step", o.Step, "row", o.ID, "reason", res[0].Reason,
