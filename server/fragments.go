@@ -190,7 +190,6 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 	if err != nil {
 		return zero, err
 	}
-	form := compound.FormOfSkeleton(sk)
 	texts := map[string][]byte{}
 	outcomes := make([]sectionOutcome, 0, len(d.Fragments))
 	complete := true
@@ -207,7 +206,7 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 			complete = false
 			o.Outcome, o.Layer, o.Code = sectionWithheld, r.Layer, r.Code
 			line.Outcome, line.Layer, line.Code = audit.OutcomeRefused, r.Layer, r.Code
-			pt = compound.Placeholder(form, f.ID, f.DataType, r.Layer, r.Code)
+			pt = compound.Placeholder(sk, f.ID, f.DataType, r.Layer, r.Code)
 		}
 		line.LatencyMs = s.cfg.Now().Sub(start).Milliseconds()
 		c.line.Sections = append(c.line.Sections, line)

@@ -292,8 +292,14 @@ func Render(skeleton []byte, fill func(id string) ([]byte, error)) ([]byte, erro
 // Placeholder is what the mixed view shows in place of a section the
 // reader may not open: an XML comment in a C-CDA, a ZPF segment in HL7 v2.
 // It names the section, its data type, and who refused it with which code;
-// never anything of the section's content.
-func Placeholder(form Form, id, dataType, layer, code string) []byte {
+// never anything of the section's content. The form and, for HL7 v2, the
+// separators come from the document's skeleton: the segment is written with
+// the field separator MSH-1 declares, and a byte of a value that is one of
+// the message's delimiters (MSH-1, or MSH-2's component, repetition, escape
+// and subcomponent characters) is written as its escape sequence, so the
+// segment has exactly four fields of one component each under the
+// message's own rules.
+func Placeholder(skeleton []byte, id, dataType, layer, code string) []byte {
 	clean := func(s string) string {
 		// Ids and codes are ASCII tokens; keep them from closing a
 		// comment or splitting a segment whatever they hold.
@@ -306,8 +312,14 @@ func Placeholder(form Form, id, dataType, layer, code string) []byte {
 		}
 		return string(b)
 	}
-	if form == FormHL7 {
-		return fmt.Appendf(nil, "ZPF|%s|%s|%s|%s", clean(id), clean(dataType), clean(layer), clean(code))
+	if FormOfSkeleton(skeleton) == FormHL7 {
+		d := hl7DelimitersOf(skeleton)
+		out := []byte("ZPF")
+		for _, v := range []string{id, dataType, layer, code} {
+			out = append(out, d.field)
+			out = d.escape(out, clean(v))
+		}
+		return out
 	}
 	return fmt.Appendf(nil, "<!-- pdmcp: fragment %s (%s) withheld: %s %s -->", clean(id), clean(dataType), clean(layer), clean(code))
 }

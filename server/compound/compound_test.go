@@ -244,7 +244,7 @@ func TestRenderAndPlaceholders(t *testing.T) {
 		if strings.HasPrefix(id, "OBX") || strings.HasPrefix(id, "NTE") {
 			return texts[id], nil
 		}
-		return Placeholder(FormOfSkeleton(r.Skeleton), id, "demographics", "keyserver", "ACL_DENIED"), nil
+		return Placeholder(r.Skeleton, id, "demographics", "keyserver", "ACL_DENIED"), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -256,10 +256,10 @@ func TestRenderAndPlaceholders(t *testing.T) {
 		t.Fatal("results missing")
 	}
 	// A placeholder cannot close its comment or split its segment.
-	if p := Placeholder(FormCCDA, "a--b", "x-->", "l", "c"); bytes.Count(p, []byte("--")) != 2 {
+	if p := Placeholder([]byte("<ClinicalDocument/>"), "a--b", "x-->", "l", "c"); bytes.Count(p, []byte("--")) != 2 {
 		t.Fatalf("placeholder %q", p)
 	}
-	if p := Placeholder(FormHL7, "a\rb", "x|y", "l", "c"); bytes.ContainsAny(p, "\r\n") || bytes.Count(p, []byte("|")) != 4 {
+	if p := Placeholder([]byte("MSH|^~\\&|A\r"), "a\rb", "x|y", "l", "c"); bytes.ContainsAny(p, "\r\n") || bytes.Count(p, []byte("|")) != 4 {
 		t.Fatalf("placeholder %q", p)
 	}
 	// Saved text holding a marker is never expanded again.
@@ -308,5 +308,60 @@ func TestTableExtension(t *testing.T) {
 		if (err == nil) != c.ok {
 			t.Errorf("%q: %v", c.spec, err)
 		}
+	}
+}
+
+// TestPlaceholderSpeaksTheMessageSeparators: in a message whose MSH
+// declares other delimiters, the ZPF placeholder is written with them, so
+// the mixed view is a well-formed message by the splitter's own rules, and
+// a value holding one of them is escaped, never split.
+func TestPlaceholderSpeaksTheMessageSeparators(t *testing.T) {
+	for _, c := range []struct {
+		name, src, want string
+	}{
+		{"hash field separator", "MSH#^~\\&#A#B\rPID#1#DOE^JANE\rOBX#1#NM#2093-3\r", "ZPF#PID.1#demographics#keyserver#ACL_DENIED"},
+		// '.' as the component separator: the id's dot is escaped.
+		{"dot component separator", "MSH|.~\\&|A\rPID|1|DOE.JANE\rOBX|1|NM\r", "ZPF|PID\\S\\1|demographics|keyserver|ACL_DENIED"},
+		// '_' as the field separator and '!' as the escape character.
+		{"underscore field separator", "MSH_^~!&_A\rPID_1\rOBX_1_NM\r", "ZPF_PID.1_demographics_keyserver_ACL!F!DENIED"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := Split([]byte(c.src), DefaultTable())
+			if err != nil {
+				t.Fatal(err)
+			}
+			texts := r.Texts()
+			out, err := Render(r.Skeleton, func(id string) ([]byte, error) {
+				if strings.HasPrefix(id, "PID") {
+					return Placeholder(r.Skeleton, id, "demographics", "keyserver", "ACL_DENIED"), nil
+				}
+				return texts[id], nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(out, []byte("\r"+c.want+"\r")) {
+				t.Fatalf("mixed view %q, want the placeholder %q", out, c.want)
+			}
+			// The splitter's own rules accept the mixed view once ZPF is
+			// a segment it knows: every segment's id is followed by the
+			// message's field separator.
+			tbl := DefaultTable()
+			tbl.Clear["ZPF"] = true
+			if _, err := Split(out, tbl); err != nil {
+				t.Fatalf("the mixed view %q is not a well-formed message: %v", out, err)
+			}
+			d := hl7DelimitersOf(out)
+			seg := []byte(c.want)
+			fields := bytes.Split(seg, []byte{d.field})
+			if len(fields) != 5 {
+				t.Fatalf("placeholder %q has %d fields, want 5 (ZPF and four)", seg, len(fields))
+			}
+			for _, f := range fields {
+				if bytes.IndexByte(f, d.component) >= 0 || bytes.IndexByte(f, d.repetition) >= 0 || bytes.IndexByte(f, d.subcomponent) >= 0 {
+					t.Fatalf("placeholder field %q holds a delimiter", f)
+				}
+			}
+		})
 	}
 }

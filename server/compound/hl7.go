@@ -82,3 +82,60 @@ func splitHL7(src []byte, t *Table) ([]Section, error) {
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
+
+// hl7Delimiters are a message's separators: MSH-1 and MSH-2's four
+// encoding characters.
+type hl7Delimiters struct {
+	field, component, repetition, escapeChar, subcomponent byte
+}
+
+// hl7DelimitersOf reads them from a message or skeleton starting with MSH;
+// an encoding character MSH-2 does not declare (it is shorter than four, or
+// ends at the field separator or the segment's end) takes the standard one.
+func hl7DelimitersOf(msg []byte) hl7Delimiters {
+	d := hl7Delimiters{field: '|', component: '^', repetition: '~', escapeChar: '\\', subcomponent: '&'}
+	body := bytes.TrimPrefix(msg, bom)
+	if len(body) < 4 {
+		return d
+	}
+	d.field = body[3]
+	enc := body[4:]
+	if i := bytes.IndexAny(enc, "\r\n"); i >= 0 {
+		enc = enc[:i]
+	}
+	if i := bytes.IndexByte(enc, d.field); i >= 0 {
+		enc = enc[:i]
+	}
+	for i, p := range []*byte{&d.component, &d.repetition, &d.escapeChar, &d.subcomponent} {
+		if i < len(enc) {
+			*p = enc[i]
+		}
+	}
+	return d
+}
+
+// escape appends v with each delimiter written as HL7's escape sequence
+// (\F\, \S\, \R\, \E\, \T\ with the message's escape character).
+func (d hl7Delimiters) escape(out []byte, v string) []byte {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		var name byte
+		switch c {
+		case d.field:
+			name = 'F'
+		case d.component:
+			name = 'S'
+		case d.repetition:
+			name = 'R'
+		case d.escapeChar:
+			name = 'E'
+		case d.subcomponent:
+			name = 'T'
+		default:
+			out = append(out, c)
+			continue
+		}
+		out = append(out, d.escapeChar, name, d.escapeChar)
+	}
+	return out
+}
