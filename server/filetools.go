@@ -308,18 +308,8 @@ func answerLost(rel string, cause error) *Refusal {
 // refusedBeforeWork reports an encrypt the Gateway or key server refused
 // outright: no key was created, so the reservation may be released. A lost
 // connection, a timeout, an unreadable answer or a 5xx may have come after
-// the key was made.
-func refusedBeforeWork(err error) bool {
-	var ae *api.Error
-	if !errors.As(err, &ae) {
-		return false
-	}
-	switch ae.Code {
-	case api.CodeUnreachable, api.CodeBadResponse:
-		return false
-	}
-	return ae.Status >= 400 && ae.Status < 500
-}
+// the key was made. `pdmcp protect` applies the same rule.
+func refusedBeforeWork(err error) bool { return api.RefusedBeforeWork(err) }
 
 func (s *Server) releaseAfter(ctx context.Context, key journal.FileKey, err error) error {
 	if rerr := s.cfg.Journal.ReleaseFile(context.WithoutCancel(ctx), key); rerr != nil {

@@ -246,6 +246,56 @@ func TestProtectLostAnswerNotRepeated(t *testing.T) {
 	checkAgree(t, s, "ccd-0001")
 }
 
+// TestProtectAnswerAfterWorkIsLost: the Gateway answers the encrypt that
+// creates the demographics key 504 after the key server made it. That
+// counts as lost, not as "nothing done": no rerun of that document, and no
+// run of another document that needs demographics, creates a second key for
+// it; the refusal names the type and the document; --abandon-lost is the
+// operator's way on, and then every data type has exactly one key in the
+// manifest.
+func TestProtectAnswerAfterWorkIsLost(t *testing.T) {
+	s := newStack(t)
+	keys := s.keyCount(t)
+	s.env.Gateway.SetFaults(reference.Faults{FailEncryptAfterWork: 1, Status: 504})
+	_, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001")
+	if ok || !strings.Contains(stderr, "answer was lost") {
+		t.Fatalf("first run: %s", stderr)
+	}
+	if n := s.keyCount(t) - keys; n != 1 {
+		t.Fatalf("the 504'd encrypt made %d keys, want 1", n)
+	}
+	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+	// The same document again, then another that needs demographics too.
+	for _, run := range []struct{ source, id string }{{oruSource, "oru-0001"}, {ccdSource, "ccd-0001"}, {oruSource, "oru-0002"}} {
+		_, stderr, ok = s.protect(t, nil, "--source", run.source, "--document-id", run.id)
+		if ok || !strings.Contains(stderr, "never sent again") || !strings.Contains(stderr, "data type demographics") ||
+			!strings.Contains(stderr, `of "oru-0001"`) || !strings.Contains(stderr, "--abandon-lost") {
+			t.Fatalf("%s after the lost answer: %s", run.id, stderr)
+		}
+		if s.env.Gateway.Count(api.RouteEncrypt) != encrypts || s.keyCount(t)-keys != 1 {
+			t.Fatalf("%s: an encrypt was sent (%d) or a key made (%d) after the lost answer", run.id,
+				s.env.Gateway.Count(api.RouteEncrypt)-encrypts, s.keyCount(t)-keys)
+		}
+	}
+	if m, _ := grant.LoadManifest(s.manifest); m.Documents["oru-0001"].Version != 0 || m.Documents["ccd-0001"].Version != 0 || len(m.CompoundKeys) != 0 {
+		t.Fatalf("the manifest lists a document or key of the refused runs: %v", m.CompoundKeys)
+	}
+	// The operator accepts the possible orphan for that one document's
+	// run; the key it then creates serves the other document.
+	if out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001", "--abandon-lost"); !ok {
+		t.Fatalf("abandon-lost: %s %s", out, stderr)
+	}
+	if out, stderr, ok := s.protect(t, nil, "--source", ccdSource, "--document-id", "ccd-0001"); !ok {
+		t.Fatalf("ccd after abandon-lost: %s %s", out, stderr)
+	}
+	m := checkAgree(t, s, "ccd-0001")
+	checkAgree(t, s, "oru-0001")
+	// Six data types, six keys in use, one orphan the operator accepted.
+	if n := s.keyCount(t) - keys; n != 7 || len(m.CompoundKeys) != 6 {
+		t.Fatalf("keys %d (want the orphan and 6), compoundKeys %v", n, m.CompoundKeys)
+	}
+}
+
 // TestProtectSurvivesKill kills protect at each step and reruns it: no
 // second key for any type, and manifest and journal agree.
 func TestProtectSurvivesKill(t *testing.T) {

@@ -128,6 +128,10 @@ func (g *Gateway) encrypt(ctx context.Context, c *call) (any, error) {
 		dropConnection(c.w)
 		return nil, errAnswerDropped
 	}
+	if status, fail := g.faults.takeFailEncryptAfterWork(); fail {
+		return nil, gatewayError(api.CodeInjectedFault, status,
+			"the Gateway failed this encrypt after it was done (fault injection); the key may exist")
+	}
 	return ans.answer()
 }
 

@@ -35,6 +35,11 @@ type Faults struct {
 	// work (a minted key, audit rows) and then drop the connection without
 	// an answer.
 	LoseEncryptAnswer int `json:"loseEncryptAnswer,omitempty"`
+	// FailEncryptAfterWork makes the next N successful encrypts do all
+	// their work (a minted key, audit rows) and then answer Status with
+	// code INJECTED_FAULT, as a Gateway whose key server answered too late
+	// (a 504 after the key was made).
+	FailEncryptAfterWork int `json:"failEncryptAfterWork,omitempty"`
 	// ClockSkew moves the Gateway's clock: its Date header, session
 	// expiry and proof window all use now+ClockSkew.
 	ClockSkew time.Duration `json:"clockSkew,omitempty"`
@@ -195,11 +200,27 @@ func (s *faultState) takeLoseEncrypt() bool {
 	return true
 }
 
+// takeFailEncryptAfterWork spends one injected after-work failure, if
+// any, and returns its status.
+func (s *faultState) takeFailEncryptAfterWork() (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f.FailEncryptAfterWork <= 0 {
+		return 0, false
+	}
+	s.f.FailEncryptAfterWork--
+	status := s.f.Status
+	if status < 500 || status > 599 {
+		status = http.StatusServiceUnavailable
+	}
+	return status, true
+}
+
 // SetFaults replaces the injected faults. Safe for concurrent use.
 func (g *Gateway) SetFaults(f Faults) { g.faults.set(f) }
 
-// CurrentFaults are the faults still in force (FailNext and
-// LoseEncryptAnswer count down as they are spent).
+// CurrentFaults are the faults still in force (FailNext,
+// LoseEncryptAnswer and FailEncryptAfterWork count down as they are spent).
 func (g *Gateway) CurrentFaults() Faults { return g.faults.get() }
 
 // DropServiceSessions forgets every service session: the next use of one
@@ -275,8 +296,8 @@ func (g *Gateway) controlFaults(_ context.Context, c *call) (any, error) {
 	if f.Status != 0 && (f.Status < 500 || f.Status > 599) {
 		return nil, badRequest("status must be a 5xx code, or 0 for 503; fix it")
 	}
-	if f.Delay < 0 || f.LoseEncryptAnswer < 0 || f.IdPUnavailable < 0 {
-		return nil, badRequest("delay, loseEncryptAnswer and idpUnavailable may not be negative; fix them")
+	if f.Delay < 0 || f.LoseEncryptAnswer < 0 || f.FailEncryptAfterWork < 0 || f.IdPUnavailable < 0 {
+		return nil, badRequest("delay, loseEncryptAnswer, failEncryptAfterWork and idpUnavailable may not be negative; fix them")
 	}
 	for _, n := range f.FailNext {
 		if n < 0 {

@@ -127,6 +127,24 @@ func TestLoseEncryptAnswer(t *testing.T) {
 	wantOK(t, "next encrypt", err2)
 }
 
+// TestFailEncryptAfterWork: the encrypt mints its key and is then
+// answered a 504, the key server's work done; only the next one fails.
+func TestFailEncryptAfterWork(t *testing.T) {
+	w := newWorld(t)
+	keysBefore := countKeys(t, w.env)
+	w.gw.SetFaults(Faults{FailEncryptAfterWork: 1, Status: http.StatusGatewayTimeout})
+	_, err := w.encrypt(w.owner, api.EncryptRequest{Plaintext: b64("a new file")})
+	wantRefusal(t, "after work", err, api.LayerGateway, api.CodeInjectedFault, http.StatusGatewayTimeout)
+	if n := countKeys(t, w.env) - keysBefore; n != 1 {
+		t.Errorf("%d keys minted by the failed encrypt, want 1 (the work was done)", n)
+	}
+	if f := w.gw.CurrentFaults(); f.FailEncryptAfterWork != 0 {
+		t.Errorf("the spent failure is still listed: %+v", f)
+	}
+	_, err = w.encrypt(w.owner, api.EncryptRequest{TTag: w.key.TTag, Plaintext: b64("x")})
+	wantOK(t, "next encrypt", err)
+}
+
 func countKeys(t *testing.T, e *env) int {
 	t.Helper()
 	var n int

@@ -315,28 +315,36 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		}
 	}
 
-	// Settle lost attempts before anything is sent.
+	// Settle lost attempts before anything is sent. The lock is held, so
+	// an attempt still "sent" belongs to a run that died before its
+	// answer: it is lost. A lost key-creating attempt, in any document's
+	// run, may have made its data type's key: while that type has no key
+	// this run can name, none is created for it until the operator says
+	// --abandon-lost.
+	needKey := map[string]bool{}
 	for _, s := range split.Sections {
-		a := run.latest(s.ID)
-		if a == nil || (a.State != attemptSent && a.State != attemptLost) {
-			continue
+		if keys[s.DataType] == "" {
+			needKey[s.DataType] = true
 		}
-		a.State = attemptLost
-		if !a.CreatesKey || keys[s.DataType] != "" {
-			// It was under an existing key (or one now named): it created
-			// nothing, and its ciphertext was never stored.
-			continue
-		}
-		if !o.AbandonLost {
-			if err := j.save(); err != nil {
-				return nil, err
+	}
+	for _, id := range slices.Sorted(maps.Keys(j.Documents)) {
+		for _, a := range j.Documents[id].Attempts {
+			if a.State == attemptSent {
+				a.State = attemptLost
 			}
-			return nil, fmt.Errorf("protect: %w: fragment %s of %q (data type %s) was sent at %s to create that type's key and no answer came back. "+
-				"It is never sent again: the key server may hold a key this program cannot name. Name an existing key with --key %s=<t-Tag>, "+
-				"or accept a possibly orphaned key and create a new one with --abandon-lost",
-				ErrAnswerLost, s.ID, o.DocumentID, s.DataType, a.At.UTC().Format(time.RFC3339), s.DataType)
+			if a.State != attemptLost || !a.CreatesKey || !needKey[a.DataType] {
+				// Lost under an existing key (or one now named): it created
+				// nothing, and its ciphertext was never stored.
+				continue
+			}
+			if !o.AbandonLost {
+				if err := j.save(); err != nil {
+					return nil, err
+				}
+				return nil, lostKeyError(id, a)
+			}
+			a.State = attemptAbandoned
 		}
-		a.State = attemptAbandoned
 	}
 	if err := j.save(); err != nil {
 		return nil, err
@@ -374,10 +382,13 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		crash("protect:sent")
 		enc, err := sess.Encrypt(ctx, gateway.EncryptInput{TTag: keys[s.DataType], IV: iv, Plaintext: s.Text})
 		if err != nil {
-			a.State = attemptFailed
-			var ae *api.Error
-			if !errors.As(err, &ae) || ae.Code == api.CodeUnreachable || ae.Code == api.CodeBadResponse {
-				a.State = attemptLost
+			// As encrypt_file: only a refusal before any work (a 4xx with a
+			// code of its own) is known to have made nothing. A 5xx may come
+			// after the key server made the key (a 504 from a Gateway that
+			// waited too long), so it counts as lost, like no answer.
+			a.State = attemptLost
+			if api.RefusedBeforeWork(err) {
+				a.State = attemptFailed
 			}
 			a.Detail = err.Error()
 			if serr := j.save(); serr != nil {
@@ -489,6 +500,23 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		return nil, err
 	}
 	return summary, nil
+}
+
+// lostKeyError refuses a run that would create a key for a data type
+// whose key-creating encrypt (attempt a, of document docID) got no answer
+// it could trust.
+func lostKeyError(docID string, a *protectEntry) error {
+	return fmt.Errorf("protect: %w: fragment %s of %q (data type %s) was sent at %s to create that type's key and no answer it can trust came back (%s). "+
+		"It is never sent again, and no other key is created for %s in any document: the key server may hold a key this program cannot name. "+
+		"Name an existing key with --key %s=<t-Tag>, or accept a possibly orphaned key and create a new one with --abandon-lost",
+		ErrAnswerLost, a.Fragment, docID, a.DataType, a.At.UTC().Format(time.RFC3339), lostDetail(a), a.DataType, a.DataType)
+}
+
+func lostDetail(a *protectEntry) string {
+	if a.Detail == "" {
+		return "the run stopped before it"
+	}
+	return a.Detail
 }
 
 // finishRecord adds the keys run created to the seed record, once each,
