@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -27,6 +28,30 @@ import (
 // Gateway refused outright (no key made), releases the row (ReleaseFile).
 // A retry that finds FileMinted or FileDone writes the envelope again from
 // the row if it is missing.
+//
+// Two processes may share the journal, so a row records which handle (one
+// per Open: in practice one per process) reserved it and, once claimed,
+// which one claimed its send. ReleaseFile removes only a row this handle
+// holds: its own reservation, or the send it claimed and the Gateway
+// refused. A row another process reserved or claimed is never removed by
+// this one, so a process that is about to record the key it minted always
+// finds its row.
+
+// filesOwnerMigration takes the schema from 2 to 3: the owner column, NULL
+// for rows written before it (no handle holds those, so none releases one;
+// a retry claims a reserved one and so holds it).
+const filesOwnerMigration = `
+ALTER TABLE files ADD COLUMN owner TEXT;
+`
+
+// newOwnerToken is a handle's owner token: 128 random bits in hex.
+func newOwnerToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("journal: owner token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
 
 // FileState is where a file encryption stands.
 type FileState string
@@ -104,9 +129,9 @@ func (j *Journal) ReserveFile(ctx context.Context, key FileKey) (FileRecord, err
 	err := j.inTx(ctx, func(tx *sql.Tx) error {
 		now := nowText()
 		res, err := tx.ExecContext(ctx, `
-INSERT INTO files (caller, root, rel_path, content_sha256, state, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'reserved', ?, ?)
-ON CONFLICT DO NOTHING`, key.Caller, key.Root, key.RelPath, key.ContentSHA256, now, now)
+INSERT INTO files (caller, root, rel_path, content_sha256, state, owner, created_at, updated_at)
+VALUES (?, ?, ?, ?, 'reserved', ?, ?, ?)
+ON CONFLICT DO NOTHING`, key.Caller, key.Root, key.RelPath, key.ContentSHA256, j.owner, now, now)
 		if err != nil {
 			return fmt.Errorf("journal: reserve file %s: %w", key, err)
 		}
@@ -124,17 +149,18 @@ ON CONFLICT DO NOTHING`, key.Caller, key.Root, key.RelPath, key.ContentSHA256, n
 }
 
 // ClaimSend moves a FileReserved row to FileAnswerLost, so that this call,
-// and only this one, sends the encrypt. claimed is false (and the row
-// returned as it is) when the row was not FileReserved.
+// and only this one, sends the encrypt; the row then names this handle as
+// its owner, whoever reserved it. claimed is false (and the row returned as
+// it is) when the row was not FileReserved.
 func (j *Journal) ClaimSend(ctx context.Context, key FileKey) (claimed bool, r FileRecord, err error) {
 	r, err = j.fileStep(ctx, key, func(tx *sql.Tx, before FileRecord) error {
 		if before.State != FileReserved {
 			return nil
 		}
 		res, err := tx.ExecContext(ctx, `
-UPDATE files SET state = 'answer-lost', updated_at = ?
+UPDATE files SET state = 'answer-lost', owner = ?, updated_at = ?
 WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ? AND state = 'reserved'`,
-			nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
+			j.owner, nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
 		if err != nil {
 			return err
 		}
@@ -320,9 +346,12 @@ FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?
 
 // ReleaseFile forgets a reservation whose encrypt was definitely not
 // performed (nothing sent, or the Gateway or key server refused it, so no
-// key exists), so a later call may encrypt. Only a row without a key
-// (FileReserved, or FileAnswerLost for the call that claimed the send) is
-// removed; FileMinted and FileDone give ErrOutOfOrder.
+// key exists), so a later call may encrypt. Only a row without a key that
+// this handle holds is removed: one it reserved and nobody claimed, or one
+// whose send it claimed. A row another handle (another process) reserved or
+// claimed is left as it is and ReleaseFile returns nil: that process may be
+// sending, or about to record the key it minted. FileMinted and FileDone
+// give ErrOutOfOrder; no row gives ErrNotFound.
 func (j *Journal) ReleaseFile(ctx context.Context, key FileKey) error {
 	if err := key.check(); err != nil {
 		return err
@@ -336,8 +365,9 @@ func (j *Journal) ReleaseFile(ctx context.Context, key FileKey) error {
 			return fmt.Errorf("journal: file %s: %w: a row with a key is never released (it is %s)", key, ErrOutOfOrder, r.State)
 		}
 		_, err = tx.ExecContext(ctx, `
-DELETE FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ? AND state IN ('reserved', 'answer-lost')`,
-			key.Caller, key.Root, key.RelPath, key.ContentSHA256)
+DELETE FROM files WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ? AND state IN ('reserved', 'answer-lost')
+	AND owner = ?`,
+			key.Caller, key.Root, key.RelPath, key.ContentSHA256, j.owner)
 		if err != nil {
 			return fmt.Errorf("journal: release file %s: %w", key, err)
 		}

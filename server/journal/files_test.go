@@ -5,8 +5,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -398,5 +401,139 @@ func TestRecordMintedWithoutTheBlob(t *testing.T) {
 	}
 	if r, err = j.GetFile(ctx, key); err != nil || r.Ciphertext != nil || r.CiphertextSHA256 != sum("sealed elsewhere") {
 		t.Fatalf("GetFile: %+v, %v", r, err)
+	}
+}
+
+// releaseKey is the file row the release helper reserves and releases.
+var releaseKey = FileKey{Root: "/srv/task", RelPath: "shared.txt", ContentSHA256: sum("shared")}
+
+// runReleaseHelper is the second process: it reserves the row (finding the
+// first process's, or making its own) and releases it, as encrypt_file does
+// when it stops before sending. It prints the state it found.
+func runReleaseHelper(path string) int {
+	ctx := context.Background()
+	j, err := Open(ctx, path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer j.Close()
+	r, err := j.ReserveFile(ctx, releaseKey)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := j.ReleaseFile(ctx, releaseKey); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("found %s new %v\n", r.State, r.New)
+	return 0
+}
+
+func releaseInAnotherProcess(t *testing.T, path string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperReleaseEnv+"="+path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("release helper: %v\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestReleaseFileAcrossProcesses: another process's release never removes
+// a row this one reserved or claimed, so the claimer records its key and
+// no second encrypt (no second key) follows; its own reservation it does
+// release.
+func TestReleaseFileAcrossProcesses(t *testing.T) {
+	ctx := context.Background()
+	j, path := openTemp(t)
+
+	// Reserved here, not yet claimed: the other process leaves it.
+	if _, err := j.ReserveFile(ctx, releaseKey); err != nil {
+		t.Fatal(err)
+	}
+	if got := releaseInAnotherProcess(t, path); got != "found reserved new false" {
+		t.Fatalf("helper: %q", got)
+	}
+	// Claimed and sent here: the other process leaves it too, and the key
+	// is recorded.
+	if claimed, _, err := j.ClaimSend(ctx, releaseKey); err != nil || !claimed {
+		t.Fatalf("ClaimSend after the other's release: %v, %v", claimed, err)
+	}
+	if got := releaseInAnotherProcess(t, path); got != "found answer-lost new false" {
+		t.Fatalf("helper: %q", got)
+	}
+	m := MintedKey{TTag: "k1", LinkDigest: "aaaaaaaaaaaa", IV: []byte{1}, Ciphertext: []byte{1}}
+	r, err := j.RecordMinted(ctx, releaseKey, m)
+	if err != nil || r.State != FileMinted || r.TTag != "k1" {
+		t.Fatalf("RecordMinted after the other process released: %+v, %v", r, err)
+	}
+	// A second encrypt of the same content finds the key: nothing to send.
+	if r, err := j.ReserveFile(ctx, releaseKey); err != nil || r.New || r.State != FileMinted {
+		t.Fatalf("ReserveFile after the key was recorded: %+v, %v", r, err)
+	}
+
+	// Its own reservation the other process does remove.
+	j2, path2 := openTemp(t)
+	if got := releaseInAnotherProcess(t, path2); got != "found reserved new true" {
+		t.Fatalf("helper: %q", got)
+	}
+	if _, err := j2.GetFile(ctx, releaseKey); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the helper's own reservation was kept: %v", err)
+	}
+}
+
+// TestReleaseFileOwners: within one process, two handles behave as two
+// processes; a row written before the owner column (schema 2) is held by
+// nobody until a call claims it.
+func TestReleaseFileOwners(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.sqlite")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations()[:2] {
+		if _, err := raw.Exec(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := FileKey{Root: "/srv/task", RelPath: "old.txt", ContentSHA256: sum("old")}
+	if _, err := raw.Exec(`PRAGMA user_version = 2;
+INSERT INTO files (caller, root, rel_path, content_sha256, state, created_at, updated_at)
+VALUES ('', ?, ?, ?, 'reserved', '2026-11-30T12:00:00Z', '2026-11-30T12:00:00Z')`, old.Root, old.RelPath, old.ContentSHA256); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	a := openAt(t, path)
+	b := openAt(t, path)
+	if err := a.ReleaseFile(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.GetFile(ctx, old); err != nil || r.State != FileReserved {
+		t.Fatalf("a row of schema 2 was released by a handle that does not hold it: %+v, %v", r, err)
+	}
+	// b claims it, so b holds it; a's release leaves it, b's removes it.
+	if claimed, _, err := b.ClaimSend(ctx, old); err != nil || !claimed {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if err := a.ReleaseFile(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.GetFile(ctx, old); err != nil || r.State != FileAnswerLost {
+		t.Fatalf("a released b's claimed row: %+v, %v", r, err)
+	}
+	if err := b.ReleaseFile(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.GetFile(ctx, old); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the claimer's release kept the row: %v", err)
 	}
 }

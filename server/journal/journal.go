@@ -29,7 +29,7 @@ import (
 
 // SchemaVersion is the newest journal schema this program writes. It is kept
 // in the file's PRAGMA user_version.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // BusyTimeout is how long a statement waits for another connection's lock
 // (in this process or another) before it fails.
@@ -57,6 +57,10 @@ var (
 type Journal struct {
 	db   *sql.DB
 	path string
+	// owner names this handle in the file rows it reserves or claims
+	// (see ReleaseFile): random, one per Open, so two processes, or two
+	// handles in one, never share it.
+	owner string
 }
 
 // DefaultPath is the journal beside a manifest: "task-data/manifest.json"
@@ -106,7 +110,12 @@ func open(ctx context.Context, path, synchronous string) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", abs, err)
 	}
-	j := &Journal{db: db, path: abs}
+	owner, err := newOwnerToken()
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	j := &Journal{db: db, path: abs, owner: owner}
 	if err := j.checkRetryingBusy(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -274,6 +283,8 @@ ALTER TABLE handoffs ADD COLUMN grant_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE handoffs ADD COLUMN verified_at TEXT;
 CREATE INDEX handoffs_batch ON handoffs (batch);
 `,
+		// 2 -> 3: a file row names the handle that reserved or claimed it.
+		filesOwnerMigration,
 	}
 }
 

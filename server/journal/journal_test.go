@@ -22,9 +22,15 @@ import (
 const (
 	helperDBEnv   = "PDMCP_JOURNAL_HELPER_DB"
 	helperNameEnv = "PDMCP_JOURNAL_HELPER_NAME"
+	// helperReleaseEnv makes the helper reserve and release the file row
+	// named by releaseKey (a second process's stray release).
+	helperReleaseEnv = "PDMCP_JOURNAL_HELPER_RELEASE"
 )
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(helperReleaseEnv); path != "" {
+		os.Exit(runReleaseHelper(path))
+	}
 	if path := os.Getenv(helperDBEnv); path != "" {
 		os.Exit(runHelper(path, os.Getenv(helperNameEnv)))
 	}
