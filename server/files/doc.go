@@ -18,10 +18,13 @@
 //     PATH_FORM_REFUSED for a component ending in a dot or a space (Windows
 //     drops those, so "a.pisoft." would open "a.pisoft"). A drive-relative
 //     form ("C:name", "C:") is PATH_FORM_REFUSED in both flavors.
-//  2. OUTSIDE_ROOT, judged before existence: ".." is taken lexically (as
-//     Windows and filepath.Clean do), every symbolic link (and, on Windows,
-//     junction) is followed, and the result must be strictly inside the
-//     root (the root itself is outside). A link inside the root whose
+//  2. OUTSIDE_ROOT, judged before existence: in the Unix flavor the names
+//     are taken one at a time as the kernel takes them (a ".." after a
+//     link is the parent of the link's target; a name followed by a
+//     separator, "." or ".." must be a folder); in the Windows flavor ".."
+//     is taken lexically first (as Win32 and filepath.Clean do). Every
+//     symbolic link (and, on Windows, junction) is followed, and the result
+//     must be strictly inside the root (the root itself is outside). A link inside the root whose
 //     target leaves the root is refused at once, dangling or not, and
 //     nothing outside is touched. An absolute path that reaches the root
 //     through a link or an ancestor is inside; while a walk is outside the

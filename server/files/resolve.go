@@ -77,16 +77,35 @@ func (r *Resolver) Resolve(p string) (Resolved, error) {
 	if lx.Drive != "" && r.flavor != Windows {
 		return Resolved{}, outside(p)
 	}
-	var full string
-	switch {
-	case lx.Drive != "":
-		full = filepath.Join(append([]string{lx.Drive + string(filepath.Separator)}, lx.Parts...)...)
-	case lx.Absolute:
-		full = filepath.Join(append([]string{filepath.VolumeName(r.root) + string(filepath.Separator)}, lx.Parts...)...)
-	default:
-		full = filepath.Join(append([]string{r.root}, lx.Parts...)...)
+	var cur string
+	var todo []string
+	if r.flavor == Windows {
+		// Win32 takes ".." lexically, before any link is followed: the
+		// path is cleaned first, as the system does.
+		var full string
+		switch {
+		case lx.Drive != "":
+			full = filepath.Join(append([]string{lx.Drive + string(filepath.Separator)}, lx.Parts...)...)
+		case lx.Absolute:
+			full = filepath.Join(append([]string{filepath.VolumeName(r.root) + string(filepath.Separator)}, lx.Parts...)...)
+		default:
+			full = filepath.Join(append([]string{r.root}, lx.Parts...)...)
+		}
+		vol := filepath.VolumeName(full)
+		cur, todo = vol+string(filepath.Separator), components(full[len(vol):])
+		if trailingSep(p) {
+			todo = append(todo, ".")
+		}
+	} else {
+		// The kernel takes each name in turn: ".." is the parent of where
+		// the walk is, after the links before it were followed, and a
+		// trailing separator asks for a folder. So the path is not cleaned.
+		cur, todo = string(filepath.Separator), physicalParts(p)
+		if !lx.Absolute {
+			cur = r.root
+		}
 	}
-	abs, err := r.walk(p, full)
+	abs, err := r.walk(p, cur, todo)
 	if err != nil {
 		return Resolved{}, err
 	}
@@ -139,28 +158,48 @@ func isLink(name string, fi fs.FileInfo) bool {
 	return false
 }
 
-// walk resolves full (clean and absolute) one name at a time, following
-// links, and returns the resolved path. p is the argument, for messages.
-func (r *Resolver) walk(p, full string) (string, error) {
-	vol := filepath.VolumeName(full)
-	cur := vol + string(filepath.Separator)
-	todo := components(full[len(vol):])
-	if WithinOrEqual(r.root, full, r.flavor) {
+// physicalParts are p's names as the kernel takes them: every name kept,
+// "." and ".." too, only empty ones (repeated separators) dropped; a
+// trailing separator adds a "." (the name before it must be a folder).
+func physicalParts(p string) []string {
+	parts := components(p)
+	if trailingSep(p) && len(parts) > 0 {
+		parts = append(parts, ".")
+	}
+	return parts
+}
+
+func trailingSep(p string) bool { return p != "" && isSep(p[len(p)-1]) }
+
+// walk resolves the names todo from cur (absolute; a folder) one at a time,
+// following links, and returns the resolved path. ".." goes to the parent
+// of the path resolved so far and "." stays; both need cur to be a folder.
+// p is the argument, for messages.
+func (r *Resolver) walk(p, cur string, todo []string) (string, error) {
+	if cur != r.root && hasPlainPrefix(r.root, cur, todo, r.flavor) {
 		// Start at the root: its ancestors are known to exist.
-		cur, todo = r.root, components(full)[len(components(r.root)):]
+		n := len(components(r.root)) - len(components(cur))
+		cur, todo = r.root, todo[n:]
 	}
 	links := 0
+	isDir := true
 	for len(todo) > 0 {
 		name := todo[0]
 		todo = todo[1:]
-		if name == "." {
-			continue
-		}
-		if name == ".." {
-			cur = filepath.Dir(cur)
-			continue
-		}
 		inside := WithinOrEqual(r.root, cur, r.flavor)
+		if name == "." || name == ".." {
+			if !isDir {
+				// A file used as a folder ("f.txt/", "f.txt/..").
+				if !inside {
+					return "", outside(p)
+				}
+				return "", refuse(CodeNotFound, "%q uses a file as a folder (a name followed by a separator, '.' or '..' must be a folder)", p)
+			}
+			if name == ".." {
+				cur = filepath.Dir(cur)
+			}
+			continue
+		}
 		next := filepath.Join(cur, name)
 		fi, err := os.Lstat(next)
 		if err != nil {
@@ -171,7 +210,7 @@ func (r *Resolver) walk(p, full string) (string, error) {
 			return "", unresolved(p, err)
 		}
 		if !isLink(next, fi) {
-			cur = next
+			cur, isDir = next, fi.IsDir()
 			continue
 		}
 		if links++; links > MaxLinks {
@@ -187,30 +226,65 @@ func (r *Resolver) walk(p, full string) (string, error) {
 			}
 			return "", unresolved(p, err)
 		}
-		if !filepath.IsAbs(target) {
-			if strings.HasPrefix(target, string(filepath.Separator)) {
-				// Rooted without a volume (Windows): on the link's volume.
-				target = filepath.VolumeName(cur) + target
-			} else {
-				target = filepath.Join(cur, target)
-			}
+		if !filepath.IsAbs(target) && strings.HasPrefix(target, string(filepath.Separator)) {
+			// Rooted without a volume (Windows): on the link's volume.
+			target = filepath.VolumeName(cur) + target
 		}
-		target = filepath.Clean(target)
-		if inside && !WithinOrEqual(r.root, target, r.flavor) {
-			// A link in the folder that leaves it: refused without looking
-			// at where it goes.
+		// Where the link goes, taken lexically, decides whether a link in
+		// the folder leaves it: refused without looking at where it goes.
+		lexical := target
+		if !filepath.IsAbs(lexical) {
+			lexical = filepath.Join(cur, lexical)
+		}
+		lexical = filepath.Clean(lexical)
+		if inside && !WithinOrEqual(r.root, lexical, r.flavor) {
 			return "", outside(p)
 		}
-		if WithinOrEqual(r.root, target, r.flavor) {
-			cur = r.root
-			todo = append(components(target)[len(components(r.root)):], todo...)
-		} else {
-			tv := filepath.VolumeName(target)
-			cur = tv + string(filepath.Separator)
-			todo = append(components(target[len(tv):]), todo...)
+		isDir = true
+		if r.flavor == Windows {
+			// The target's ".." is lexical too.
+			if WithinOrEqual(r.root, lexical, r.flavor) {
+				cur = r.root
+				todo = append(components(lexical)[len(components(r.root)):], todo...)
+			} else {
+				tv := filepath.VolumeName(lexical)
+				cur = tv + string(filepath.Separator)
+				todo = append(components(lexical[len(tv):]), todo...)
+			}
+			continue
 		}
+		// Unix: the target's names are taken from the link's folder (or
+		// from / for an absolute target), each in turn.
+		parts := physicalParts(target)
+		if filepath.IsAbs(target) {
+			cur = string(filepath.Separator)
+			if hasPlainPrefix(r.root, cur, parts, r.flavor) {
+				cur, parts = r.root, parts[len(components(r.root)):]
+			}
+		}
+		todo = append(parts, todo...)
 	}
 	return cur, nil
+}
+
+// hasPlainPrefix reports whether cur followed by the first names of todo
+// spell root exactly, with no "." or ".." among them: the walk may then
+// start at root, whose names hold no link.
+func hasPlainPrefix(root, cur string, todo []string, fl Flavor) bool {
+	rc, cc := components(root), components(cur)
+	if len(cc) > len(rc) || !samePrefix(cc, rc, fl) {
+		return false
+	}
+	need := rc[len(cc):]
+	if len(todo) < len(need) {
+		return false
+	}
+	for _, n := range todo[:len(need)] {
+		if n == "." || n == ".." {
+			return false
+		}
+	}
+	return samePrefix(need, todo, fl)
 }
 
 // unresolved maps a failure to resolve a name inside the root.

@@ -71,9 +71,13 @@ func New(t testing.TB) *Fixture {
 	write(filepath.Join(f.Root, "name with spaces.txt"), "spaces\n")
 	write(filepath.Join(f.Root, "empty.txt"), "")
 	write(filepath.Join(f.Outside, "secret.txt"), "outside secret\n")
+	mk(filepath.Join(f.Outside, "inner"))
+	// A file of the same name in the root: a path whose ".." is taken
+	// lexically after a link out would name this one instead.
+	write(filepath.Join(f.Root, "secret.txt"), "a decoy inside the root\n")
 	write(filepath.Join(base, "root-evil", "x.txt"), "prefix sibling\n")
 	write(filepath.Join(base, "secret-next-to-root.txt"), "beside the root\n")
-	for _, rel := range []string{"ok.txt", "sub/inner.txt", "sub/deeper/deep.txt", "name with spaces.txt", "empty.txt"} {
+	for _, rel := range []string{"ok.txt", "sub/inner.txt", "sub/deeper/deep.txt", "name with spaces.txt", "empty.txt", "secret.txt"} {
 		f.Inside[rel] = rel
 	}
 
@@ -97,6 +101,10 @@ func New(t testing.TB) *Fixture {
 	link("../outside/secret.txt", "chain-out-2")
 	link("sub", "dirlink")
 	link("../outside", "dirlink-out")
+	link("../outside/inner", "dirlink-out-inner")
+	link("sub/deeper", "deeplink")
+	// Lexically root/inner.txt (missing); the kernel reads sub/inner.txt.
+	link("deeplink/../inner.txt", "link-via-deeplink")
 	link("missing-target.txt", "dangling-in")
 	link("/dev/null", "devlink")
 	if err := os.Symlink(f.Root, filepath.Join(base, "alias")); err != nil {
@@ -179,10 +187,20 @@ func (f *Fixture) Cases() []Case {
 		{"chain out", "chain-out-1", "OUTSIDE_ROOT", ""},
 		{"folder symlink out", "dirlink-out/secret.txt", "OUTSIDE_ROOT", ""},
 		{"hard link twin outside", "../outside/hard-twin.txt", "OUTSIDE_ROOT", ""},
+		// ".." after a link is the parent of the link's target, as the
+		// kernel (and the model's own shell) takes it.
+		{"dot-dot after a folder link out", "dirlink-out-inner/../secret.txt", "OUTSIDE_ROOT", ""},
+		{"dot-dot after a link to the root", "link-root/../outside/secret.txt", "OUTSIDE_ROOT", ""},
+		{"dot-dot after an absolute link to the root", "link-root-abs/../outside/secret.txt", "OUTSIDE_ROOT", ""},
 		{"symlink to a device", "devlink", "OUTSIDE_ROOT", ""},
 		// Inside, but not one regular file with one name.
 		{"missing", "missing.txt", "NOT_FOUND", ""},
 		{"file used as a folder", "ok.txt/x", "NOT_FOUND", ""},
+		{"trailing slash after a file", "ok.txt/", "NOT_FOUND", ""},
+		{"trailing slash after a link to a file", "link-in/", "NOT_FOUND", ""},
+		{"dot after a file", "ok.txt/.", "NOT_FOUND", ""},
+		{"dot-dot after a file", "ok.txt/../ok.txt", "NOT_FOUND", ""},
+		{"folder with a trailing slash", "sub/", "IS_A_DIRECTORY", ""},
 		{"dangling symlink inside", "dangling-in", "NOT_FOUND", ""},
 		{"symlink loop", "loop-a", "PATH_UNRESOLVABLE", ""},
 		{"symlink to itself", "loop-self", "PATH_UNRESOLVABLE", ""},
@@ -207,6 +225,10 @@ func (f *Fixture) Cases() []Case {
 		{"absolute symlink inside", "link-in-abs", "", "ok.txt"},
 		{"symlink chain", "chain-1", "", "sub/inner.txt"},
 		{"folder symlink", "dirlink/inner.txt", "", "sub/inner.txt"},
+		{"dot-dot after a folder link inside", "deeplink/../inner.txt", "", "sub/inner.txt"},
+		{"dot-dot inside a link's target", "link-via-deeplink", "", "sub/inner.txt"},
+		{"dot-dot after a link to the root and back", "link-root-abs/../root/ok.txt", "", "ok.txt"},
+		{"the decoy itself", "secret.txt", "", "secret.txt"},
 		{"spaces", "name with spaces.txt", "", "name with spaces.txt"},
 		{"empty file", "empty.txt", "", "empty.txt"},
 	}
