@@ -67,8 +67,8 @@ func (s *Server) encryptFileTool() tool {
 		Description: "Encrypts one regular file in the task's folder under a new key the key server creates for it, and " +
 			"writes <name>.pisoft beside it (the original stays). Returns the envelope's path and the original's size and " +
 			"sha256. path is relative to the task's folder or absolute; anything outside the folder, a link out of it, a " +
-			"folder, a device, a file with a second name, an empty file, a .pisoft or a file over 16,777,215 bytes is " +
-			"refused before anything is sent. Calling again with the same content returns the first result and creates no " +
+			"folder, a device, a file with a second name, an empty file, a .pisoft, a file over 16,777,215 bytes, or a name too long for " +
+			"its envelope beside it (NAME_TOO_LONG) is refused before anything is sent. Calling again with the same content returns the first result and creates no " +
 			"second key; a deleted envelope is written again. It never overwrites an existing .pisoft, and never returns " +
 			"the content or the key. To read the file back later, call decrypt_file on the .pisoft.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
@@ -117,6 +117,14 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		return zero, fileRefuse(files.CodeAlreadyAnEnvelope,
 			"%q is already an envelope; nothing was sent; to open it call decrypt_file", f.Rel)
 	}
+	// Every name this tool and decrypt_file will create beside the file
+	// must fit the filesystem, or a key would be made for a file whose
+	// envelope (or decrypted copy) cannot be written.
+	envName := name + files.EnvelopeExt
+	if err := files.CheckNames(filepath.Dir(f.Abs), f.Rel, envName, files.TempNameShape(envName),
+		files.DecryptedName(name, maxDecryptedNames), files.TempNameShape(name)); err != nil {
+		return zero, fileRefusal(err)
+	}
 	size := f.Size()
 	if size == 0 {
 		return zero, fileRefuse(files.CodeEmptyFile, "%q is empty; nothing was sent", f.Rel)
@@ -157,6 +165,12 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		}
 		return zero, fileRefuse(files.CodeEnvelopeExists,
 			"%q already exists and is never overwritten; nothing was sent; move or remove it first", envRel)
+	}
+	// The folder takes the envelope the way writeEnvelope writes it:
+	// found before anything is sent.
+	placer, err := files.ProbeOutput(f.Dir, filepath.FromSlash(envRel), f.Rel)
+	if err != nil {
+		return zero, s.releaseAfter(ctx, key, fileRefusal(err))
 	}
 	s.cfg.CrashPoint("encrypt_file:reserved")
 	sess, err := s.session(ctx, c)
@@ -237,7 +251,7 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	}
 	enc = nil
 	s.cfg.CrashPoint("encrypt_file:minted")
-	if err := s.writeEnvelope(f.Dir, envRel, name, size, row); err != nil {
+	if err := s.writeEnvelope(f.Dir, envRel, name, size, row, placer); err != nil {
 		return zero, err
 	}
 	s.cfg.CrashPoint("encrypt_file:envelope-written")
@@ -279,7 +293,7 @@ func (s *Server) replayEncrypt(ctx context.Context, c *call, dir *os.Root, row j
 			}
 			row.Ciphertext = ct
 		}
-		if err := s.writeEnvelope(dir, out.Envelope, path.Base(out.Path), out.Bytes, row); err != nil {
+		if err := s.writeEnvelope(dir, out.Envelope, path.Base(out.Path), out.Bytes, row, nil); err != nil {
 			return zero, err
 		}
 		out.Rewritten = true
@@ -359,28 +373,33 @@ func envelopeMatches(dir *os.Root, rel string, row journal.FileRecord) (ours, ex
 }
 
 // writeEnvelope writes row's envelope as rel, atomically and never over an
-// existing file: a temporary file in the same folder, synced, then linked
-// to its name (which fails if the name exists) and the temporary removed.
-// size is the plaintext's: the content the row names has that size.
-func (s *Server) writeEnvelope(dir *os.Root, rel, plainName string, size int64, row journal.FileRecord) error {
+// existing file: a temporary file in the same folder, synced, then placed
+// at its name the way placer found (probed here when nil): a link or a
+// no-replace rename, either of which fails if the name exists, and the
+// temporary removed. size is the plaintext's: the content the row names has
+// that size.
+func (s *Server) writeEnvelope(dir *os.Root, rel, plainName string, size int64, row journal.FileRecord, placer *files.Placer) error {
 	native := filepath.FromSlash(rel)
-	tmp, tf, err := createTemp(dir, native)
+	if placer == nil {
+		var err error
+		if placer, err = files.ProbeOutput(dir, native, rel); err != nil {
+			return fileRefusal(err)
+		}
+	}
+	output, err := placer.Create(native, rel)
 	if err != nil {
-		return fmt.Errorf("envelope temporary file: %w", err)
+		return fileRefusal(err)
 	}
-	defer dir.Remove(tmp)
-	err = files.WriteEnvelope(tf, files.Envelope{CreatedAt: row.MintedAt, TTag: row.TTag, IV: row.IV,
+	defer output.Discard()
+	err = files.WriteEnvelope(output.File, files.Envelope{CreatedAt: row.MintedAt, TTag: row.TTag, IV: row.IV,
 		Ciphertext: row.Ciphertext, Name: plainName, Bytes: size, SHA256: row.Key.ContentSHA256})
-	if err == nil {
-		err = tf.Sync()
-	}
-	if cerr := tf.Close(); err == nil {
+	if cerr := output.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("write envelope: %w", err)
 	}
-	if err := dir.Link(tmp, native); err != nil {
+	if err := output.Place(native); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fileRefuse(files.CodeEnvelopeExists,
 				"%q appeared while it was being written and is never overwritten; the key is recorded: move or remove that file "+
@@ -390,24 +409,6 @@ func (s *Server) writeEnvelope(dir *os.Root, rel, plainName string, size int64, 
 	}
 	syncDir(dir, filepath.Dir(native))
 	return nil
-}
-
-// createTemp creates a new, empty temporary file beside name, exclusively.
-func createTemp(dir *os.Root, name string) (string, *os.File, error) {
-	folder, base := filepath.Split(name)
-	for range 16 {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return "", nil, err
-		}
-		tmp := filepath.Join(folder, "."+base+".tmp-"+hex.EncodeToString(b[:]))
-		f, err := dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		}
-		return tmp, f, err
-	}
-	return "", nil, errors.New("no free temporary name")
 }
 
 // syncDir makes a rename or link in folder durable; a failure is not
@@ -465,6 +466,20 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 	}
 	c.line.PlaintextSHA256 = row.Key.ContentSHA256
 	c.line.KeyLink = row.LinkDigest
+	// The output's folder is the envelope's own, and its name comes from
+	// the journal's record of the encrypted file, never from the envelope.
+	// Its names must fit, and its temporary file exist, before the decrypt
+	// is sent.
+	plainName := path.Base(row.Key.RelPath)
+	if err := files.CheckNames(filepath.Dir(f.Abs), f.Rel, files.DecryptedName(plainName, maxDecryptedNames),
+		files.TempNameShape(plainName)); err != nil {
+		return zero, fileRefusal(err)
+	}
+	outName := filepath.Join(filepath.FromSlash(dir), plainName)
+	placer, err := files.ProbeOutput(f.Dir, outName, f.Rel)
+	if err != nil {
+		return zero, fileRefusal(err)
+	}
 	sess, err := s.widenedSession(ctx, c, env.TTag)
 	if err != nil {
 		return zero, err
@@ -482,9 +497,12 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 		return zero, refuse(CodeIntegrityMismatch, 502,
 			"the decrypted content's sha256 is not the one recorded when %q was encrypted; nothing was written", f.Rel)
 	}
-	// The output's folder is the envelope's own, and its name comes from
-	// the journal's record of the encrypted file, never from the envelope.
-	outRel, err := writeDecrypted(f.Dir, dir, path.Base(row.Key.RelPath), dec.Plaintext)
+	output, err := placer.Create(outName, f.Rel)
+	if err != nil {
+		return zero, fileRefusal(err)
+	}
+	defer output.Discard()
+	outRel, err := writeDecrypted(output, f.Dir, dir, plainName, dec.Plaintext)
 	if err != nil {
 		return zero, err
 	}
@@ -492,21 +510,13 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 }
 
 // writeDecrypted writes data beside the envelope under the first free name
-// of <name>.decrypted<ext>, -2, -3, ...: a synced temporary file linked to
-// the name, so a name that exists (a file or a link, even a dangling one)
-// is never written through or over.
-func writeDecrypted(dir *os.Root, folder, plainName string, data []byte) (string, error) {
-	tmpName := filepath.Join(filepath.FromSlash(folder), plainName)
-	tmp, tf, err := createTemp(dir, tmpName)
-	if err != nil {
-		return "", fmt.Errorf("decrypted temporary file: %w", err)
-	}
-	defer dir.Remove(tmp)
-	_, err = tf.Write(data)
-	if err == nil {
-		err = tf.Sync()
-	}
-	if cerr := tf.Close(); err == nil {
+// of <name>.decrypted<ext>, -2, -3, ...: into output (a temporary file in
+// that folder), synced, then placed at the name by a link or a no-replace
+// rename, so a name that exists (a file or a link, even a dangling one) is
+// never written through or over.
+func writeDecrypted(output *files.Output, dir *os.Root, folder, plainName string, data []byte) (string, error) {
+	_, err := output.File.Write(data)
+	if cerr := output.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -514,7 +524,7 @@ func writeDecrypted(dir *os.Root, folder, plainName string, data []byte) (string
 	}
 	for n := 1; n <= maxDecryptedNames; n++ {
 		rel := folder + files.DecryptedName(plainName, n)
-		err := dir.Link(tmp, filepath.FromSlash(rel))
+		err := output.Place(filepath.FromSlash(rel))
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}

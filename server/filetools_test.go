@@ -510,3 +510,51 @@ func TestEncryptFileCiphertextCopy(t *testing.T) {
 		t.Fatal("an envelope was written without its ciphertext")
 	}
 }
+
+// A name whose envelope, temporary file or decrypted copy would not fit
+// the filesystem's name limit (255 bytes here) is refused NAME_TOO_LONG
+// before anything is sent: no key is made for a file whose outputs cannot
+// be written. The longest name that fits goes all the way round.
+func TestFileToolsNameTooLongSendsNothing(t *testing.T) {
+	root := newFileRoot(t)
+	// 227 bytes: the envelope (234) fits, its temporary name (256) not.
+	long := strings.Repeat("n", 223) + ".csv"
+	fits := strings.Repeat("n", 222) + ".csv"
+	for _, name := range []string{long, fits} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte("figures of "+fmt.Sprint(len(name))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFixture(t, basicDocs, withFileRoot(root, false))
+	before := f.totalRequests()
+	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": long})
+	if !isErr || res["layer"] != "adapter" || res["code"] != "NAME_TOO_LONG" || !strings.Contains(fmt.Sprint(res["detail"]), "limit of 255") {
+		t.Fatalf("encrypt_file of a %d-byte name: %v", len(long), res)
+	}
+	if n := f.totalRequests() - before; n != 0 {
+		t.Fatalf("the refused encrypt_file sent %d Gateway requests", n)
+	}
+	if es, _ := os.ReadDir(root); len(es) != 2 {
+		t.Fatalf("the refusal left files: %v", es)
+	}
+	// Again: the same answer, still nothing sent (no reservation was left
+	// to say "lost").
+	if res, _ := f.call(t, "encrypt_file", map[string]any{"path": long}); res["code"] != "NAME_TOO_LONG" {
+		t.Fatalf("again: %v", res)
+	}
+	if n := f.totalRequests() - before; n != 0 {
+		t.Fatalf("the second refusal sent %d Gateway requests", n)
+	}
+
+	res, isErr = f.call(t, "encrypt_file", map[string]any{"path": fits})
+	if isErr || res["envelope"] != fits+".pisoft" {
+		t.Fatalf("encrypt_file of a %d-byte name: %v", len(fits), res)
+	}
+	res, isErr = f.call(t, "decrypt_file", map[string]any{"path": fits + ".pisoft"})
+	if isErr || res["path"] != strings.TrimSuffix(fits, ".csv")+".decrypted.csv" {
+		t.Fatalf("decrypt_file: %v", res)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, res["path"].(string))); err != nil || string(b) != "figures of 226" {
+		t.Fatalf("decrypted %q, %v", b, err)
+	}
+}
