@@ -22,6 +22,10 @@ type Resolver struct {
 	// afterCheck runs between the checks and the open; tests use it to
 	// swap the file.
 	afterCheck func()
+	// lstat and readDir look names up and list folders: os.Lstat and a
+	// folder's names, replaced in tests by a case-insensitive stand-in.
+	lstat   func(string) (fs.FileInfo, error)
+	readDir func(string) ([]string, error)
 }
 
 // NewResolver returns a resolver for root, which must be an absolute path
@@ -42,7 +46,7 @@ func NewResolver(root string, opts ...Option) (*Resolver, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("files: the file root %q is not a folder", root)
 	}
-	r := &Resolver{root: resolved, flavor: Native()}
+	r := &Resolver{root: resolved, flavor: Native(), lstat: os.Lstat, readDir: readDirNames}
 	for _, o := range opts {
 		o(r)
 	}
@@ -112,8 +116,15 @@ func (r *Resolver) Resolve(p string) (Resolved, error) {
 	if !Within(r.root, abs, r.flavor) {
 		return Resolved{}, outside(p)
 	}
-	rel := path.Join(components(abs)[len(components(r.root)):]...)
-	fi, err := os.Lstat(abs)
+	// The names the folders store, not the ones typed: one file has one
+	// name on a case-insensitive filesystem too.
+	stored, err := r.storedParts(p, components(abs)[len(components(r.root)):])
+	if err != nil {
+		return Resolved{}, err
+	}
+	rel := path.Join(stored...)
+	abs = filepath.Join(append([]string{r.root}, stored...)...)
+	fi, err := r.lstat(abs)
 	if err != nil || isLink(abs, fi) {
 		// It was a resolved, existing name a moment ago.
 		return Resolved{}, refuse(CodeFileChanged, "%q changed while it was being checked; try again", p)
@@ -201,7 +212,7 @@ func (r *Resolver) walk(p, cur string, todo []string) (string, error) {
 			continue
 		}
 		next := filepath.Join(cur, name)
-		fi, err := os.Lstat(next)
+		fi, err := r.lstat(next)
 		if err != nil {
 			rest := filepath.Join(append([]string{next}, todo...)...)
 			if !inside || !WithinOrEqual(r.root, rest, r.flavor) {
