@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-func readDirNames(t *testing.T, dir string) []string {
+func listNames(t *testing.T, dir string) []string {
 	t.Helper()
 	es, err := os.ReadDir(dir)
 	if err != nil {
@@ -87,7 +87,7 @@ func TestOutputPlaces(t *testing.T) {
 				t.Fatalf("rename = %v, want %v", p.rename, c.rename)
 			}
 			// The probe left nothing.
-			if names := readDirNames(t, filepath.Join(base, "sub")); len(names) != 1 {
+			if names := listNames(t, filepath.Join(base, "sub")); len(names) != 1 {
 				t.Fatalf("after the probe: %v", names)
 			}
 			o, err := p.Create(filepath.Join("sub", "out"), "sub/out")
@@ -112,7 +112,7 @@ func TestOutputPlaces(t *testing.T) {
 			if b, _ := os.ReadFile(filepath.Join(base, "sub", "out")); string(b) != "new content" {
 				t.Fatalf("placed %q", b)
 			}
-			if names := readDirNames(t, filepath.Join(base, "sub")); len(names) != 2 {
+			if names := listNames(t, filepath.Join(base, "sub")); len(names) != 2 {
 				t.Fatalf("after Place and Discard: %v (a temporary left?)", names)
 			}
 		})
@@ -129,7 +129,7 @@ func TestOutputPlaces(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Code != CodeOutputNotWritable {
 		t.Fatalf("no link and no rename: %v", err)
 	}
-	if names := readDirNames(t, base); len(names) != 0 {
+	if names := listNames(t, base); len(names) != 0 {
 		t.Fatalf("the refused probe left %v", names)
 	}
 }
