@@ -94,7 +94,10 @@ func (s *Server) list(ctx context.Context, c *call, in listInput) (listOutput, e
 	out := listOutput{Documents: []listedDocument{}, Destinations: []listedDestination{},
 		GrantExpiresAt: s.cfg.Grant.NotAfter.UTC().Format("2006-01-02T15:04:05Z")}
 	for _, id := range s.cfg.Grant.Documents {
-		d, ok := m.Documents[id]
+		d, ok, err := s.document(ctx, m, id)
+		if err != nil {
+			return listOutput{}, err
+		}
 		if !ok || !d.Approved {
 			continue
 		}
@@ -224,7 +227,10 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 	// the model's text until then.
 	c.line.DocumentID = in.DocumentID
 	m := s.currentManifest()
-	d, ok := m.Documents[in.DocumentID]
+	d, ok, err := s.document(ctx, m, in.DocumentID)
+	if err != nil {
+		return zero, err
+	}
 	if !ok {
 		return zero, refuse(CodeUnknownDocument, 404,
 			"the operator's manifest has no document %q; nothing was sent; do not retry", in.DocumentID)

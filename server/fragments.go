@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path"
 	"path/filepath"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"github.com/pdmcp/pdmcp/server/compound"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/record"
 )
 
 // Codes of the section tools.
@@ -53,7 +53,7 @@ type sectionOutcome struct {
 
 // compoundDoc resolves a document id for a section tool: in the grant, in
 // the manifest, approved, compound, and the fragment it names.
-func (s *Server) compoundDoc(c *call, docID, fragID string) (*grant.Manifest, grant.Document, grant.Fragment, error) {
+func (s *Server) compoundDoc(ctx context.Context, c *call, docID, fragID string) (*grant.Manifest, grant.Document, grant.Fragment, error) {
 	var zd grant.Document
 	var zf grant.Fragment
 	if !slices.Contains(s.cfg.Grant.Documents, docID) {
@@ -62,7 +62,10 @@ func (s *Server) compoundDoc(c *call, docID, fragID string) (*grant.Manifest, gr
 	}
 	c.line.DocumentID = docID
 	m := s.currentManifest()
-	d, ok := m.Documents[docID]
+	d, ok, err := s.document(ctx, m, docID)
+	if err != nil {
+		return nil, zd, zf, err
+	}
 	if !ok {
 		return nil, zd, zf, refuse(CodeUnknownDocument, 404,
 			"the operator's manifest has no document %q; nothing was sent; do not retry", docID)
@@ -289,7 +292,7 @@ func (s *Server) readFragmentTool() tool {
 
 func (s *Server) readFragment(ctx context.Context, c *call, in fragmentInput) (fragmentOutput, error) {
 	var zero fragmentOutput
-	m, _, f, err := s.compoundDoc(c, in.DocumentID, in.FragmentID)
+	m, _, f, err := s.compoundDoc(ctx, c, in.DocumentID, in.FragmentID)
 	if err != nil {
 		return zero, err
 	}
@@ -357,7 +360,7 @@ func (s *Server) saveFragmentTool() tool {
 
 func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput) (fragmentReceipt, error) {
 	var zero fragmentReceipt
-	m, d, f, err := s.compoundDoc(c, in.DocumentID, in.FragmentID)
+	m, d, f, err := s.compoundDoc(ctx, c, in.DocumentID, in.FragmentID)
 	if err != nil {
 		return zero, err
 	}
@@ -404,148 +407,51 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		defer release()
 	}
 	sum := sha256.Sum256([]byte(in.Text))
-	textSHA := hex.EncodeToString(sum[:])
 	key := journal.FragmentKey{Caller: c.caller.ID, DocumentID: in.DocumentID, FragmentID: f.ID, IdempotencyKey: in.IdempotencyKey}
-	unlock, err := s.idemLocks.lock(ctx, "fragment\x00"+key.Caller+"\x00"+key.DocumentID+"\x00"+key.FragmentID+"\x00"+key.IdempotencyKey)
+	rc, replayed, err := s.runSave(ctx, c, saveJob{
+		key:       key,
+		idemLock:  "fragment\x00" + key.Caller + "\x00" + key.DocumentID + "\x00" + key.FragmentID + "\x00" + key.IdempotencyKey,
+		placeLock: "fragment\x00" + key.DocumentID + "\x00" + key.FragmentID,
+		idem:      in.IdempotencyKey,
+		ttag:      ttag, text: in.Text, textSHA: hex.EncodeToString(sum[:]),
+		placer:    fragmentPlacer{fragment: key.FragmentID, asProtected: m.Documents[in.DocumentID]},
+	})
 	if err != nil {
 		return zero, err
 	}
-	defer unlock()
-	res, err := s.cfg.Journal.Reserve(ctx, key, textSHA)
-	if errors.Is(err, journal.ErrIdempotencyConflict) {
-		return zero, refuse(CodeIdempotencyConflict, 409,
-			"idempotencyKey %q was already used for different text; nothing was sent; choose a new key for a new save", in.IdempotencyKey)
-	}
-	if err != nil {
-		return zero, fmt.Errorf("reserve fragment save: %w", err)
-	}
-	if res.State == journal.SaveCommitted && res.Receipt != nil {
-		rc := *res.Receipt
-		if rc.DocumentVersion == 0 {
-			// A receipt journaled before receipts named it.
-			rc.DocumentVersion = s.currentManifest().Documents[in.DocumentID].Version
-		}
-		c.line.Version = rc.Version
-		return fragmentReceiptOf(in.IdempotencyKey, rc, true), nil
-	}
-	s.cfg.CrashPoint("fragment:reserved")
-	if res.Encrypted == nil {
-		// Under the section's existing key: asking again after a lost
-		// answer creates nothing at the key server.
-		if res, err = s.encryptUnderKey(ctx, c, key, ttag, in.Text); err != nil {
-			return zero, err
-		}
-		s.cfg.CrashPoint("fragment:encrypted")
-	}
-	rc, err := s.placeFragment(ctx, key, res, textSHA, int64(len(in.Text)))
-	if err != nil {
-		return zero, err
+	if rc.DocumentVersion == 0 {
+		// A receipt journaled before receipts named it.
+		rc.DocumentVersion = d.Version
 	}
 	c.line.Version = rc.Version
-	return fragmentReceiptOf(in.IdempotencyKey, rc, false), nil
+	return fragmentReceiptOf(in.IdempotencyKey, rc, replayed), nil
 }
 
-// placeFragment writes the recorded ciphertext as the section's next
-// version, commits the manifest that names it, and commits the journal.
-// Each step can be repeated after a crash: the version's file name is
-// fixed (documents/<id>/<fragment>.v<N>.bin), so a file there with this
-// save's bytes is this save's, and a manifest whose section is at that
-// version or later already took it.
-func (s *Server) placeFragment(ctx context.Context, key journal.FragmentKey, res journal.Reservation, textSHA string, size int64) (journal.Receipt, error) {
-	unlock, err := s.destLocks.lock(ctx, "document\x00"+key.DocumentID)
-	if err != nil {
-		return journal.Receipt{}, err
-	}
-	defer unlock()
-	enc := res.Encrypted
-	ivText := base64.StdEncoding.EncodeToString(enc.IV)
-	for attempt := 0; attempt < 8; attempt++ {
-		m := s.currentManifest()
-		f, ok := m.Documents[key.DocumentID].Fragment(key.FragmentID)
-		if !ok {
-			return journal.Receipt{}, refuse(CodeUnknownFragment, 404, "section %q of %q is no longer in the manifest", key.FragmentID, key.DocumentID)
-		}
-		// After a crash the manifest may hold this save already: the
-		// receipt then names the document's version as it is now, which
-		// has this save in it.
-		docVersion := m.Documents[key.DocumentID].Version
-		if f.IV == ivText {
-			return s.commitFragmentSave(ctx, key, f.Version, docVersion, f.Path, textSHA, size)
-		}
-		pl := res.Placement
-		if pl != nil && f.Version >= pl.Version {
-			// Someone took that version: ours if the file there holds
-			// our bytes (we committed and were superseded), else retry.
-			if have, err := s.root.ReadFile(filepath.FromSlash(pl.Path)); err == nil && string(have) == string(enc.Ciphertext) {
-				return s.commitFragmentSave(ctx, key, pl.Version, docVersion, pl.Path, textSHA, size)
-			}
-			pl = nil
-		}
-		if pl == nil {
-			n := f.Version + 1
-			p := path.Join(path.Dir(f.Path), fmt.Sprintf("%s.v%d.bin", key.FragmentID, n))
-			if res, err = s.cfg.Journal.RecordPlacement(ctx, key, journal.Placement{Version: n, Path: p}); err != nil {
-				return journal.Receipt{}, fmt.Errorf("record placement: %w", err)
-			}
-			pl = res.Placement
-		}
-		switch err := writeNew(s.root, filepath.FromSlash(pl.Path), enc.Ciphertext); {
-		case errors.Is(err, fs.ErrExist):
-			res.Placement = nil
-			continue
-		case err != nil:
-			return journal.Receipt{}, fmt.Errorf("write section file: %w", err)
-		}
-		s.cfg.CrashPoint("fragment:file-written")
-		nf := f
-		nf.Path, nf.IV, nf.SHA256, nf.Size, nf.Version = pl.Path, ivText, textSHA, size, pl.Version
-		docVersion, err := s.commitFragmentManifest(key.DocumentID, nf)
-		if err != nil {
-			return journal.Receipt{}, err
-		}
-		s.cfg.CrashPoint("fragment:manifest-committed")
-		return s.commitFragmentSave(ctx, key, pl.Version, docVersion, pl.Path, textSHA, size)
-	}
-	return journal.Receipt{}, errors.New("fragment save: no free version after 8 attempts")
+// fragmentPlacer places a section's versions beside the one the manifest
+// names (documents/<id>/<fragment>.v<n>.bin), above every version of it the
+// manifest or the record holds. asProtected is the document as the
+// manifest has it, without the record: the base its chains grow from.
+type fragmentPlacer struct {
+	fragment    string
+	asProtected grant.Document
 }
 
-func (s *Server) commitFragmentSave(ctx context.Context, key journal.FragmentKey, version, docVersion int, p, textSHA string, size int64) (journal.Receipt, error) {
-	rc := journal.Receipt{DocumentID: key.DocumentID, FragmentID: key.FragmentID, Version: version, DocumentVersion: docVersion, Path: p,
-		SHA256: textSHA, Size: size, SavedAt: s.cfg.Now().UTC().Truncate(time.Second)}
-	r, err := s.cfg.Journal.Commit(ctx, key, rc)
-	if err != nil {
-		return journal.Receipt{}, fmt.Errorf("commit fragment save: %w", err)
-	}
-	if r.Receipt != nil {
-		return *r.Receipt, nil
-	}
-	return rc, nil
+func (p fragmentPlacer) floor() int {
+	f, _ := p.asProtected.Fragment(p.fragment)
+	return f.Version
 }
 
-// commitFragmentManifest names the section's new version in the manifest
-// and raises the document's version by one. The document no longer equals
-// the source it was protected from, so its whole-document sha256 is
-// dropped; each section and the skeleton keep their own. It returns the
-// document's new version.
-func (s *Server) commitFragmentManifest(docID string, f grant.Fragment) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	next := s.manifest.Clone()
-	d := next.Documents[docID]
-	for i := range d.Fragments {
-		if d.Fragments[i].ID == f.ID {
-			d.Size += f.Size - d.Fragments[i].Size
-			d.Fragments[i] = f
-		}
-	}
-	d.Version++
-	d.SHA256 = ""
-	next.Documents[docID] = d
-	if err := next.Save(s.cfg.ManifestPath); err != nil {
-		return 0, fmt.Errorf("commit manifest: %w", err)
-	}
-	s.manifest = next
-	return d.Version, nil
+func (p fragmentPlacer) versionPath(n int) string {
+	f, _ := p.asProtected.Fragment(p.fragment)
+	return path.Join(path.Dir(f.Path), fmt.Sprintf("%s.v%d.bin", p.fragment, n))
+}
+
+func (p fragmentPlacer) base() journal.DocumentBase { return record.Base(p.asProtected) }
+
+func (fragmentPlacer) points() crashPoints {
+	return crashPoints{reserved: "fragment:reserved", encrypted: "fragment:encrypted", placed: "fragment:placed",
+		created: "fragment:file-created", written: "fragment:file-written", linked: "fragment:linked",
+		committed: "fragment:committed"}
 }
 
 // sectionTextRefusal turns compound.CheckSectionText's refusal into the

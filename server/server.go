@@ -34,6 +34,7 @@ import (
 	"github.com/pdmcp/pdmcp/server/files"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/record"
 )
 
 // Name is the implementation name a host sees at initialize.
@@ -133,9 +134,15 @@ type Server struct {
 	allowed map[string]bool
 	log     *slog.Logger
 
-	// mu guards manifest: saves replace it with a new committed version.
+	// mu guards manifest and the file it was read from: the server
+	// follows the operator's manifest.json (currentManifest) and never
+	// writes it.
 	mu       sync.Mutex
 	manifest *grant.Manifest
+	// manifestFile is what the manifest in use was read from; badFile a
+	// changed file that did not validate (logged once, the last valid one
+	// kept).
+	manifestFile, badFile os.FileInfo
 	// root confines every ciphertext read and result write to the
 	// manifest's folder, symbolic links included.
 	root *os.Root
@@ -188,6 +195,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root, confirms: confirms}
+	if fi, err := os.Stat(cfg.ManifestPath); err == nil {
+		s.manifestFile = fi
+	}
 	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
 		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger})
 	if cfg.Grant.FileRoot != "" {
@@ -289,11 +299,72 @@ func (s *Server) auditClient(p *mcp.InitializeParams, caller string) {
 	}
 }
 
-// currentManifest is the committed manifest.
+// currentManifest is the operator's manifest as it is now: when
+// manifest.json changed (another file renamed into place, or the same
+// file's size or modification time) since it was read, it is read again,
+// checked, and used from this call on. One that does not load or check
+// is logged once and the last valid one kept. Saved versions are not in
+// it: they are in the record (document).
 func (s *Server) currentManifest() *grant.Manifest {
+	fi, statErr := os.Stat(s.cfg.ManifestPath)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if statErr != nil {
+		if s.manifestFile != nil {
+			s.log.Error("the manifest cannot be read; serving the last valid one", "path", s.cfg.ManifestPath, "err", statErr)
+		}
+		s.manifestFile, s.badFile = nil, nil
+		return s.manifest
+	}
+	if sameFile(fi, s.manifestFile) || sameFile(fi, s.badFile) {
+		return s.manifest
+	}
+	m, err := s.loadManifest()
+	if err != nil {
+		s.log.Error("the changed manifest is not valid; serving the last valid one", "path", s.cfg.ManifestPath, "err", err)
+		s.badFile = fi
+		return s.manifest
+	}
+	s.log.Info("the manifest changed; serving the new one", "path", s.cfg.ManifestPath)
+	s.manifest, s.manifestFile, s.badFile = m, fi, nil
 	return s.manifest
+}
+
+// loadManifest reads and checks manifest.json as a start would, short of
+// the grant's own checks that only a new grant can answer (a document the
+// grant names but the manifest no longer holds is refused per call).
+func (s *Server) loadManifest() (*grant.Manifest, error) {
+	m, err := grant.LoadManifest(s.cfg.ManifestPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := handoff.CheckSteps(s.cfg.Grant, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// sameFile reports whether fi is the file seen before, unchanged: the
+// same file (a writer that renames a new one into place makes another),
+// size and modification time.
+func sameFile(fi, seen os.FileInfo) bool {
+	return seen != nil && os.SameFile(fi, seen) && fi.Size() == seen.Size() && fi.ModTime().Equal(seen.ModTime())
+}
+
+// document is the manifest's document id with the record applied: a
+// compound document's sections at the newest versions saved since the
+// manifest named them (record.ApplyDocument). Reading it costs one indexed
+// journal row per section, whatever the history.
+func (s *Server) document(ctx context.Context, m *grant.Manifest, id string) (grant.Document, bool, error) {
+	d, ok := m.Documents[id]
+	if !ok || !d.IsCompound() {
+		return d, ok, nil
+	}
+	heads, err := s.cfg.Journal.Heads(ctx, id, record.FragmentIVs(d))
+	if err != nil {
+		return d, true, fmt.Errorf("read the record of %s: %w", id, err)
+	}
+	return record.ApplyDocument(d, heads), true, nil
 }
 
 func jsonText(v any) string {

@@ -29,7 +29,7 @@ import (
 
 // SchemaVersion is the newest journal schema this program writes. It is kept
 // in the file's PRAGMA user_version.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // BusyTimeout is how long a statement waits for another connection's lock
 // (in this process or another) before it fails.
@@ -285,6 +285,8 @@ CREATE INDEX handoffs_batch ON handoffs (batch);
 `,
 		// 2 -> 3: a file row names the handle that reserved or claimed it.
 		filesOwnerMigration,
+		// 3 -> 4: the record of saved versions (versions.go).
+		versionsSchema,
 	}
 }
 

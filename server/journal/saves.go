@@ -14,8 +14,8 @@ import (
 //
 //	Reserve          -> SaveReserved   ask the Gateway to encrypt
 //	RecordEncrypted  -> SaveEncrypted  choose the next version and its file
-//	RecordPlacement  -> SavePlaced     write the versioned file, rename the manifest
-//	Commit           -> SaveCommitted  return the receipt
+//	Place            -> SavePlaced     write the file under a temporary name, fsync, link it to its name
+//	CommitVersion    -> SaveCommitted  the version is in the record (versions.go); return the receipt
 //
 // A retry after a crash calls Reserve again and reads the state it gets back:
 //   - SaveReserved: no answer was recorded. The encrypt is under the
@@ -23,14 +23,13 @@ import (
 //     lost ciphertext was never written anywhere.
 //   - SaveEncrypted: use Encrypted, never a second encrypt.
 //   - SavePlaced: the file at Placement.Path may or may not have been
-//     written, and the manifest may or may not list it. Write the file if it
-//     is missing (compare its bytes with Encrypted.Ciphertext if it exists),
-//     rename the manifest if it does not list that version, then Commit. If
-//     another save took that version meanwhile, RecordPlacement again.
+//     linked. Link it if it is missing; if a file there holds other bytes
+//     (a stray file), Place again above it; then CommitVersion.
 //   - SaveCommitted: return Receipt; nothing else to do.
 //
-// RecordPlacement is optional: a save may Commit straight from
-// SaveEncrypted, at the cost of a retry not knowing which file it wrote.
+// RecordPlacement and Commit are the steps of journals written before the
+// record (schema 2): a save committed by them has its version in the
+// manifest, not in the record.
 
 // SaveState is where a save stands.
 type SaveState string
@@ -88,6 +87,9 @@ type EncryptedPayload struct {
 	IV         []byte
 	Ciphertext []byte
 	TTag       string
+	// ActingAs is the Gateway principal the save encrypted as ("" in a
+	// row journaled before the record named it).
+	ActingAs string
 }
 
 // Placement is the version and file a save is writing, recorded before the
@@ -181,9 +183,9 @@ func (j *Journal) RecordEncrypted(ctx context.Context, key SaveID, p EncryptedPa
 			return nil
 		}
 		_, err := tx.ExecContext(ctx, `
-UPDATE saves SET state = 'encrypted', ttag = ?, iv = ?, ciphertext = ?, updated_at = ?
+UPDATE saves SET state = 'encrypted', ttag = ?, iv = ?, ciphertext = ?, acting_as = ?, updated_at = ?
 WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
-			p.TTag, p.IV, p.Ciphertext, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
+			p.TTag, p.IV, p.Ciphertext, p.ActingAs, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
 		return err
 	})
 }
@@ -287,15 +289,16 @@ func getSave(ctx context.Context, q queryer, id saveIdent) (Reservation, error) 
 		r                  Reservation
 		state              string
 		ttag, path, rcText sql.NullString
+		actingAs           string
 		version            sql.NullInt64
 		iv, ct             []byte
 		created, updated   string
 	)
 	err := q.QueryRowContext(ctx, `
-SELECT text_sha256, state, ttag, iv, ciphertext, placed_version, placed_path, receipt, created_at, updated_at
+SELECT text_sha256, state, ttag, iv, ciphertext, placed_version, placed_path, receipt, created_at, updated_at, acting_as
 FROM saves WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
 		id.kind, id.caller, id.target, id.fragment, id.idem).
-		Scan(&r.TextSHA256, &state, &ttag, &iv, &ct, &version, &path, &rcText, &created, &updated)
+		Scan(&r.TextSHA256, &state, &ttag, &iv, &ct, &version, &path, &rcText, &created, &updated, &actingAs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Reservation{}, fmt.Errorf("journal: save %s: %w", id, ErrNotFound)
 	}
@@ -304,7 +307,7 @@ FROM saves WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND ide
 	}
 	r.State = SaveState(state)
 	if ct != nil {
-		r.Encrypted = &EncryptedPayload{IV: iv, Ciphertext: ct, TTag: ttag.String}
+		r.Encrypted = &EncryptedPayload{IV: iv, Ciphertext: ct, TTag: ttag.String, ActingAs: actingAs}
 	}
 	if path.Valid {
 		r.Placement = &Placement{Version: int(version.Int64), Path: path.String}

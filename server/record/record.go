@@ -1,0 +1,265 @@
+// Package record joins the two places saved versions live: the operator's
+// manifest.json, whose destinations' versions and sections are history
+// (what releases before the record wrote, and what the operator protected),
+// and the journal's record of every version the server saved since
+// (journal.Version). Every reader of versions, the server's tools and the
+// operator's commands, reads them through here, so all see one answer.
+package record
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/journal"
+)
+
+// FragmentIVs maps each section of a compound document to its IV in the
+// manifest: the bases its record chains grow from.
+func FragmentIVs(d grant.Document) map[string]string {
+	out := make(map[string]string, len(d.Fragments))
+	for _, f := range d.Fragments {
+		out[f.ID] = f.IV
+	}
+	return out
+}
+
+// Base is the manifest's document as the journal allocates against it.
+func Base(d grant.Document) journal.DocumentBase {
+	return journal.DocumentBase{Version: d.Version, FragmentIVs: FragmentIVs(d)}
+}
+
+// ApplyDocument returns the compound document d as it stands with the
+// record's newest versions of its sections (heads, as journal.Heads gives
+// them): each such section at its new path, IV, sha256, size and version,
+// the document's version the newest such save's, its size the sum, and no
+// whole-document sha256 (the document no longer equals the source it was
+// protected from). d itself is not changed.
+func ApplyDocument(d grant.Document, heads map[string]journal.Version) grant.Document {
+	if len(heads) == 0 {
+		return d
+	}
+	d.Fragments = slices.Clone(d.Fragments)
+	for i, f := range d.Fragments {
+		h, ok := heads[f.ID]
+		if !ok || h.BaseIV != f.IV {
+			continue
+		}
+		d.Size += h.Size - f.Size
+		f.Path, f.IV, f.SHA256, f.Size, f.Version = h.Path, h.IV, h.SHA256, h.Size, h.Version
+		d.Fragments[i] = f
+		d.Version = max(d.Version, h.DocumentVersion)
+		d.SHA256 = ""
+	}
+	return d
+}
+
+// Merge returns a copy of m with the record's versions in it, in the
+// manifest's own format: each destination's versions the manifest's and the
+// record's (the record's where both name one version), oldest first; each
+// compound document as ApplyDocument gives it. A record row for a
+// destination or document m does not hold is left out (Orphans lists them).
+func Merge(m *grant.Manifest, vs []journal.Version) *grant.Manifest {
+	out := m.Clone()
+	results, sections := split(vs)
+	for id, d := range out.Destinations {
+		rows := results[id]
+		if len(rows) == 0 {
+			continue
+		}
+		byVersion := map[int]grant.SavedVersion{}
+		for _, v := range d.Versions {
+			byVersion[v.Version] = v
+		}
+		for _, r := range rows {
+			byVersion[r.Version] = grant.SavedVersion{Version: r.Version, Path: r.Path, IV: r.IV, SHA256: r.SHA256,
+				Size: r.Size, SavedAt: r.SavedAt.UTC()}
+		}
+		d.Versions = d.Versions[:0:0]
+		for _, n := range slices.Sorted(maps.Keys(byVersion)) {
+			d.Versions = append(d.Versions, byVersion[n])
+		}
+		out.Destinations[id] = d
+	}
+	for id, d := range out.Documents {
+		if !d.IsCompound() {
+			continue
+		}
+		out.Documents[id] = ApplyDocument(d, headsOf(sections[id], FragmentIVs(d)))
+	}
+	return out
+}
+
+// Orphans are the record's rows for a destination or document the
+// manifest no longer holds.
+func Orphans(m *grant.Manifest, vs []journal.Version) []journal.Version {
+	var out []journal.Version
+	for _, v := range vs {
+		if v.Destination != "" {
+			if _, ok := m.Destinations[v.Destination]; !ok {
+				out = append(out, v)
+			}
+			continue
+		}
+		if _, ok := m.Documents[v.DocumentID]; !ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func split(vs []journal.Version) (results map[string][]journal.Version, sections map[string][]journal.Version) {
+	results, sections = map[string][]journal.Version{}, map[string][]journal.Version{}
+	for _, v := range vs {
+		if v.Destination != "" {
+			results[v.Destination] = append(results[v.Destination], v)
+		} else {
+			sections[v.DocumentID] = append(sections[v.DocumentID], v)
+		}
+	}
+	return results, sections
+}
+
+// headsOf picks, from one document's rows, each section's newest version
+// on the chain from its manifest IV: what journal.Heads reads from the
+// file.
+func headsOf(rows []journal.Version, bases map[string]string) map[string]journal.Version {
+	out := map[string]journal.Version{}
+	for _, r := range rows {
+		if bases[r.FragmentID] != r.BaseIV {
+			continue
+		}
+		if h, ok := out[r.FragmentID]; !ok || r.Version > h.Version {
+			out[r.FragmentID] = r
+		}
+	}
+	return out
+}
+
+// Entry is one saved version as an operator sees it: from the manifest's
+// history or from the record.
+type Entry struct {
+	// Kind is "result" or "section".
+	Kind        string `json:"kind"`
+	Destination string `json:"destinationId,omitempty"`
+	DocumentID  string `json:"documentId,omitempty"`
+	FragmentID  string `json:"fragmentId,omitempty"`
+	Version     int    `json:"version"`
+	// DocumentVersion is a section's: the document's version with it.
+	DocumentVersion int       `json:"documentVersion,omitempty"`
+	Path            string    `json:"path"`
+	IV              string    `json:"iv"`
+	SHA256          string    `json:"sha256"`
+	Size            int64     `json:"size"`
+	SavedAt         time.Time `json:"savedAt,omitzero"`
+	// ActingAs is the principal that saved it; "" for the manifest's
+	// history, which does not name one.
+	ActingAs string `json:"actingAs"`
+	Caller   string `json:"caller,omitempty"`
+	// Source is "manifest" (history, or the section as protected) or
+	// "record" (the journal).
+	Source string `json:"source"`
+	// Current is a section's version the server serves now.
+	Current bool `json:"current,omitempty"`
+}
+
+// Sources of an Entry.
+const (
+	SourceManifest = "manifest"
+	SourceRecord   = "record"
+)
+
+// Kinds of an Entry.
+const (
+	KindResult  = "result"
+	KindSection = "section"
+)
+
+// List returns every destination's and section's versions: the manifest's
+// and the record's, by destination, then by document and section, each
+// oldest first. Rows for ids the manifest no longer holds are listed too.
+func List(m *grant.Manifest, vs []journal.Version) []Entry {
+	var out []Entry
+	merged := Merge(m, vs)
+	inRecord := map[string]bool{}
+	for _, v := range vs {
+		inRecord[v.Path] = true
+	}
+	for id, d := range m.Destinations {
+		for _, v := range d.Versions {
+			if !inRecord[v.Path] {
+				out = append(out, Entry{Kind: KindResult, Destination: id, Version: v.Version, Path: v.Path, IV: v.IV,
+					SHA256: v.SHA256, Size: v.Size, SavedAt: v.SavedAt.UTC(), Source: SourceManifest})
+			}
+		}
+	}
+	current := map[string]bool{}
+	for id, d := range merged.Documents {
+		if !d.IsCompound() {
+			continue
+		}
+		for _, f := range d.Fragments {
+			current[f.Path] = true
+		}
+		for _, f := range m.Documents[id].Fragments {
+			if !inRecord[f.Path] {
+				out = append(out, Entry{Kind: KindSection, DocumentID: id, FragmentID: f.ID, Version: f.Version, Path: f.Path,
+					IV: f.IV, SHA256: f.SHA256, Size: f.Size, Source: SourceManifest})
+			}
+		}
+	}
+	for _, v := range vs {
+		e := Entry{Version: v.Version, Path: v.Path, IV: v.IV, SHA256: v.SHA256, Size: v.Size, SavedAt: v.SavedAt.UTC(),
+			ActingAs: v.ActingAs, Caller: v.Caller, Source: SourceRecord}
+		if v.Destination != "" {
+			e.Kind, e.Destination = KindResult, v.Destination
+		} else {
+			e.Kind, e.DocumentID, e.FragmentID, e.DocumentVersion = KindSection, v.DocumentID, v.FragmentID, v.DocumentVersion
+		}
+		out = append(out, e)
+	}
+	for i := range out {
+		if out[i].Kind == KindSection {
+			out[i].Current = current[out[i].Path]
+		}
+	}
+	slices.SortFunc(out, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Destination, b.Destination),
+			cmp.Compare(a.DocumentID, b.DocumentID), cmp.Compare(a.FragmentID, b.FragmentID),
+			cmp.Compare(a.Version, b.Version), cmp.Compare(a.Source, b.Source))
+	})
+	return out
+}
+
+// Load reads the manifest and the record beside it: the journal at
+// journalPath ("" for the default beside the manifest). A journal that does
+// not exist yet is an empty record and is not created.
+func Load(ctx context.Context, manifestPath, journalPath string) (*grant.Manifest, []journal.Version, error) {
+	m, err := grant.LoadManifest(manifestPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if journalPath == "" {
+		journalPath = journal.DefaultPath(manifestPath)
+	}
+	if _, err := os.Stat(journalPath); errors.Is(err, fs.ErrNotExist) {
+		return m, nil, nil
+	}
+	j, err := journal.Open(ctx, journalPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer j.Close()
+	vs, err := j.Versions(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("record: %w", err)
+	}
+	return m, vs, nil
+}

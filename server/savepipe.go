@@ -1,0 +1,255 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/pdmcp/pdmcp/server/journal"
+)
+
+// The one save pipeline of save_protected_result and
+// save_protected_fragment. Each step is journaled before the next starts
+// (server/journal/saves.go), so a save killed anywhere is finished by its
+// retry, and the version lands in the record exactly once:
+//
+//	reserve   the idempotency key and the text's sha256
+//	encrypt   under the existing key; the answer is journaled
+//	place     the version and file name are chosen in a journal transaction
+//	          (above the manifest's history, the record and every other
+//	          save's placement, so two processes never place two saves at one
+//	          version)
+//	write     the ciphertext under this save's temporary name, fsync
+//	link      the temporary file to the version's name: never over an
+//	          existing file; a file already there that is not this save's
+//	          is left alone, logged, and the save placed above it
+//	commit    the version into the record and the save's receipt, one
+//	          journal transaction
+//
+// What differs between a result and a section is a placer. No lock is
+// held across another user's call or another target: the in-process lock
+// of one target keeps its saves from placing against each other for
+// nothing, and the journal's write lock is what makes allocation safe
+// between processes.
+
+// crashPoints names one kind of save's step boundaries, for
+// Config.CrashPoint.
+type crashPoints struct {
+	reserved, encrypted, placed, created, written, linked, committed string
+}
+
+// placer is what one kind of save decides for itself.
+type placer interface {
+	// floor is the highest version the manifest names: the record's go
+	// above it.
+	floor() int
+	// versionPath is version n's file, relative to the manifest's folder.
+	versionPath(n int) string
+	// base is the manifest's document a section is counted against;
+	// zero for a result.
+	base() journal.DocumentBase
+	points() crashPoints
+}
+
+// saveJob is one save as its tool has checked it.
+type saveJob struct {
+	key journal.SaveID
+	// idemLock names this save's idempotency key, placeLock its target
+	// (destination, or section) for the in-process locks.
+	idemLock, placeLock string
+	idem                string
+	ttag, text, textSHA string
+	placer              placer
+}
+
+// maxPlacements bounds how many stray files one save steps over before it
+// gives up (each is logged): a folder full of them is the operator's to
+// look at, not a reason to loop.
+const maxPlacements = 64
+
+// runSave runs the pipeline. It returns the receipt and whether it was a
+// replay of a committed save.
+func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Receipt, bool, error) {
+	// Only a retry of this very save waits here: another user's save, or
+	// this user's save under another key, goes on while this one waits
+	// for the Gateway.
+	unlock, err := s.idemLocks.lock(ctx, job.idemLock)
+	if err != nil {
+		return journal.Receipt{}, false, err
+	}
+	defer unlock()
+	pts := job.placer.points()
+	res, err := s.cfg.Journal.Reserve(ctx, job.key, job.textSHA)
+	if errors.Is(err, journal.ErrIdempotencyConflict) {
+		return journal.Receipt{}, false, refuse(CodeIdempotencyConflict, 409,
+			"idempotencyKey %q was already used for different text; nothing was sent; choose a new key for a new save", job.idem)
+	}
+	if err != nil {
+		return journal.Receipt{}, false, fmt.Errorf("reserve save: %w", err)
+	}
+	if res.State == journal.SaveCommitted && res.Receipt != nil {
+		// A crash after the commit left this save's temporary name.
+		s.removeTemp(job, res.Receipt.Path)
+		return *res.Receipt, true, nil
+	}
+	s.cfg.CrashPoint(pts.reserved)
+	if res.Encrypted == nil {
+		// No answer was recorded: ask (again). The key is the target's
+		// existing one, so a repeated ask creates nothing at the key server.
+		if res, err = s.encryptUnderKey(ctx, c, job.key, job.ttag, job.text); err != nil {
+			return journal.Receipt{}, false, err
+		}
+		s.cfg.CrashPoint(pts.encrypted)
+	}
+	rc, err := s.placeAndCommit(ctx, job, res)
+	return rc, false, err
+}
+
+// placeAndCommit places the recorded ciphertext at a free version, makes
+// its file durable at that version's name, and commits it into the record.
+// Every step can be repeated after a crash: a file at the placed name with
+// this save's bytes (they hold its fresh IV, so no other save's match) is
+// this save's own.
+func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Reservation) (journal.Receipt, error) {
+	unlock, err := s.destLocks.lock(ctx, job.placeLock)
+	if err != nil {
+		return journal.Receipt{}, err
+	}
+	defer unlock()
+	pts := job.placer.points()
+	enc := res.Encrypted
+	tmp := ""
+	after := 0
+	for range maxPlacements {
+		if res.State != journal.SavePlaced {
+			if res, err = s.cfg.Journal.Place(ctx, job.key, job.placer.floor(), after, job.placer.versionPath); err != nil {
+				return journal.Receipt{}, fmt.Errorf("place save: %w", err)
+			}
+			s.cfg.CrashPoint(pts.placed)
+		}
+		pl := *res.Placement
+		rel := filepath.FromSlash(pl.Path)
+		switch ours, err := s.holds(rel, enc.Ciphertext); {
+		case err == nil && !ours:
+			s.log.Warn("a file at the next version's name is not this save's: it is left alone and the save takes a later version",
+				"path", pl.Path, "version", pl.Version)
+			after, res.State = pl.Version, journal.SaveEncrypted
+			continue
+		case err == nil && ours:
+			// Linked before a crash: nothing to write.
+		case errors.Is(err, fs.ErrNotExist):
+			if tmp == "" {
+				if tmp, err = s.writeTemp(job, pl.Path, enc.Ciphertext); err != nil {
+					return journal.Receipt{}, err
+				}
+				s.cfg.CrashPoint(pts.written)
+			}
+			if err := s.root.Link(tmp, rel); err != nil {
+				if errors.Is(err, fs.ErrExist) {
+					// Taken between the look and the link: look again.
+					res.State = journal.SavePlaced
+					continue
+				}
+				return journal.Receipt{}, fmt.Errorf("link the saved file into place: %w", err)
+			}
+			syncDir(s.root, filepath.Dir(rel))
+			s.cfg.CrashPoint(pts.linked)
+		default:
+			return journal.Receipt{}, fmt.Errorf("look at the saved file's name: %w", err)
+		}
+		v := journal.Version{Version: pl.Version, Path: pl.Path, IV: base64.StdEncoding.EncodeToString(enc.IV),
+			SHA256: job.textSHA, Size: int64(len(job.text)), SavedAt: s.cfg.Now().UTC().Truncate(time.Second),
+			ActingAs: enc.ActingAs}
+		r, err := s.cfg.Journal.CommitVersion(ctx, job.key, v, job.placer.base())
+		if errors.Is(err, journal.ErrVersionTaken) {
+			// The record names this version already (an operator's hand
+			// in the journal): take our link back and place again.
+			s.log.Warn("a version the save placed is already in the record; placing it again", "path", pl.Path, "version", pl.Version)
+			if err := s.root.Remove(rel); err != nil {
+				return journal.Receipt{}, fmt.Errorf("take back the saved file's link: %w", err)
+			}
+			after, res.State = pl.Version, journal.SaveEncrypted
+			continue
+		}
+		if err != nil {
+			return journal.Receipt{}, fmt.Errorf("commit save: %w", err)
+		}
+		s.cfg.CrashPoint(pts.committed)
+		s.removeTemp(job, pl.Path)
+		return *r.Receipt, nil
+	}
+	return journal.Receipt{}, fmt.Errorf("save: %d versions in a row are taken by files that are not this save's; tell the operator", maxPlacements)
+}
+
+// holds reports whether the file rel exists with exactly data in it; an
+// fs.ErrNotExist error when there is none.
+func (s *Server) holds(rel string, data []byte) (bool, error) {
+	fi, err := s.root.Lstat(rel)
+	if err != nil {
+		return false, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() != int64(len(data)) {
+		return false, nil
+	}
+	have, err := s.root.ReadFile(rel)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(have, data), nil
+}
+
+// tempName is the save's temporary file beside versionPath: one name per
+// save, so a retry after a crash replaces its own leftover and nothing
+// else's.
+func tempName(job saveJob, versionPath string) string {
+	sum := sha256.Sum256([]byte(job.idemLock))
+	return path.Join(path.Dir(versionPath), ".pdmcp-save-"+hex.EncodeToString(sum[:12])+".tmp")
+}
+
+// writeTemp writes data under the save's temporary name and makes it
+// durable. An earlier attempt's file there is removed first, never
+// truncated: it may share its bytes with a version's name.
+func (s *Server) writeTemp(job saveJob, versionPath string, data []byte) (string, error) {
+	rel := filepath.FromSlash(tempName(job, versionPath))
+	if err := s.root.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
+		return "", fmt.Errorf("make the saved file's folder: %w", err)
+	}
+	if err := s.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("remove an earlier temporary file: %w", err)
+	}
+	f, err := s.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("create the temporary file: %w", err)
+	}
+	s.cfg.CrashPoint(job.placer.points().created)
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = s.root.Remove(rel)
+		return "", fmt.Errorf("write the temporary file: %w", err)
+	}
+	return rel, nil
+}
+
+// removeTemp removes the save's temporary name once its version is
+// committed; a failure leaves a file no one reads, and is logged.
+func (s *Server) removeTemp(job saveJob, versionPath string) {
+	rel := filepath.FromSlash(tempName(job, versionPath))
+	if err := s.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("a committed save's temporary file was not removed", "path", tempName(job, versionPath), "err", err)
+	}
+}
