@@ -414,7 +414,7 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		placeLock: "fragment\x00" + key.DocumentID + "\x00" + key.FragmentID,
 		idem:      in.IdempotencyKey,
 		ttag:      ttag, text: in.Text, textSHA: hex.EncodeToString(sum[:]),
-		placer:    fragmentPlacer{fragment: key.FragmentID, asProtected: m.Documents[in.DocumentID]},
+		placer: fragmentPlacer{fragment: key.FragmentID, asProtected: m.Documents[in.DocumentID]},
 	})
 	if err != nil {
 		return zero, err
