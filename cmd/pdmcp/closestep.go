@@ -9,6 +9,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/record"
 )
 
 func newCloseStepCmd() *cobra.Command {
@@ -35,6 +36,13 @@ func newCloseStepCmd() *cobra.Command {
 				return err
 			}
 			defer j.Close()
+			// The manifest as the server serves it: its sections at the
+			// record's newest versions.
+			vs, err := j.Versions(ctx)
+			if err != nil {
+				return err
+			}
+			m = record.Merge(m, vs)
 			cc := sc.ClientConfig()
 			cc.Logger = newLogger()
 			c, err := gateway.New(cc)

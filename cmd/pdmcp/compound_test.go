@@ -295,10 +295,12 @@ func sectionOf(t *testing.T, src []byte, code string) []byte {
 }
 
 // TestSaveFragmentSurvivesKill kills the server at each step of a section
-// save and retries it: one receipt, one Gateway encrypt, one new file, and
-// a manifest whose section and document are one version up.
+// save and retries it: one receipt, one Gateway encrypt, one new file, no
+// temporary one, and a merged manifest (export-manifest) whose section and
+// document are one version up.
 func TestSaveFragmentSurvivesKill(t *testing.T) {
-	for _, point := range []string{"fragment:reserved", "fragment:encrypted", "fragment:file-written", "fragment:manifest-committed"} {
+	for _, point := range []string{"fragment:reserved", "fragment:encrypted", "fragment:placed", "fragment:file-created",
+		"fragment:file-written", "fragment:linked", "fragment:committed"} {
 		t.Run(point, func(t *testing.T) {
 			s := newCompoundStack(t)
 			s.giveAgent(t, "results")
@@ -324,7 +326,12 @@ func TestSaveFragmentSurvivesKill(t *testing.T) {
 			if files, _ := filepath.Glob(filepath.Join(dir, "OBX.2.v*.bin")); len(files) != 2 {
 				t.Errorf("section files %v, want v1 and v2", files)
 			}
-			m, err := grant.LoadManifest(s.manifest)
+			if tmp, _ := filepath.Glob(filepath.Join(dir, ".*")); len(tmp) != 0 {
+				t.Errorf("temporary files left: %v", tmp)
+			}
+			out := filepath.Join(t.TempDir(), "merged.json")
+			run(t, "export-manifest", "--manifest", s.manifest, "--out", out)
+			m, err := grant.LoadManifest(out)
 			if err != nil {
 				t.Fatal(err)
 			}

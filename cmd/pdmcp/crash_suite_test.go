@@ -22,15 +22,17 @@ import (
 //
 //	go test ./cmd/pdmcp -run 'CrashPoints|SurvivesKill|SurviveKill|KillBetween'
 //
-// TestSaveSurvivesKillAtEachStep, TestEncryptFileSurvivesKillAtEachStep,
+// TestSaveSurvivesKillAtEachStep, TestSaveSurvivesKillWithTwoServers,
+// TestSaveFragmentSurvivesKill, TestEncryptFileSurvivesKillAtEachStep,
 // TestFileToolsSurviveKillAtCheck, TestSaveFragmentSurvivesKill,
 // TestProtectSurvivesKill and TestHandOffSurvivesKillAtEachStep cover the
 // points one tool each;
 // TestCrashPointsAllCovered holds them to the list of points in the code.
 
 // crashPointRE finds a step boundary named in the code: the argument of a
-// CrashPoint, Hook or crash call.
-var crashPointRE = regexp.MustCompile(`(?:CrashPoint|Hook|crash)\("([a-z_]+:[a-z-]+)"\)`)
+// CrashPoint, Hook or crash call, or a field of a save pipeline's
+// crashPoints (server/savepipe.go).
+var crashPointRE = regexp.MustCompile(`(?:(?:CrashPoint|Hook|crash)\(|(?:reserved|encrypted|placed|created|written|linked|committed): )"([a-z_]+:[a-z-]+)"`)
 
 // TestCrashPointsAllCovered enumerates every step boundary in the code
 // (at least 16) and fails if one is not killed at by a crash test of this

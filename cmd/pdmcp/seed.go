@@ -6,7 +6,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/operator"
+	"github.com/pdmcp/pdmcp/server/record"
 )
 
 func newSeedCmd() *cobra.Command {
@@ -22,8 +24,15 @@ func newSeedCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if cleanup != "" {
+				saved := savedUnderSeedKeys(cmd, cleanup)
 				if err := operator.Cleanup(cmd.Context(), sc, cleanup); err != nil {
 					return err
+				}
+				if len(saved) > 0 {
+					fmt.Fprintf(out, "%d saved versions were under the removed keys and can no longer be opened:\n", len(saved))
+					for _, e := range saved {
+						fmt.Fprintf(out, "  %s\n", e.Path)
+					}
 				}
 				fmt.Fprintln(out, "SEED CLEANUP: OK")
 				return nil
@@ -45,4 +54,21 @@ func newSeedCmd() *cobra.Command {
 	f.StringVar(&cleanup, "cleanup", "", "a seed-record.json: remove its keys and principals instead")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
+}
+
+// savedUnderSeedKeys reads, before cleanup removes them, which saved
+// versions (the manifest's history and the journal's record) are under the
+// seed's keys. What cannot be read is reported on stderr and is no reason
+// to keep the keys.
+func savedUnderSeedKeys(cmd *cobra.Command, recordPath string) []record.Entry {
+	rec, err := grant.LoadSeedRecord(recordPath)
+	if err != nil || rec.Manifest == "" {
+		return nil
+	}
+	m, vs, err := record.Load(cmd.Context(), rec.Manifest, "")
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "pdmcp: the saved versions of %s were not read: %v\n", rec.Manifest, err)
+		return nil
+	}
+	return record.UnderKeys(m, vs, rec.Keys)
 }

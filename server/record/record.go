@@ -11,10 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/pdmcp/pdmcp/grant"
@@ -262,4 +266,93 @@ func Load(ctx context.Context, manifestPath, journalPath string) (*grant.Manifes
 		return nil, nil, fmt.Errorf("record: %w", err)
 	}
 	return m, vs, nil
+}
+
+// WriteText writes entries for a person: one line a version, grouped by
+// destination and by section.
+func WriteText(w io.Writer, entries []Entry) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tID\tVERSION\tSAVED AT\tACTING AS\tSIZE\tSHA256\tIV\tPATH\tSOURCE")
+	for _, e := range entries {
+		id, version := e.Destination, strconv.Itoa(e.Version)
+		if e.Kind == KindSection {
+			id = e.DocumentID + "/" + e.FragmentID
+			if e.DocumentVersion > 0 {
+				version += fmt.Sprintf(" (document v%d)", e.DocumentVersion)
+			}
+			if e.Current {
+				version += " current"
+			}
+		}
+		saved := "-"
+		if !e.SavedAt.IsZero() {
+			saved = e.SavedAt.UTC().Format(time.RFC3339)
+		}
+		acting := e.ActingAs
+		if acting == "" {
+			acting = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.Kind, id, version, saved, acting, e.Size, e.SHA256, e.IV, e.Path, e.Source)
+	}
+	return tw.Flush()
+}
+
+// ErrExportOverManifest: an export was asked to replace the manifest or
+// the journal it reads.
+var ErrExportOverManifest = errors.New("the merged manifest would replace the manifest or journal it is made from")
+
+// Export writes the merged manifest (Merge) to out, in manifest.json's own
+// format, for tools that read one: atomically, mode 0600. It refuses to
+// write over the manifest itself (the operator's file, which the record
+// never rewrites) or the journal.
+func Export(ctx context.Context, manifestPath, journalPath, out string) (*grant.Manifest, error) {
+	if journalPath == "" {
+		journalPath = journal.DefaultPath(manifestPath)
+	}
+	for _, own := range []string{manifestPath, journalPath} {
+		if samePath(own, out) {
+			return nil, fmt.Errorf("export to %s: %w", out, ErrExportOverManifest)
+		}
+	}
+	m, vs, err := Load(ctx, manifestPath, journalPath)
+	if err != nil {
+		return nil, err
+	}
+	merged := Merge(m, vs)
+	if err := merged.Save(out); err != nil {
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	return merged, nil
+}
+
+// samePath reports whether a and b name one file: the same absolute path,
+// or (when both exist) the same file by another name.
+func samePath(a, b string) bool {
+	aa, err1 := filepath.Abs(a)
+	ba, err2 := filepath.Abs(b)
+	if err1 == nil && err2 == nil && aa == ba {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// UnderKeys returns the entries of List saved under one of keys: a
+// destination's versions when its t-Tag is one, a section's when its data
+// type's is. Removing those keys leaves these files unreadable.
+func UnderKeys(m *grant.Manifest, vs []journal.Version, keys []string) []Entry {
+	var out []Entry
+	for _, e := range List(m, vs) {
+		var ttag string
+		if e.Kind == KindResult {
+			ttag = m.Destinations[e.Destination].TTag
+		} else if f, ok := m.Documents[e.DocumentID].Fragment(e.FragmentID); ok {
+			ttag = m.CompoundKeys[f.DataType]
+		}
+		if ttag != "" && slices.Contains(keys, ttag) {
+			out = append(out, e)
+		}
+	}
+	return out
 }

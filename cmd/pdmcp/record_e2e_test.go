@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/record"
+)
+
+// The record of saved versions, end to end through the pdmcp binary: the
+// three ways today's main loses or wedges saves (issue 17, "Why"), the
+// crash suite with two server processes on one manifest, and two processes
+// saving at once while an operator protects a document.
+
+// versionsOf is `pdmcp versions --json`: what an operator sees.
+func versionsOf(t *testing.T, s *stack) []record.Entry {
+	t.Helper()
+	out := run(t, "versions", "--manifest", s.manifest, "--json")
+	var doc struct {
+		Versions []record.Entry `json:"versions"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("versions --json: %v\n%s", err, out)
+	}
+	return doc.Versions
+}
+
+// resultVersions are the versions of one destination an operator sees,
+// each checked to name a file that exists.
+func resultVersions(t *testing.T, s *stack, dest string) []int {
+	t.Helper()
+	var out []int
+	for _, e := range versionsOf(t, s) {
+		if e.Kind != record.KindResult || e.Destination != dest {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(s.manifest), filepath.FromSlash(e.Path))); err != nil {
+			t.Errorf("version %d names a missing file: %v", e.Version, err)
+		}
+		out = append(out, e.Version)
+	}
+	return out
+}
+
+// addDestination gives the manifest a second destination under the seed
+// destination's key, as an operator's hand edit would.
+func addDestination(t *testing.T, s *stack, id string) {
+	t.Helper()
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.Destinations["evaluation-summary"]
+	m.Destinations[id] = grant.Destination{Label: "Second summary", TTag: d.TTag}
+	if err := m.Save(s.manifest); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "grant", "--manifest", s.manifest, "--out", s.grant, "--all-approved", "--ttl-seconds", "900")
+}
+
+func saveArgs(dest, text, key string) map[string]any {
+	return map[string]any{"destinationId": dest, "text": text, "idempotencyKey": key}
+}
+
+// TestOperatorProtectSurvivesASave is "Why" 1: an operator protects a
+// document while a server runs; the next save must not erase it from
+// manifest.json, and the server serves it without a restart.
+func TestOperatorProtectSurvivesASave(t *testing.T) {
+	s := newStack(t)
+	cs := s.connect(t)
+	if m, isErr := call(t, cs, "save_protected_result", saveArgs("evaluation-summary", "first", "k-1")); isErr {
+		t.Fatalf("save: %v", m)
+	}
+	if out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "probe"); !ok || !strings.Contains(out, "PROTECT: OK") {
+		t.Fatalf("protect: %s %s", out, stderr)
+	}
+	if m, isErr := call(t, cs, "save_protected_result", saveArgs("evaluation-summary", "second", "k-2")); isErr {
+		t.Fatalf("save after protect: %v", m)
+	}
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := m.Documents["probe"]; !ok || len(d.Fragments) == 0 {
+		t.Fatalf("the protected document is gone from manifest.json after a save: %+v", d)
+	}
+	if got := resultVersions(t, s, "evaluation-summary"); !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("versions %v, want [1 2]", got)
+	}
+}
+
+// TestTwoServersKeepEachOthersSaves is "Why" 2: two server processes on
+// one manifest; A saves to one destination, B to another; both versions
+// stay in the record and B's next save to A's destination takes the next
+// version.
+func TestTwoServersKeepEachOthersSaves(t *testing.T) {
+	s := newStack(t)
+	addDestination(t, s, "summary2")
+	a, b := s.connect(t), s.connect(t)
+	if m, isErr := call(t, a, "save_protected_result", saveArgs("evaluation-summary", "from A", "a-1")); isErr || m["version"] != float64(1) {
+		t.Fatalf("A: %v", m)
+	}
+	if m, isErr := call(t, b, "save_protected_result", saveArgs("summary2", "from B", "b-1")); isErr || m["version"] != float64(1) {
+		t.Fatalf("B: %v", m)
+	}
+	m, isErr := call(t, b, "save_protected_result", saveArgs("evaluation-summary", "from B again", "b-2"))
+	if isErr || m["version"] != float64(2) {
+		t.Fatalf("B's save to A's destination: %v", m)
+	}
+	if got := resultVersions(t, s, "evaluation-summary"); !slices.Equal(got, []int{1, 2}) {
+		t.Errorf("evaluation-summary versions %v, want [1 2]", got)
+	}
+	if got := resultVersions(t, s, "summary2"); !slices.Equal(got, []int{1}) {
+		t.Errorf("summary2 versions %v, want [1]", got)
+	}
+}
+
+// TestStrayFileDoesNotWedgeADestination is "Why" 3: an empty file at the
+// next version's name (a kill between create and write on today's main)
+// is left alone; the save takes the next version, and so does the next.
+func TestStrayFileDoesNotWedgeADestination(t *testing.T) {
+	s := newStack(t)
+	results := filepath.Join(filepath.Dir(s.manifest), "results")
+	if err := os.MkdirAll(results, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stray := filepath.Join(results, "evaluation-summary.v1.bin")
+	if err := os.WriteFile(stray, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cs := s.connect(t)
+	for i, want := range []float64{2, 3} {
+		m, isErr := call(t, cs, "save_protected_result", saveArgs("evaluation-summary", fmt.Sprintf("text %d", i), fmt.Sprintf("k-%d", i)))
+		if isErr || m["version"] != want {
+			t.Fatalf("save %d: %v, want version %v", i, m, want)
+		}
+	}
+	if b, err := os.ReadFile(stray); err != nil || len(b) != 0 {
+		t.Errorf("the stray file was touched: %v, %d bytes", err, len(b))
+	}
+	if got := resultVersions(t, s, "evaluation-summary"); !slices.Equal(got, []int{2, 3}) {
+		t.Errorf("versions %v, want [2 3]", got)
+	}
+	// A stray at a section's next version is stepped over the same way.
+	sc := newCompoundStack(t)
+	sc.giveAgent(t, "results")
+	dir := filepath.Join(filepath.Dir(sc.manifest), "documents", "oru-0001")
+	if err := os.WriteFile(filepath.Join(dir, "OBX.2.v2.bin"), []byte("partial"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ccs := sc.connect(t)
+	m, isErr := call(t, ccs, "save_protected_fragment", map[string]any{"documentId": "oru-0001", "fragmentId": "OBX.2",
+		"text": "OBX|2|NM|2085-9^HDL cholesterol^LN||58|mg/dL|>40|N|||F", "idempotencyKey": "f-1"})
+	if isErr || m["version"] != float64(3) || m["documentVersion"] != float64(2) {
+		t.Fatalf("section save over a stray: %v", m)
+	}
+}
+
+// TestSaveSurvivesKillWithTwoServers is the crash suite of a result save
+// with a second server process on the same manifest: A is killed at each
+// step, B (running all along) saves to the same destination, then A's save
+// is retried through B. Both receipts' versions are in the record exactly
+// once, distinct, each naming its file; one encrypt per save.
+func TestSaveSurvivesKillWithTwoServers(t *testing.T) {
+	for _, point := range savePoints {
+		t.Run(point, func(t *testing.T) {
+			s := newStack(t)
+			b := s.connect(t)
+			encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+			args := saveArgs("evaluation-summary", "A's text", "a-1")
+			doomed := s.connect(t, crashEnv+"="+point)
+			if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result", Arguments: args}); err == nil {
+				t.Fatalf("the server answered instead of dying at %s", point)
+			}
+			other, isErr := call(t, b, "save_protected_result", saveArgs("evaluation-summary", "B's text", "b-1"))
+			if isErr {
+				t.Fatalf("B: %v", other)
+			}
+			retried, isErr := call(t, b, "save_protected_result", args)
+			if isErr {
+				t.Fatalf("A's retry through B: %v", retried)
+			}
+			got := resultVersions(t, s, "evaluation-summary")
+			want := []int{int(other["version"].(float64)), int(retried["version"].(float64))}
+			slices.Sort(want)
+			if !slices.Equal(got, want) || want[0] == want[1] {
+				t.Fatalf("record %v, receipts %v", got, want)
+			}
+			if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 2 {
+				t.Errorf("Gateway encrypts: %d, want 2", n)
+			}
+			if files, _ := filepath.Glob(filepath.Join(filepath.Dir(s.manifest), "results", "*")); len(files) != 2 {
+				t.Errorf("files %v, want two and no temporary file", files)
+			}
+		})
+	}
+}
+
+// savePoints are a result save's step boundaries, in order.
+var savePoints = []string{"save:reserved", "save:encrypted", "save:placed", "save:file-created", "save:file-written",
+	"save:linked", "save:committed"}
+
+// TestTwoProcessesSaveWhileAnOperatorProtects runs two server processes
+// saving at once, each to the shared destination and to its own, while an
+// operator protects a document: every receipt's version is in the record
+// exactly once, no two receipts share one, and the protected document is
+// still in manifest.json afterwards.
+func TestTwoProcessesSaveWhileAnOperatorProtects(t *testing.T) {
+	s := newStack(t)
+	addDestination(t, s, "own-a")
+	addDestination(t, s, "own-b")
+	const rounds = 6
+	type receipt struct {
+		dest    string
+		version int
+	}
+	var (
+		mu       sync.Mutex
+		receipts []receipt
+		wg       sync.WaitGroup
+	)
+	for _, name := range []string{"a", "b"} {
+		cs := s.connect(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				for _, dest := range []string{"evaluation-summary", "own-" + name} {
+					res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result",
+						Arguments: saveArgs(dest, fmt.Sprintf("%s %s %d", name, dest, i), fmt.Sprintf("%s-%s-%d", name, dest, i))})
+					if err != nil || res.IsError {
+						t.Errorf("%s: save to %s: %v %+v", name, dest, err, res)
+						return
+					}
+					v := res.StructuredContent.(map[string]any)["version"].(float64)
+					mu.Lock()
+					receipts = append(receipts, receipt{dest, int(v)})
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "probe")
+	wg.Wait()
+	if !ok || !strings.Contains(out, "PROTECT: OK") {
+		t.Fatalf("protect during the saves: %s %s", out, stderr)
+	}
+	if len(receipts) != 4*rounds {
+		t.Fatalf("%d receipts, want %d", len(receipts), 4*rounds)
+	}
+	inRecord := map[receipt]int{}
+	for _, e := range versionsOf(t, s) {
+		if e.Kind == record.KindResult {
+			if e.Source != record.SourceRecord {
+				t.Errorf("version %+v is not from the record", e)
+			}
+			inRecord[receipt{e.Destination, e.Version}]++
+		}
+	}
+	for _, r := range receipts {
+		if inRecord[r] != 1 {
+			t.Errorf("receipt %+v is in the record %d times", r, inRecord[r])
+		}
+	}
+	if len(inRecord) != len(receipts) {
+		t.Errorf("the record holds %d versions for %d receipts", len(inRecord), len(receipts))
+	}
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Documents["probe"]; !ok {
+		t.Fatal("the operator's protect was lost from manifest.json")
+	}
+}
