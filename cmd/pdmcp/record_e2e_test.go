@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -282,5 +284,117 @@ func TestTwoProcessesSaveWhileAnOperatorProtects(t *testing.T) {
 	}
 	if _, ok := m.Documents["probe"]; !ok {
 		t.Fatal("the operator's protect was lost from manifest.json")
+	}
+}
+
+// TestServerFollowsTheManifest: a running server serves manifest.json as
+// the operator changes it, at the next call: a withdrawn approval refuses
+// the read before anything is sent; an invalid file is logged and the
+// last valid manifest kept; approving again serves the document again.
+func TestServerFollowsTheManifest(t *testing.T) {
+	s := newStack(t)
+	cs := s.connect(t)
+	read := map[string]any{"documentId": "evaluation-criteria"}
+	if m, isErr := call(t, cs, "read_protected_document", read); isErr {
+		t.Fatalf("read: %v", m)
+	}
+	setApproved := func(approved bool) {
+		m, err := grant.LoadManifest(s.manifest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := m.Documents["evaluation-criteria"]
+		d.Approved = approved
+		m.Documents["evaluation-criteria"] = d
+		if err := m.Save(s.manifest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setApproved(false)
+	s.quiet(t, "a read of a withdrawn document", func() {
+		m, isErr := call(t, cs, "read_protected_document", read)
+		wantRefused(t, m, isErr, "adapter", "DOCUMENT_NOT_APPROVED")
+	})
+	valid, err := os.ReadFile(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Approved again, but not a manifest: the last valid one is kept.
+	broken := strings.Replace(string(valid), `"version": 1`, `"version": 99`, 1)
+	broken = strings.Replace(broken, `"approved": false`, `"approved": true`, 1)
+	if err := os.WriteFile(s.manifest, []byte(broken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.quiet(t, "a read under an invalid manifest", func() {
+		m, isErr := call(t, cs, "read_protected_document", read)
+		wantRefused(t, m, isErr, "adapter", "DOCUMENT_NOT_APPROVED")
+	})
+	// A hand edit in place, valid again.
+	if err := os.WriteFile(s.manifest, []byte(strings.Replace(string(valid), `"approved": false`, `"approved": true`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m, isErr := call(t, cs, "read_protected_document", read); isErr {
+		t.Fatalf("read after approving again: %v", m)
+	}
+}
+
+// TestManifestWithSavedVersionsIsHistory: a manifest that lists saved
+// versions, as today's main wrote them, keeps working with no migration:
+// its versions are listed and exported as history, and a new save takes
+// the version after them, in the record.
+func TestManifestWithSavedVersionsIsHistory(t *testing.T) {
+	s := newStack(t)
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(s.manifest)
+	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d := m.Destinations["evaluation-summary"]
+	for n := 1; n <= 2; n++ {
+		p := fmt.Sprintf("results/evaluation-summary.v%d.bin", n)
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(p)), []byte("old ciphertext"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d.Versions = append(d.Versions, grant.SavedVersion{Version: n, Path: p, IV: "AAAAAAAAAAAAAAAAAAAAAA==",
+			SHA256: strings.Repeat("ab", 32), Size: 14, SavedAt: time.Date(2026, 11, n, 0, 0, 0, 0, time.UTC)})
+	}
+	m.Destinations["evaluation-summary"] = d
+	if err := m.Save(s.manifest); err != nil {
+		t.Fatal(err)
+	}
+	cs := s.connect(t)
+	if got, isErr := call(t, cs, "save_protected_result", saveArgs("evaluation-summary", "new", "n-1")); isErr || got["version"] != float64(3) {
+		t.Fatalf("save after history: %v", got)
+	}
+	var sources []string
+	for _, e := range versionsOf(t, s) {
+		if e.Kind == record.KindResult {
+			sources = append(sources, fmt.Sprintf("%d:%s", e.Version, e.Source))
+		}
+	}
+	if want := []string{"1:manifest", "2:manifest", "3:record"}; !slices.Equal(sources, want) {
+		t.Fatalf("versions %v, want %v", sources, want)
+	}
+	out := filepath.Join(t.TempDir(), "merged.json")
+	run(t, "export-manifest", "--manifest", s.manifest, "--out", out)
+	merged, err := grant.LoadManifest(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := merged.Destinations["evaluation-summary"].Versions; len(v) != 3 || v[2].Version != 3 || v[2].Path != "results/evaluation-summary.v3.bin" {
+		t.Fatalf("exported versions %+v", v)
+	}
+	// The export never replaces the manifest itself.
+	cmd := exec.Command(binary(t), "export-manifest", "--manifest", s.manifest, "--out", s.manifest)
+	cmd.Env = cleanEnv()
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "would replace the manifest") {
+		t.Fatalf("export over the manifest: %v %s", err, b)
+	}
+	text := run(t, "versions", "--manifest", s.manifest)
+	if !strings.Contains(text, "results/evaluation-summary.v3.bin") || !strings.Contains(text, "SAVED AT") {
+		t.Fatalf("versions table:\n%s", text)
 	}
 }
