@@ -162,6 +162,7 @@ func (d *deps) server(ctx context.Context, o *Options, sessions Sessions, live f
 		Grant: d.grant, Manifest: d.manifest, ManifestPath: o.ManifestPath, Journal: d.journal, Audit: d.audit,
 		Sessions: sessions, Version: o.Version, RunID: d.runID, Now: o.Now, Logger: o.Logger, CrashPoint: o.CrashPoint,
 		Metrics: m, ClockOffset: d.client.ClockOffset, Revoker: d.client,
+		NonDurableForBenchmarks: o.NonDurableJournalForBenchmarks,
 	})
 	if err == nil {
 		d.writeAudit(o, audit.Startup{RunID: d.runID, ProgramVersion: o.Version, Transport: transport, GrantID: d.grant.ID,

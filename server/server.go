@@ -121,6 +121,11 @@ type Config struct {
 	// ClockOffset is the Gateway's clock minus this one (a hand-off's end
 	// is set on the Gateway's clock); nil means none.
 	ClockOffset func() time.Duration
+	// NonDurableForBenchmarks skips the save pipeline's fsync of a saved
+	// file and its folder, as the benchmark's journal without fsync skips
+	// its own: `pdmcp bench` prices durability against the same pipeline
+	// without it. Only Options.NonDurableJournalForBenchmarks sets it.
+	NonDurableForBenchmarks bool
 	// Revoker, when set, is the registered service, which revokes the open
 	// hand-offs acting as each step's user when the grant ends or the
 	// server stops.

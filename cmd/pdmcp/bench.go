@@ -36,9 +36,12 @@ measures, in alternating rounds in this one process:
       its peak heap against the file size
   P3  1,000 users through maxCallers 8: heap after warm-up against at the end,
       heap per live caller, most live Gateway sessions
-  P4  save_protected_result with the durable journal against one without fsync
+  P4  save_protected_result with the durable journal and saved files against the
+      same pipeline without fsync
   P5  a new user's first call against the same exchange, mint and decrypt made
       directly
+  P6  a save's median latency to a destination with 50,000 earlier versions in
+      the record against one with none
 
 Each figure is printed with its baselines and their ratio; only ratios mean
 anything on a shared machine. Progress goes to stderr; --json prints the report
@@ -78,7 +81,7 @@ for machines.`,
 			}
 			r.WriteText(cmd.OutOrStdout())
 			if len(r.Figures) == 0 {
-				return errors.New("no figure was measured; --only takes P1 to P5")
+				return errors.New("no figure was measured; --only takes P1 to P6")
 			}
 			return nil
 		},
@@ -86,13 +89,15 @@ for machines.`,
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&quick, "quick", false, "small counts (seconds): checks that every figure runs, measures little")
-	f.StringSliceVar(&only, "only", nil, "measure only these figures (P1,...,P5)")
+	f.StringSliceVar(&only, "only", nil, "measure only these figures (P1,...,P6)")
 	f.StringVar(&dir, "dir", "", "state folder (default: a temporary one, removed afterwards)")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process)")
 	f.StringVar(&heapDir, "heapprofiles", "", "folder for P3's heap profiles after warm-up and at the end")
-	f.IntVar(&opts.Rounds, "rounds", opts.Rounds, "alternating rounds of P1, P2 and P4")
+	f.IntVar(&opts.Rounds, "rounds", opts.Rounds, "alternating rounds of P1, P2, P4 and P6")
 	f.IntVar(&opts.Calls, "calls", opts.Calls, "P1 calls per user per target per round")
 	f.Float64Var(&opts.Rate, "rate", opts.Rate, "P1 total calls per second")
 	f.IntVar(&opts.Churn, "users", opts.Churn, "P3 distinct users")
+	f.IntVar(&opts.Saves, "saves", opts.Saves, "P4 saves per round, and P6's per round and destination")
+	f.IntVar(&opts.History, "history", opts.History, "P6 earlier versions in the record")
 	return cmd
 }

@@ -31,18 +31,20 @@ import (
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/server/journal"
 )
 
 // Options size a run. Quick gives small counts (seconds, for tests).
 type Options struct {
 	Dir      string // state folder; a temporary one when empty
-	Rounds   int    // alternating rounds of P1, P2 and P4
+	Rounds   int    // alternating rounds of P1, P2, P4 and P6
 	Calls    int    // P1 calls per user per round
 	Users    int    // P1 users
 	Rate     float64
 	FileSize int // P2's file
 	Churn    int // P3's distinct users
-	Saves    int // P4 saves per round
+	Saves    int // P4 saves per round, and P6's per round and destination
+	History  int // P6's earlier versions in the record
 	NewUsers int // P5 new users per side
 	Only     []string
 	// HeapProfiles, when set, is a folder where P3 writes heap profiles
@@ -55,12 +57,12 @@ type Options struct {
 
 // Full is the default run; Quick keeps every figure but small.
 func Full() Options {
-	return Options{Rounds: 5, Calls: 60, Users: 8, Rate: 200, FileSize: api.MaxDataBytes, Churn: 1000, Saves: 40, NewUsers: 30}
+	return Options{Rounds: 5, Calls: 60, Users: 8, Rate: 200, FileSize: api.MaxDataBytes, Churn: 1000, Saves: 40, NewUsers: 30, History: 50000}
 }
 
 // Quick is small enough for a test.
 func Quick() Options {
-	return Options{Rounds: 1, Calls: 5, Users: 8, Rate: 400, FileSize: 1 << 20, Churn: 24, Saves: 4, NewUsers: 3}
+	return Options{Rounds: 1, Calls: 5, Users: 8, Rate: 400, FileSize: 1 << 20, Churn: 24, Saves: 4, NewUsers: 3, History: 500}
 }
 
 // Figure is one measured comparison.
@@ -97,9 +99,10 @@ func (o Options) MarshalJSON() ([]byte, error) {
 		Rate                 float64
 		FileSize, Churn      int
 		Saves, NewUsers      int
+		History              int
 		Only                 []string `json:",omitempty"`
 	}
-	return json.Marshal(plain{o.Rounds, o.Calls, o.Users, o.Rate, o.FileSize, o.Churn, o.Saves, o.NewUsers, o.Only})
+	return json.Marshal(plain{o.Rounds, o.Calls, o.Users, o.Rate, o.FileSize, o.Churn, o.Saves, o.NewUsers, o.History, o.Only})
 }
 
 func (o Options) wants(id string) bool {
@@ -150,7 +153,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	steps := []struct {
 		id string
 		fn func(context.Context) error
-	}{{"P3", b.measurePerSession}, {"P1", b.p1}, {"P2", b.p2}, {"P4", b.p4}, {"P5", b.p5}, {"P3", b.p3}}
+	}{{"P3", b.measurePerSession}, {"P1", b.p1}, {"P2", b.p2}, {"P4", b.p4}, {"P6", b.p6}, {"P5", b.p5}, {"P3", b.p3}}
 	for _, s := range steps {
 		if !o.wants(s.id) {
 			continue
@@ -543,6 +546,78 @@ func (b *run) p4(ctx context.Context) error {
 	b.r.Figures = append(b.r.Figures, Figure{ID: "P4", Name: "save_protected_result throughput, durable journal", Unit: "saves/s",
 		PDMCP: dr, Baselines: map[string]float64{"journal without fsync": lr}, Baseline: lr, Ratio: dr / lr,
 		Goal: ">= 0.7 x", Met: dr/lr >= 0.7})
+	return nil
+}
+
+// p6 is a save's median latency to a destination with History earlier
+// versions in the record against one with none, on the same server and
+// journal, rounds alternating; the first round of the fresh destination
+// runs before the history is written, with the record empty of it.
+func (b *run) p6(ctx context.Context) error {
+	o, st := b.o, b.st
+	tok, err := st.Token(ctx, 0)
+	if err != nil {
+		return err
+	}
+	cs, err := st.Connect(ctx, st.MCPURL, tok, SessionProtocol)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	var seq atomic.Int64
+	saves := func(dest string) (Latencies, error) {
+		lat := make(Latencies, 0, o.Saves)
+		for range o.Saves {
+			n := seq.Add(1)
+			t0 := time.Now()
+			if err := callOK(ctx, cs, "save_protected_result", map[string]any{"destinationId": dest,
+				"text": fmt.Sprintf("p6 result %d", n), "idempotencyKey": fmt.Sprintf("p6-%d-%d", time.Now().UnixNano(), n)}); err != nil {
+				return nil, err
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		return lat, nil
+	}
+	// Warm both destinations, then the fresh one before any history.
+	for _, d := range []string{FreshDestination, HistoryDestination} {
+		if _, err := saves(d); err != nil {
+			return err
+		}
+	}
+	before, err := saves(FreshDestination)
+	if err != nil {
+		return err
+	}
+	b.say("P6: writing %d earlier versions of %s into the record", o.History, HistoryDestination)
+	j, err := journal.Open(ctx, journal.DefaultPath(st.Manifest.File()))
+	if err != nil {
+		return err
+	}
+	err = j.AddHistoryForBenchmarks(ctx, HistoryDestination, o.History, time.Now())
+	j.Close()
+	if err != nil {
+		return err
+	}
+	var fresh, long Latencies
+	var perRound []string
+	for i := range o.Rounds {
+		f, err := saves(FreshDestination)
+		if err != nil {
+			return err
+		}
+		h, err := saves(HistoryDestination)
+		if err != nil {
+			return err
+		}
+		fresh, long = append(fresh, f...), append(long, h...)
+		perRound = append(perRound, fmt.Sprintf("%.2f", h.Quantile(0.5)/f.Quantile(0.5)))
+		b.say("P6: round %d of %d done", i+1, o.Rounds)
+	}
+	none, with := fresh.Quantile(0.5), long.Quantile(0.5)
+	b.r.Figures = append(b.r.Figures, Figure{ID: "P6", Name: fmt.Sprintf("save_protected_result median latency, %d earlier versions in the record", o.History),
+		Unit: "ms", PDMCP: with, Baselines: map[string]float64{"no earlier versions": none, "no earlier versions, before the history was written": before.Quantile(0.5)},
+		Baseline: none, Ratio: with / none, Goal: "<= 1.1 x", Met: with/none <= 1.1,
+		Note: "ratio per round " + strings.Join(perRound, ", ")})
 	return nil
 }
 

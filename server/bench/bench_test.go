@@ -32,12 +32,12 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	// P1: median, p99 and CPU in two modes; P2: time and memory; P3: heap,
-	// live sessions, per session; P4 and P5 one each.
+	// live sessions, per session; P4, P5 and P6 one each.
 	p1 := 4
 	if cpuMeasured {
 		p1 = 6
 	}
-	want := map[string]int{"P1": p1, "P2": 2, "P3": 3, "P4": 1, "P5": 1}
+	want := map[string]int{"P1": p1, "P2": 2, "P3": 3, "P4": 1, "P5": 1, "P6": 1}
 	for id, n := range want {
 		if seen[id] != n {
 			t.Errorf("%s: %d figures, want %d", id, seen[id], n)
@@ -48,7 +48,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	var text bytes.Buffer
 	r.WriteText(&text)
-	for _, id := range []string{"P1", "P2", "P3", "P4", "P5"} {
+	for _, id := range []string{"P1", "P2", "P3", "P4", "P5", "P6"} {
 		if !strings.Contains(text.String(), id+"  ") {
 			t.Errorf("the text report has no %s line:\n%s", id, text.String())
 		}

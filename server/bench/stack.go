@@ -40,6 +40,13 @@ const DocumentBytes = 4096
 // Destination is where the save figure writes.
 const Destination = operator.SeedDestination
 
+// P6's destinations, under Destination's key: one with no history, one
+// given 50,000 earlier versions in the record.
+const (
+	FreshDestination   = "p6-none"
+	HistoryDestination = "p6-history"
+)
+
 // BigFile is the file root's 16,777,215-byte file of the encrypt_file figure.
 const BigFile = "big.bin"
 
@@ -259,6 +266,9 @@ func (st *Stack) provision(ctx context.Context, pwFile string) error {
 		m.Documents[DocumentID] = grant.Document{Label: "Benchmark text (4 KiB)", Category: "benchmark", Approved: true,
 			ContentType: "text/plain; charset=utf-8", Version: 1, Path: rel, TTag: enc.TTag,
 			IV: base64.StdEncoding.EncodeToString(enc.IV), SHA256: hex.EncodeToString(sum[:]), Size: int64(len(text))}
+		for _, id := range []string{FreshDestination, HistoryDestination} {
+			m.Destinations[id] = grant.Destination{Label: "P6 " + id, TTag: m.Destinations[Destination].TTag}
+		}
 		return nil
 	}); err != nil {
 		return err

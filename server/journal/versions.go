@@ -256,3 +256,33 @@ func scanVersions(ctx context.Context, q rowsQueryer, query string, args ...any)
 	}
 	return out, nil
 }
+
+// AddHistoryForBenchmarks puts n versions of destination into the record
+// in one transaction, numbered after the record's newest, as if saved at
+// savedAt: `pdmcp bench` prices a save with a long history against one with
+// none. Their files do not exist. No flag, config file or grant reaches it.
+func (j *Journal) AddHistoryForBenchmarks(ctx context.Context, destination string, n int, savedAt time.Time) error {
+	return j.inTx(ctx, func(tx *sql.Tx) error {
+		var last sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM versions WHERE kind = 'result' AND target = ? AND fragment = ''`,
+			destination).Scan(&last); err != nil {
+			return err
+		}
+		st, err := tx.PrepareContext(ctx, `
+INSERT INTO versions (kind, target, version, path, iv, sha256, size, saved_at, caller, acting_as, idempotency_key)
+VALUES ('result', ?, ?, ?, 'AAAAAAAAAAAAAAAAAAAAAA==', ?, 0, ?, 'bench', 'bench', ?)`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		at := formatTime(savedAt)
+		for i := range n {
+			v := int(last.Int64) + i + 1
+			if _, err := st.ExecContext(ctx, destination, v, fmt.Sprintf("results/%s.v%d.bin", destination, v),
+				"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", at, fmt.Sprintf("bench-history-%d", v)); err != nil {
+				return fmt.Errorf("journal: history row %d: %w", v, err)
+			}
+		}
+		return nil
+	})
+}
