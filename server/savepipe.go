@@ -102,15 +102,17 @@ func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Rec
 		return *res.Receipt, true, nil
 	}
 	s.cfg.CrashPoint(pts.reserved)
+	var answer *journal.EncryptedPayload
 	if res.Encrypted == nil {
 		// No answer was recorded: ask (again). The key is the target's
 		// existing one, so a repeated ask creates nothing at the key server.
-		if res, err = s.encryptUnderKey(ctx, c, job.key, job.ttag, job.text); err != nil {
+		// The answer is journaled with the save's placement, in one
+		// transaction.
+		if answer, err = s.encryptUnderKey(ctx, c, job.ttag, job.text); err != nil {
 			return journal.Receipt{}, false, err
 		}
-		s.cfg.CrashPoint(pts.encrypted)
 	}
-	rc, err := s.placeAndCommit(ctx, job, res)
+	rc, err := s.placeAndCommit(ctx, job, res, answer)
 	return rc, false, err
 }
 
@@ -119,19 +121,31 @@ func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Rec
 // Every step can be repeated after a crash: a file at the placed name with
 // this save's bytes (they hold its fresh IV, so no other save's match) is
 // this save's own.
-func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Reservation) (journal.Receipt, error) {
+//
+// answer, when not nil, is the Gateway's answer this attempt got: it is
+// journaled with the first placement.
+func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Reservation, answer *journal.EncryptedPayload) (journal.Receipt, error) {
 	unlock, err := s.destLocks.lock(ctx, job.placeLock)
 	if err != nil {
 		return journal.Receipt{}, err
 	}
 	defer unlock()
 	pts := job.placer.points()
-	enc := res.Encrypted
 	tmp := ""
 	after := 0
+	if answer != nil {
+		if res, err = s.cfg.Journal.Place(ctx, job.key, answer, job.placer.floor(), 0, job.placer.versionPath); err != nil {
+			return journal.Receipt{}, fmt.Errorf("record encrypted save: %w", err)
+		}
+		s.cfg.CrashPoint(pts.encrypted)
+	}
+	// Another attempt's answer, when it was recorded first.
+	enc := res.Encrypted
 	for range maxPlacements {
 		if res.State != journal.SavePlaced {
-			if res, err = s.cfg.Journal.Place(ctx, job.key, job.placer.floor(), after, job.placer.versionPath); err != nil {
+			// A journal from before the record left the save encrypted but
+			// not placed, or a stray file took the placed version.
+			if res, err = s.cfg.Journal.Place(ctx, job.key, nil, job.placer.floor(), after, job.placer.versionPath); err != nil {
 				return journal.Receipt{}, fmt.Errorf("place save: %w", err)
 			}
 			s.cfg.CrashPoint(pts.placed)

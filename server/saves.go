@@ -118,30 +118,24 @@ func (resultPlacer) points() crashPoints {
 }
 
 // encryptUnderKey encrypts text under an existing key (a destination's or a
-// section's) with a fresh IV and records the answer in the save journal
-// under key, with the principal it acted as. Asking again after a lost
-// answer creates nothing at the key server, so a save with no recorded
-// answer may call this again.
-func (s *Server) encryptUnderKey(ctx context.Context, c *call, key journal.SaveID, ttag, text string) (journal.Reservation, error) {
+// section's) with a fresh IV and returns the answer to journal, with the
+// principal it acted as. Asking again after a lost answer creates nothing
+// at the key server, so a save with no recorded answer may call this again.
+func (s *Server) encryptUnderKey(ctx context.Context, c *call, ttag, text string) (*journal.EncryptedPayload, error) {
 	sess, err := s.session(ctx, c)
 	if err != nil {
-		return journal.Reservation{}, err
+		return nil, err
 	}
 	iv := make([]byte, api.IVBytes)
 	if _, err := rand.Read(iv); err != nil {
-		return journal.Reservation{}, fmt.Errorf("save IV: %w", err)
+		return nil, fmt.Errorf("save IV: %w", err)
 	}
 	enc, err := sess.Encrypt(ctx, gateway.EncryptInput{TTag: ttag, IV: iv, Plaintext: []byte(text)})
 	if err != nil {
-		return journal.Reservation{}, err
+		return nil, err
 	}
 	c.line.KeyLink = digestOrEmpty(enc.Link)
-	res, err := s.cfg.Journal.RecordEncrypted(ctx, key,
-		journal.EncryptedPayload{IV: enc.IV, Ciphertext: enc.Ciphertext, TTag: enc.TTag, ActingAs: sess.ActingAs()})
-	if err != nil {
-		return journal.Reservation{}, fmt.Errorf("record encrypted save: %w", err)
-	}
-	return res, nil
+	return &journal.EncryptedPayload{IV: enc.IV, Ciphertext: enc.Ciphertext, TTag: enc.TTag, ActingAs: sess.ActingAs()}, nil
 }
 
 func receiptOf(idem string, rc journal.Receipt, replayed bool) saveReceipt {

@@ -92,13 +92,23 @@ type DocumentBase struct {
 // save holds placed, and above after (a version this save found taken by a
 // stray file; 0 for none); pathOf names its file. In one write transaction,
 // so two processes never place two saves at one version.
-func (j *Journal) Place(ctx context.Context, key SaveID, floor, after int, pathOf func(int) string) (Reservation, error) {
+//
+// enc, when not nil, is the Gateway's answer, recorded in the same
+// transaction (one commit instead of RecordEncrypted's and Place's): only
+// on a save still reserved; a save whose answer another attempt recorded
+// first keeps that answer and its placement, and the caller uses the row's.
+func (j *Journal) Place(ctx context.Context, key SaveID, enc *EncryptedPayload, floor, after int, pathOf func(int) string) (Reservation, error) {
+	if enc != nil && (len(enc.IV) == 0 || len(enc.Ciphertext) == 0 || enc.TTag == "") {
+		return Reservation{}, fmt.Errorf("journal: %w: an encrypted payload needs an IV, a ciphertext and a t-Tag", ErrInvalid)
+	}
 	return j.step(ctx, key, func(tx *sql.Tx, id saveIdent, r Reservation) error {
-		switch r.State {
-		case SaveReserved:
-			return fmt.Errorf("journal: save %s: %w: nothing encrypted yet", id, ErrOutOfOrder)
-		case SaveCommitted:
+		switch {
+		case r.State == SaveCommitted:
 			return fmt.Errorf("journal: save %s: %w: already committed", id, ErrOutOfOrder)
+		case r.State == SaveReserved && enc == nil:
+			return fmt.Errorf("journal: save %s: %w: nothing encrypted yet", id, ErrOutOfOrder)
+		case r.State == SavePlaced && enc != nil:
+			return nil
 		}
 		var recorded, placed sql.NullInt64
 		if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM versions WHERE kind = ? AND target = ? AND fragment = ?`,
@@ -115,6 +125,13 @@ WHERE kind = ? AND target = ? AND fragment = ? AND placed_version IS NOT NULL`,
 		p := pathOf(n)
 		if p == "" {
 			return fmt.Errorf("journal: %w: no path for version %d", ErrInvalid, n)
+		}
+		if r.State == SaveReserved {
+			_, err := tx.ExecContext(ctx, `
+UPDATE saves SET state = 'placed', ttag = ?, iv = ?, ciphertext = ?, acting_as = ?, placed_version = ?, placed_path = ?, updated_at = ?
+WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
+				enc.TTag, enc.IV, enc.Ciphertext, enc.ActingAs, n, p, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
+			return err
 		}
 		_, err := tx.ExecContext(ctx, `
 UPDATE saves SET state = 'placed', placed_version = ?, placed_path = ?, updated_at = ?

@@ -47,15 +47,15 @@ func TestPlaceAllocatesAboveEverything(t *testing.T) {
 	b := SaveKey{Caller: "bob", Destination: "d", IdempotencyKey: "b"}
 	encrypted(t, j, a, "a")
 	encrypted(t, j, b, "b")
-	ra, err := j.Place(ctx, a, 3, 0, resultPath)
+	ra, err := j.Place(ctx, a, nil, 3, 0, resultPath)
 	if err != nil || ra.Placement.Version != 4 || ra.Placement.Path != "results/d.v4.bin" {
 		t.Fatalf("above a floor of 3: %+v %v", ra.Placement, err)
 	}
-	rb, err := j.Place(ctx, b, 3, 0, resultPath)
+	rb, err := j.Place(ctx, b, nil, 3, 0, resultPath)
 	if err != nil || rb.Placement.Version != 5 {
 		t.Fatalf("above another save's placement: %+v %v", rb.Placement, err)
 	}
-	if rb, err = j.Place(ctx, b, 3, 7, resultPath); err != nil || rb.Placement.Version != 8 {
+	if rb, err = j.Place(ctx, b, nil, 3, 7, resultPath); err != nil || rb.Placement.Version != 8 {
 		t.Fatalf("above a stray at 7: %+v %v", rb.Placement, err)
 	}
 	c := commitPlaced(t, j, b, rb, DocumentBase{})
@@ -74,7 +74,7 @@ func TestPlaceAllocatesAboveEverything(t *testing.T) {
 	// The next placement is above the record.
 	c2 := SaveKey{Destination: "d", IdempotencyKey: "c"}
 	encrypted(t, j, c2, "c")
-	if r, err := j.Place(ctx, c2, 0, 0, resultPath); err != nil || r.Placement.Version != 9 {
+	if r, err := j.Place(ctx, c2, nil, 0, 0, resultPath); err != nil || r.Placement.Version != 9 {
 		t.Fatalf("above the record: %+v %v", r.Placement, err)
 	}
 	// A commit that does not match the placement is refused.
@@ -90,7 +90,7 @@ func TestCommitVersionRefusesATakenVersion(t *testing.T) {
 	j, _ := openTemp(t)
 	a := SaveKey{Destination: "d", IdempotencyKey: "a"}
 	encrypted(t, j, a, "a")
-	r, err := j.Place(ctx, a, 0, 0, resultPath)
+	r, err := j.Place(ctx, a, nil, 0, 0, resultPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestSectionChains(t *testing.T) {
 		t.Helper()
 		k := FragmentKey{DocumentID: "x", FragmentID: frag, IdempotencyKey: idem}
 		encrypted(t, j, k, frag+idem)
-		r, err := j.Place(ctx, k, floor, 0, path(frag))
+		r, err := j.Place(ctx, k, nil, floor, 0, path(frag))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +188,7 @@ VALUES ('result', '', 'd', 'old', '` + sum("old") + `', 'committed', 't', x'00',
 	encrypted(t, j, k, "new")
 	// The old save's placement counts: the manifest of that release lists
 	// version 1 (its floor), and the journal knows it too.
-	if p, err := j.Place(ctx, k, 0, 0, resultPath); err != nil || p.Placement.Version != 2 {
+	if p, err := j.Place(ctx, k, nil, 0, 0, resultPath); err != nil || p.Placement.Version != 2 {
 		t.Fatalf("place after an old save: %+v %v", p.Placement, err)
 	}
 }
@@ -214,11 +214,8 @@ func TestPlaceConcurrent(t *testing.T) {
 				errs <- err
 				return
 			}
-			if _, err := h.RecordEncrypted(ctx, k, EncryptedPayload{IV: []byte{1}, Ciphertext: []byte{2}, TTag: "t"}); err != nil {
-				errs <- err
-				return
-			}
-			r, err := h.Place(ctx, k, 0, 0, resultPath)
+			// The answer and the placement in one transaction.
+			r, err := h.Place(ctx, k, &EncryptedPayload{IV: []byte{1}, Ciphertext: []byte{2}, TTag: "t"}, 0, 0, resultPath)
 			if err != nil {
 				errs <- err
 				return
