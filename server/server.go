@@ -108,9 +108,11 @@ type Config struct {
 	// Metrics, when set, counts calls and Gateway latency.
 	Metrics *Metrics
 	// CrashPoint, when set, is called at each named step of a save
-	// ("save:reserved", "save:encrypted", "save:file-written",
-	// "save:manifest-committed", the same steps of a section save as
-	// "fragment:...", and the hand-off's "handoff:journalled",
+	// ("save:reserved", "save:encrypted" (the answer and the placement
+	// journaled), "save:placed" (placed again past a stray file),
+	// "save:file-created", "save:file-written", "save:linked",
+	// "save:committed", the same steps of a section save as "fragment:...";
+	// see savepipe.go), and the hand-off's "handoff:journalled",
 	// "handoff:granted", "handoff:verified", encrypt_file's
 	// "encrypt_file:reserved", "encrypt_file:claimed", "encrypt_file:encrypted",
 	// "encrypt_file:minted", "encrypt_file:envelope-written", and

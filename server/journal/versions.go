@@ -178,13 +178,16 @@ func (j *Journal) CommitVersion(ctx context.Context, key SaveID, v Version, doc 
 			rc.Destination = id.target
 			v.DocumentVersion, v.BaseIV = 0, ""
 		}
-		var taken int
+		// Two lookups, each on its own index (an OR of the two could scan
+		// the table, whose size is the history).
+		var taken bool
 		if err := tx.QueryRowContext(ctx, `
-SELECT COUNT(*) FROM versions WHERE (kind = ? AND target = ? AND fragment = ? AND version = ?) OR path = ?`,
+SELECT EXISTS (SELECT 1 FROM versions WHERE kind = ? AND target = ? AND fragment = ? AND version = ?)
+	OR EXISTS (SELECT 1 FROM versions WHERE path = ?)`,
 			id.kind, id.target, id.fragment, v.Version, v.Path).Scan(&taken); err != nil {
 			return err
 		}
-		if taken > 0 {
+		if taken {
 			return fmt.Errorf("journal: save %s: version %d at %q: %w", id, v.Version, v.Path, ErrVersionTaken)
 		}
 		if _, err := tx.ExecContext(ctx, `
