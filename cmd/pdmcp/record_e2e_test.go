@@ -417,3 +417,58 @@ func TestManifestWithSavedVersionsIsHistory(t *testing.T) {
 		t.Fatalf("versions table:\n%s", text)
 	}
 }
+
+// TestSaveFragmentSurvivesKillWithTwoServers is the section save's crash
+// suite with a second server process on the manifest: A is killed at each
+// step, B saves the same section, then A's save is retried through B. The
+// two receipts name distinct section versions and distinct document
+// versions, both in the record once, and the section served is the newer.
+func TestSaveFragmentSurvivesKillWithTwoServers(t *testing.T) {
+	for _, point := range []string{"fragment:reserved", "fragment:encrypted", "fragment:placed", "fragment:file-created",
+		"fragment:file-written", "fragment:linked", "fragment:committed"} {
+		t.Run(point, func(t *testing.T) {
+			s := newCompoundStack(t)
+			s.giveAgent(t, "results")
+			if point == "fragment:placed" {
+				putStray(t, s, "documents/oru-0001/OBX.2.v2.bin")
+			}
+			b := s.connect(t)
+			seg := func(v string) map[string]any {
+				return map[string]any{"documentId": "oru-0001", "fragmentId": "OBX.2",
+					"text": "OBX|2|NM|2085-9^HDL cholesterol^LN||" + v + "|mg/dL|>40|N|||F", "idempotencyKey": "k-" + v}
+			}
+			doomed := s.connect(t, crashEnv+"="+point)
+			if _, err := doomed.CallTool(context.Background(), mcpCall("save_protected_fragment", seg("58"))); err == nil {
+				t.Fatalf("the server answered instead of dying at %s", point)
+			}
+			other, isErr := call(t, b, "save_protected_fragment", seg("61"))
+			if isErr {
+				t.Fatalf("B: %v", other)
+			}
+			retried, isErr := call(t, b, "save_protected_fragment", seg("58"))
+			if isErr {
+				t.Fatalf("A's retry through B: %v", retried)
+			}
+			if other["version"] == retried["version"] || other["documentVersion"] == retried["documentVersion"] {
+				t.Fatalf("receipts share a version: %v %v", other, retried)
+			}
+			count := map[float64]int{}
+			for _, e := range versionsOf(t, s) {
+				if e.Kind == record.KindSection && e.FragmentID == "OBX.2" && e.Source == record.SourceRecord {
+					count[float64(e.Version)]++
+				}
+			}
+			if len(count) != 2 || count[other["version"].(float64)] != 1 || count[retried["version"].(float64)] != 1 {
+				t.Fatalf("record %v, receipts %v and %v", count, other["version"], retried["version"])
+			}
+			newer := other
+			if retried["version"].(float64) > other["version"].(float64) {
+				newer = retried
+			}
+			got, _ := call(t, b, "read_protected_fragment", map[string]any{"documentId": "oru-0001", "fragmentId": "OBX.2"})
+			if got["provenance"].(map[string]any)["version"] != newer["version"] {
+				t.Fatalf("served %v, want the newer receipt %v", got["provenance"], newer)
+			}
+		})
+	}
+}
