@@ -81,7 +81,12 @@
 // fragments, each encrypted under the key compoundKeys names for its data
 // type, and its skeleton is the plaintext that holds them together. A
 // destination's ttag may be absent (the server then refuses saves to it);
-// versions lists every save, oldest first. Every step's documents are
+// versions, when present, are saves made before the journal's record of
+// saved versions existed, oldest first: history, read and never rewritten
+// by the server, which records every new save (and every section's new
+// version) in the journal beside the manifest (package server/record joins
+// the two; `pdmcp export-manifest` writes them merged in this format).
+// Every step's documents are
 // compound documents of this manifest, and every data type it names is one
 // of that document's fragments'. confirm is "none" or "elicit".
 //

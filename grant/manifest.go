@@ -107,7 +107,9 @@ type Fragment struct {
 }
 
 // Destination is a place results are saved to, under its existing key.
-// TTag may be empty: saving there is then refused.
+// TTag may be empty: saving there is then refused. Versions are the
+// manifest's history (saves from before the journal's record, or an
+// export of it); the server's own saves are in the record.
 type Destination struct {
 	Label    string         `json:"label,omitempty"`
 	TTag     string         `json:"ttag,omitempty"`
