@@ -481,8 +481,9 @@ func (b *run) p2(ctx context.Context) error {
 	return nil
 }
 
-// p4 is save_protected_result with the durable journal against a second
-// pdmcp whose journal does not fsync, on its own stack.
+// p4 is save_protected_result with the durable journal and saved files
+// against a second pdmcp whose journal and save pipeline do not fsync, on
+// its own stack, one save to each in turn.
 func (b *run) p4(ctx context.Context) error {
 	o, st := b.o, b.st
 	b.say("P4: %d saves per round, %d rounds; starting the non-durable stack", o.Saves, o.Rounds)
@@ -510,42 +511,49 @@ func (b *run) p4(ctx context.Context) error {
 	}
 	defer loose.Close()
 	var seq atomic.Int64
-	saves := func(cs *mcp.ClientSession) (time.Duration, error) {
+	save := func(cs *mcp.ClientSession) (time.Duration, error) {
+		n := seq.Add(1)
 		t0 := time.Now()
-		for range o.Saves {
-			n := seq.Add(1)
-			if err := callOK(ctx, cs, "save_protected_result", map[string]any{"destinationId": Destination,
-				"text": fmt.Sprintf("benchmark result %d", n), "idempotencyKey": fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), n)}); err != nil {
-				return 0, err
+		err := callOK(ctx, cs, "save_protected_result", map[string]any{"destinationId": Destination,
+			"text": fmt.Sprintf("benchmark result %d", n), "idempotencyKey": fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), n)})
+		return time.Since(t0), err
+	}
+	// One save to each in turn, so a burst of load on the shared machine
+	// falls on both alike; the first of each is a warm-up.
+	saves := func(count int) (time.Duration, time.Duration, error) {
+		var d, l time.Duration
+		for range count {
+			t, err := save(durable)
+			if err != nil {
+				return 0, 0, err
 			}
+			d += t
+			if t, err = save(loose); err != nil {
+				return 0, 0, err
+			}
+			l += t
 		}
-		return time.Since(t0), nil
+		return d, l, nil
 	}
-	// One unmeasured save each warms both.
-	if _, err := saves(durable); err != nil {
-		return err
-	}
-	if _, err := saves(loose); err != nil {
+	if _, _, err := saves(1); err != nil {
 		return err
 	}
 	var dT, lT time.Duration
+	var perRound []string
 	for i := range o.Rounds {
-		d, err := saves(durable)
-		if err != nil {
-			return err
-		}
-		l, err := saves(loose)
+		d, l, err := saves(o.Saves)
 		if err != nil {
 			return err
 		}
 		dT, lT = dT+d, lT+l
+		perRound = append(perRound, fmt.Sprintf("%.2f", l.Seconds()/d.Seconds()))
 		b.say("P4: round %d of %d done", i+1, o.Rounds)
 	}
 	n := float64(o.Rounds * o.Saves)
 	dr, lr := n/dT.Seconds(), n/lT.Seconds()
 	b.r.Figures = append(b.r.Figures, Figure{ID: "P4", Name: "save_protected_result throughput, durable journal", Unit: "saves/s",
 		PDMCP: dr, Baselines: map[string]float64{"journal without fsync": lr}, Baseline: lr, Ratio: dr / lr,
-		Goal: ">= 0.7 x", Met: dr/lr >= 0.7})
+		Goal: ">= 0.7 x", Met: dr/lr >= 0.7, Note: "ratio per round " + strings.Join(perRound, ", ")})
 	return nil
 }
 

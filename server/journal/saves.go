@@ -144,7 +144,8 @@ func (j *Journal) Reserve(ctx context.Context, key SaveID, textSHA256 string) (R
 		return Reservation{}, err
 	}
 	var r Reservation
-	err = j.inTx(ctx, func(tx *sql.Tx) error {
+	// Without an fsync of its own (Journal.reserveDB says why).
+	err = inTxOn(ctx, j.reserveDB, func(tx *sql.Tx) error {
 		now := nowText()
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO saves (kind, caller, target, fragment, idempotency_key, text_sha256, state, created_at, updated_at)
