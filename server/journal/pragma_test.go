@@ -10,8 +10,8 @@ import (
 // connection NORMAL; only the benchmark seam turns fsync off.
 func TestOpenPragmas(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		open func(context.Context, string) (*Journal, error)
+		name              string
+		open              func(context.Context, string) (*Journal, error)
 		sync, reserveSync int
 	}{{"Open", Open, 2, 1}, {"OpenNonDurableForBenchmarks", OpenNonDurableForBenchmarks, 0, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
