@@ -472,3 +472,27 @@ func TestSaveFragmentSurvivesKillWithTwoServers(t *testing.T) {
 		})
 	}
 }
+
+// TestSeedCleanupNamesSavedVersions: seed --cleanup reads the record
+// before it removes the keys and names every saved version under them,
+// the manifest's history and the record's alike; a second run, with
+// nothing left to remove, names none.
+func TestSeedCleanupNamesSavedVersions(t *testing.T) {
+	s := newStack(t)
+	cs := s.connect(t)
+	for i := range 2 {
+		if m, isErr := call(t, cs, "save_protected_result", saveArgs("evaluation-summary", fmt.Sprint("text ", i), fmt.Sprint("c-", i))); isErr {
+			t.Fatalf("save: %v", m)
+		}
+	}
+	_ = cs.Close()
+	out := run(t, "seed", "--config", s.config, "--cleanup", s.record())
+	if !strings.Contains(out, "2 saved versions were under the removed keys") ||
+		!strings.Contains(out, "results/evaluation-summary.v1.bin") || !strings.Contains(out, "results/evaluation-summary.v2.bin") ||
+		!strings.HasSuffix(strings.TrimSpace(out), "SEED CLEANUP: OK") {
+		t.Fatalf("cleanup:\n%s", out)
+	}
+	if again := run(t, "seed", "--config", s.config, "--cleanup", s.record()); strings.Contains(again, "saved versions") {
+		t.Fatalf("second cleanup:\n%s", again)
+	}
+}
