@@ -263,7 +263,7 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 		return zero, refuse(CodeCiphertextMissing, 500,
 			"the stored ciphertext of %q cannot be read; nothing was sent; tell the operator", in.DocumentID)
 	}
-	sess, err := s.session(ctx, c)
+	sess, err := s.sessionFor(ctx, c, d.TTag)
 	if err != nil {
 		return zero, err
 	}

@@ -146,6 +146,9 @@ type Server struct {
 	// writes it.
 	mu       sync.Mutex
 	manifest *grant.Manifest
+	// startKeys are the keys the grant reached in the manifest the server
+	// started with: what its Gateway sessions are minted over.
+	startKeys map[string]bool
 	// manifestFile is what the manifest in use was read from; badFile a
 	// changed file that did not validate (logged once, the last valid one
 	// kept).
@@ -204,6 +207,10 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root, confirms: confirms}
 	if fi, err := os.Stat(cfg.ManifestPath); err == nil {
 		s.manifestFile = fi
+	}
+	s.startKeys = map[string]bool{}
+	for _, k := range grant.Keys(cfg.Grant, cfg.Manifest) {
+		s.startKeys[k] = true
 	}
 	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
 		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger})
@@ -356,6 +363,17 @@ func (s *Server) loadManifest() (*grant.Manifest, error) {
 // size and modification time.
 func sameFile(fi, seen os.FileInfo) bool {
 	return seen != nil && os.SameFile(fi, seen) && fi.Size() == seen.Size() && fi.ModTime().Equal(seen.ModTime())
+}
+
+// sessionFor is the call's session for reading a document under ttag:
+// widened to it when the operator put the document under a key the server
+// did not start with (the grant names the document; the manifest, read
+// again, names its key).
+func (s *Server) sessionFor(ctx context.Context, c *call, ttag string) (Session, error) {
+	if s.startKeys[ttag] {
+		return s.session(ctx, c)
+	}
+	return s.widenedSession(ctx, c, ttag)
 }
 
 // document is the manifest's document id with the record applied: a

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/record"
@@ -494,5 +496,70 @@ func TestSeedCleanupNamesSavedVersions(t *testing.T) {
 	}
 	if again := run(t, "seed", "--config", s.config, "--cleanup", s.record()); strings.Contains(again, "saved versions") {
 		t.Fatalf("second cleanup:\n%s", again)
+	}
+}
+
+// TestServerServesADocumentUnderANewKey: the operator puts a document the
+// grant names under a new key while the server runs (a new ciphertext, a
+// new t-Tag in manifest.json); the next read serves it, the session
+// widened to the new key.
+func TestServerServesADocumentUnderANewKey(t *testing.T) {
+	s := newStack(t)
+	cs := s.connect(t)
+	read := map[string]any{"documentId": "evaluation-criteria"}
+	if m, isErr := call(t, cs, "read_protected_document", read); isErr {
+		t.Fatalf("read: %v", m)
+	}
+	ctx := context.Background()
+	sc, err := gateway.LoadServiceConfig(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := gateway.New(sc.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SignIn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := grant.LoadSeedRecord(s.record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, TTL: api.MaxScopedTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Revoke(ctx)
+	text := []byte("Evaluation criteria, second edition (synthetic).")
+	enc, err := owner.Encrypt(ctx, gateway.EncryptInput{IV: make([]byte, api.IVBytes), Plaintext: text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := c.GetPrincipal(ctx, rec.AgentUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.ACLGrant(ctx, api.ACLGrantRequest{TTag: enc.TTag, SystemID: agent.SystemID, PrincipalID: agent.PrincipalID,
+		Rights: []string{api.RightRead}}); err != nil {
+		t.Fatal(err)
+	}
+	rel := "documents/evaluation-criteria.v2.bin"
+	if err := os.WriteFile(filepath.Join(filepath.Dir(s.manifest), filepath.FromSlash(rel)), enc.Ciphertext, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.Documents["evaluation-criteria"]
+	d.Version, d.Path, d.TTag, d.IV, d.SHA256, d.Size = 2, rel, enc.TTag, base64.StdEncoding.EncodeToString(enc.IV), sha(text), int64(len(text))
+	m.Documents["evaluation-criteria"] = d
+	if err := m.Save(s.manifest); err != nil {
+		t.Fatal(err)
+	}
+	got, isErr := call(t, cs, "read_protected_document", read)
+	if isErr || got["text"] != string(text) || got["provenance"].(map[string]any)["version"] != float64(2) {
+		t.Fatalf("read under the new key: %v", got)
 	}
 }
