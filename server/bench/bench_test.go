@@ -30,6 +30,14 @@ func TestQuickRun(t *testing.T) {
 		if !positive || !(f.Baseline > 0) || math.IsInf(f.Ratio, 0) || math.IsNaN(f.Ratio) || f.Goal == "" {
 			t.Errorf("%s %q: pdmcp %v baseline %v ratio %v goal %q", f.ID, f.Name, f.PDMCP, f.Baseline, f.Ratio, f.Goal)
 		}
+		// Every figure carries its spread: finite, ordered, over at least
+		// one round; P1 and P2 over each of their rounds.
+		if f.Rounds < 1 || !(f.RatioMin <= f.RatioMax) || math.IsInf(f.RatioMin, 0) || math.IsInf(f.RatioMax, 0) {
+			t.Errorf("%s %q: spread %v..%v over %d rounds", f.ID, f.Name, f.RatioMin, f.RatioMax, f.Rounds)
+		}
+		if (f.ID == "P1" || f.ID == "P2") && f.Rounds != o.Rounds {
+			t.Errorf("%s %q: spread over %d rounds, want %d", f.ID, f.Name, f.Rounds, o.Rounds)
+		}
 	}
 	// P1: median, p99 and CPU in two modes; P2: time and memory; P3: heap,
 	// live sessions, per session; P4, P5 and P6 one each.
@@ -53,9 +61,17 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("the text report has no %s line:\n%s", id, text.String())
 		}
 	}
+	if !strings.Contains(text.String(), " min ") || !strings.Contains(text.String(), " max ") {
+		t.Errorf("the text report prints no spread:\n%s", text.String())
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, k := range []string{`"ratioMin"`, `"ratioMax"`, `"rounds"`} {
+		if !bytes.Contains(b, []byte(k)) {
+			t.Errorf("the JSON report has no %s", k)
+		}
 	}
 	var back Report
 	if err := json.Unmarshal(b, &back); err != nil || len(back.Figures) != len(r.Figures) {
@@ -63,5 +79,30 @@ func TestQuickRun(t *testing.T) {
 	}
 	if !strings.Contains(progress.String(), "P5") {
 		t.Errorf("no progress was written:\n%s", progress.String())
+	}
+}
+
+func TestSpread(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		ratio         float64
+		rounds        []float64
+		min, max      float64
+		wantRoundsLen int
+	}{
+		{"several rounds", 1.2, []float64{1.3, 1.1, 1.25}, 1.1, 1.3, 3},
+		{"one round", 0.9, []float64{0.95}, 0.95, 0.95, 1},
+		{"measured once", 1.07, nil, 1.07, 1.07, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := Figure{Ratio: tc.ratio}
+			if tc.rounds != nil {
+				f.spread(tc.rounds)
+			}
+			f.settleSpread()
+			if f.RatioMin != tc.min || f.RatioMax != tc.max || f.Rounds != tc.wantRoundsLen {
+				t.Errorf("spread %v..%v over %d, want %v..%v over %d", f.RatioMin, f.RatioMax, f.Rounds, tc.min, tc.max, tc.wantRoundsLen)
+			}
+		})
 	}
 }

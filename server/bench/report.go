@@ -34,7 +34,8 @@ func (r *Report) WriteText(w io.Writer) {
 		if len(parts) > 0 {
 			fmt.Fprintf(w, "; %s", strings.Join(parts, "; "))
 		}
-		fmt.Fprintf(w, "\n    ratio %.3f (goal %s: %s)\n", f.Ratio, f.Goal, met)
+		fmt.Fprintf(w, "\n    ratio %.3f, min %.3f, max %.3f over %d round(s) (goal %s: %s)\n", f.Ratio, f.RatioMin, f.RatioMax,
+			f.Rounds, f.Goal, met)
 		if f.Note != "" {
 			fmt.Fprintf(w, "    note: %s\n", f.Note)
 		}
@@ -52,5 +53,26 @@ func num(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	default:
 		return fmt.Sprintf("%.3f", v)
+	}
+}
+
+// spread records the ratio as computed in each round alone.
+func (f *Figure) spread(perRound []float64) {
+	f.Rounds = len(perRound)
+	for i, v := range perRound {
+		if i == 0 || v < f.RatioMin {
+			f.RatioMin = v
+		}
+		if i == 0 || v > f.RatioMax {
+			f.RatioMax = v
+		}
+	}
+}
+
+// settleSpread gives a figure that recorded no rounds its one measurement
+// as its spread, so every figure carries one.
+func (f *Figure) settleSpread() {
+	if f.Rounds == 0 {
+		f.spread([]float64{f.Ratio})
 	}
 }
