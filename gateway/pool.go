@@ -29,6 +29,8 @@ const (
 	// PoolRevokeTimeout bounds each revoke the pool sends, so that ending
 	// one user's session can never hold up another user for long.
 	PoolRevokeTimeout = 5 * time.Second
+	// DefaultSpareIdle is PoolConfig.SpareIdle when it is zero.
+	DefaultSpareIdle = 5 * time.Second
 )
 
 // subjectTTLMargin is kept between a session's end and its subject
@@ -104,6 +106,12 @@ type PoolConfig struct {
 	// waited out once and the mint tried again (DefaultMaxRetryWait when
 	// zero). A longer one is returned as it is.
 	MaxRetryWait time.Duration
+	// SpareIdle: once every place is taken, the user who called least
+	// recently, with no call in flight and no call for at least this long,
+	// is ended in the background, so that a place is free before a new
+	// user needs it (DefaultSpareIdle when zero). Users calling more often
+	// than this keep their sessions however many places they fill.
+	SpareIdle time.Duration
 	// Now is the clock that decides when a session is renewed (time.Now
 	// when nil).
 	Now func() time.Time
@@ -119,11 +127,16 @@ type PoolConfig struct {
 //
 // MaxCallers is a hard cap: never more sessions than that are live at the
 // Gateway at once, counting those being minted and those being revoked.
-// A user who needs a session when every place is taken takes the place of
-// the user who called least recently among those with no call in flight
-// (their session is revoked, its holder key destroyed, before the new one
-// is minted); when every place is busy, they wait up to MaxPlaceWait and
-// are then refused SESSIONS_BUSY, retryable.
+// A place is freed ahead of need, in the background, so that a new user's
+// first call does not wait on another user's revoke: when a user with no
+// session arrives and every place is taken, the user who called least
+// recently among those with no call in flight is ended at once (while the
+// newcomer's subject token is fetched), and once every place is taken
+// again, the least recent such user idle for SpareIdle is ended too. The
+// newcomer mints in the place freed (the revoke is confirmed, or the
+// holder key destroyed, before the place counts as free); when every place
+// is busy, they wait up to MaxPlaceWait and are then refused
+// SESSIONS_BUSY, retryable.
 //
 // Concurrent calls of one user wait for each other, so that they mint at
 // most one session; no lock is held across a Gateway request that another
@@ -135,8 +148,12 @@ type Pool struct {
 	maxPlaceWait time.Duration
 	notAfter     time.Time
 	maxRetryWait time.Duration
+	spareIdle    time.Duration
 	now          func() time.Time
 	log          *slog.Logger
+
+	// bg counts background evictions, waited for by EndAll.
+	bg sync.WaitGroup
 
 	mu      sync.Mutex
 	callers map[string]*poolEntry
@@ -147,6 +164,11 @@ type Pool struct {
 	freed  chan struct{}
 	tick   uint64 // orders calls, for least-recently-calling eviction
 	closed bool
+	// evicting counts places being freed in the background: their
+	// sessions are being revoked.
+	evicting int
+	// spareTimer, when set, looks again for a user idle for spareIdle.
+	spareTimer *time.Timer
 }
 
 // poolEntry is one user's place in the pool.
@@ -163,7 +185,8 @@ type poolEntry struct {
 	sess     *Session
 	deadline time.Time // on the pool's clock; the session is not used past it
 	lastCall uint64
-	gone     bool // taken out of the pool; whoever holds lock starts over
+	lastAt   time.Time // when lastCall was, on the pool's clock
+	gone     bool      // taken out of the pool; whoever holds lock starts over
 	// place says the entry holds one of the MaxCallers places: its
 	// session is live, being minted or being revoked. It is given up only
 	// once the session that used it is revoked or known gone.
@@ -224,6 +247,9 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.MaxPlaceWait < 0 {
 		return nil, fmt.Errorf("session pool: MaxPlaceWait %s is negative", cfg.MaxPlaceWait)
 	}
+	if cfg.SpareIdle < 0 {
+		return nil, fmt.Errorf("session pool: SpareIdle %s is negative", cfg.SpareIdle)
+	}
 	p := &Pool{
 		minter:       cfg.Minter,
 		objects:      slices.Clone(cfg.Objects),
@@ -231,6 +257,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		maxPlaceWait: cmp.Or(cfg.MaxPlaceWait, DefaultMaxPlaceWait),
 		notAfter:     cfg.NotAfter,
 		maxRetryWait: cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait),
+		spareIdle:    cmp.Or(cfg.SpareIdle, DefaultSpareIdle),
 		now:          cfg.Now,
 		log:          cfg.Logger,
 		callers:      map[string]*poolEntry{},
@@ -370,6 +397,7 @@ func (p *Pool) idle(e *poolEntry) {
 	e.busy--
 	if e.busy == 0 {
 		p.signalLocked()
+		p.armSpareLocked()
 	}
 }
 
@@ -406,9 +434,12 @@ func (p *Pool) entry(id string) (*poolEntry, error) {
 	if e == nil {
 		e = &poolEntry{id: id, digest: callerDigest(id), lock: make(chan struct{}, 1)}
 		p.callers[id] = e
+		// A newcomer will need a place: free one now, while their subject
+		// token is fetched, rather than after.
+		p.evictAheadLocked(0)
 	}
 	p.tick++
-	e.lastCall = p.tick
+	e.lastCall, e.lastAt = p.tick, p.now()
 	return e, nil
 }
 
@@ -472,7 +503,11 @@ func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (
 	e.sess, e.deadline = s, deadline
 	e.busy++
 	p.tick++
-	e.lastCall = p.tick
+	e.lastCall, e.lastAt = p.tick, p.now()
+	// The pool may be full now: free a place ahead of the next newcomer.
+	if !p.evictAheadLocked(p.spareIdle) {
+		p.armSpareLocked()
+	}
 	p.mu.Unlock()
 
 	p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: session minted",
@@ -520,7 +555,19 @@ func (p *Pool) takePlace(ctx context.Context, e *poolEntry) (again bool, _ error
 			p.mu.Unlock()
 			return false, nil
 		}
-		if v := p.idlestLocked(e); v != nil {
+		if p.evicting > 0 {
+			// A place is being freed in the background: wait for it
+			// rather than end another user.
+			freed := p.freed
+			p.mu.Unlock()
+			select {
+			case <-freed:
+				continue
+			case <-ctx.Done():
+				return false, fmt.Errorf("waiting for a place in the session pool: %w", ctx.Err())
+			}
+		}
+		if v := p.idlestLocked(e, time.Time{}); v != nil {
 			// v's place passes to e once v's session is revoked: e mints
 			// only after that, so the count at the Gateway never rises.
 			delete(p.callers, v.id)
@@ -564,11 +611,12 @@ func (p *Pool) busyRefusal() *api.Error {
 
 // idlestLocked takes out of use, and locks, the entry holding a place that
 // called least recently among those with no call in flight and not being
-// served, never keep; nil when there is none. p.mu is held.
-func (p *Pool) idlestLocked(keep *poolEntry) *poolEntry {
+// served, never keep, and (when calledBefore is set) whose last call was
+// before calledBefore; nil when there is none. p.mu is held.
+func (p *Pool) idlestLocked(keep *poolEntry, calledBefore time.Time) *poolEntry {
 	var candidates []*poolEntry
 	for _, e := range p.callers {
-		if e != keep && e.place && e.busy == 0 && !e.gone {
+		if e != keep && e.place && e.busy == 0 && !e.gone && (calledBefore.IsZero() || e.lastAt.Before(calledBefore)) {
 			candidates = append(candidates, e)
 		}
 	}
@@ -579,6 +627,71 @@ func (p *Pool) idlestLocked(keep *poolEntry) *poolEntry {
 		}
 	}
 	return nil
+}
+
+// evictAheadLocked frees a place in the background when every place is
+// taken and none is being freed: the least recent idle user who has not
+// called for minIdle (any, when zero) is taken out of the pool, and their
+// place is given up once their session is revoked, so the count at the
+// Gateway never rises. It reports whether a place is free or being freed.
+// p.mu is held.
+func (p *Pool) evictAheadLocked(minIdle time.Duration) bool {
+	if p.closed {
+		return false
+	}
+	if p.places < p.maxCallers || p.evicting > 0 {
+		return true
+	}
+	var before time.Time
+	if minIdle > 0 {
+		before = p.now().Add(-minIdle)
+	}
+	v := p.idlestLocked(nil, before)
+	if v == nil {
+		return false
+	}
+	delete(p.callers, v.id)
+	vs := v.sess
+	v.gone, v.sess = true, nil
+	p.evicting++
+	p.bg.Go(func() {
+		if vs != nil {
+			p.revoke(context.Background(), taken{v, vs}, "evicted ahead of need")
+		}
+		p.mu.Lock()
+		p.evicting--
+		p.givePlaceLocked(v)
+		p.mu.Unlock()
+		v.release()
+	})
+	return true
+}
+
+// armSpareLocked looks again, once the least recent idle user has been
+// idle for SpareIdle, whether a place should be freed ahead of need. p.mu
+// is held.
+func (p *Pool) armSpareLocked() {
+	if p.closed || p.spareTimer != nil || p.places < p.maxCallers || p.evicting > 0 {
+		return
+	}
+	var oldest *poolEntry
+	for _, e := range p.callers {
+		if e.place && e.busy == 0 && !e.gone && (oldest == nil || e.lastAt.Before(oldest.lastAt)) {
+			oldest = e
+		}
+	}
+	if oldest == nil {
+		return
+	}
+	wait := max(oldest.lastAt.Add(p.spareIdle).Sub(p.now()), 10*time.Millisecond)
+	p.spareTimer = time.AfterFunc(wait, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.spareTimer = nil
+		if !p.evictAheadLocked(p.spareIdle) {
+			p.armSpareLocked()
+		}
+	})
 }
 
 // Drop forgets dead, the user's session, when the Gateway said it no
@@ -739,6 +852,10 @@ func (p *Pool) settle(ctx context.Context, v taken, locked bool, why string) {
 func (p *Pool) EndAll(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
+	if p.spareTimer != nil {
+		p.spareTimer.Stop()
+		p.spareTimer = nil
+	}
 	type out struct {
 		v      taken
 		locked bool
@@ -758,6 +875,9 @@ func (p *Pool) EndAll(ctx context.Context) {
 		wg.Go(func() { p.settle(ctx, o.v, o.locked, "shutdown") })
 	}
 	wg.Wait()
+	// Sessions being ended in the background are revoked (each bounded by
+	// PoolRevokeTimeout) before the pool counts as closed.
+	p.bg.Wait()
 	for _, e := range entries {
 		if e.acquire(ctx) != nil {
 			return

@@ -54,6 +54,11 @@ type Faults struct {
 	// answered 401 SESSION_MISSING before any check, as if the Gateway had
 	// forgotten the caller's session.
 	SessionGoneNext map[string]int `json:"sessionGoneNext,omitempty"`
+	// HoldRoute, when set, holds every request to this route (its path),
+	// counted on arrival, until the faults change or the Gateway closes:
+	// a barrier that lets a test see a request arrive and decide when it
+	// is answered.
+	HoldRoute string `json:"holdRoute,omitempty"`
 }
 
 // faultState is the current Faults, shared by every request.
@@ -121,13 +126,22 @@ func (s *faultState) mintAsPrincipal() string {
 // wait sleeps the injected delay, or until the request is abandoned, the
 // faults change or the Gateway closes. A delay narrowed to one principal
 // is waited by waitActingAs instead.
-func (s *faultState) wait(ctx context.Context) error {
+func (s *faultState) wait(ctx context.Context, route string) error {
 	s.mu.Lock()
-	d, changed := s.f.Delay, s.changed
+	d, changed, closed := s.f.Delay, s.changed, s.closed
 	if s.f.DelayActingAs != "" {
 		d = 0
 	}
+	hold := s.f.HoldRoute != "" && s.f.HoldRoute == route && !closed
 	s.mu.Unlock()
+	if hold {
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
 	return sleep(ctx, d, changed)
 }
 

@@ -235,7 +235,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, known := g.routes[path]
 	if !rt.control {
 		g.counts.add(path)
-		if err := g.faults.wait(r.Context()); err != nil {
+		if err := g.faults.wait(r.Context(), path); err != nil {
 			return // the client went away while we waited
 		}
 		if status, fail := g.faults.takeFailure(path); fail {

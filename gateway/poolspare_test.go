@@ -1,0 +1,132 @@
+package gateway_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+)
+
+// waitFor polls cond until it holds; it fails the test when it does not
+// within a generous bound (a property that never comes, not a timing).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPoolKeepsAPlaceFreeAhead: once the pool is full, the least recent
+// idle user is ended in the background, so a newcomer mints at once: with
+// every revoke held at the Gateway (a barrier), carol is served, and the
+// only revoke since she arrived is bob's, ended ahead of the next
+// newcomer and still held. The Gateway never sees more than maxCallers
+// live.
+func TestPoolKeepsAPlaceFreeAhead(t *testing.T) {
+	w := newPoolWorld(t)
+	w.mapUser(t, "carol")
+	const maxCallers = 2
+	// Any idle time qualifies: the test is about the order, not the age.
+	p := w.pool(t, gateway.PoolConfig{MaxCallers: maxCallers, SpareIdle: time.Nanosecond, MaxPlaceWait: time.Minute})
+	alice, bob, carol := w.user(t, "alice"), w.user(t, "bob"), w.user(t, "carol")
+	w.env.Gateway.ResetCounts()
+
+	aliceSess := w.session(t, p, alice)
+	w.session(t, p, bob)
+	// Bob's mint filled the pool: alice, idle, is ended in the background.
+	waitFor(t, "a place freed ahead of need", func() bool { return p.Places() == maxCallers-1 })
+	w.wantEnded(t, aliceSess)
+	if n := w.count(api.RouteRevoke); n != 1 {
+		t.Fatalf("%d revokes, want alice's only", n)
+	}
+
+	w.env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteRevoke})
+	revokes := w.count(api.RouteRevoke)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Session(context.Background(), carol.caller.ID(), w.source(carol, nil))
+		done <- err
+	}()
+	// Carol must be served while every revoke is held.
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("carol: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		w.env.Gateway.SetFaults(reference.Faults{})
+		t.Fatal("carol was not served while revokes were held: her mint waited on a revoke")
+	}
+	// Her mint filled the pool again: bob's revoke is on its way, held.
+	waitFor(t, "bob's revoke sent ahead of need", func() bool { return w.count(api.RouteRevoke) == revokes+1 })
+	if live, peak := w.env.Gateway.LiveScopedSessions(); live > maxCallers || peak > maxCallers {
+		t.Fatalf("live %d, peak %d with a revoke held; maxCallers is %d", live, peak, maxCallers)
+	}
+	if n := p.Places(); n != maxCallers {
+		t.Fatalf("%d places held while bob's revoke is in flight, want %d (his place is freed only once revoked)", n, maxCallers)
+	}
+	w.env.Gateway.SetFaults(reference.Faults{})
+	waitFor(t, "bob's place freed once his revoke is answered", func() bool { return p.Places() == maxCallers-1 })
+	if live, peak := w.env.Gateway.LiveScopedSessions(); live != 1 || peak > maxCallers {
+		t.Fatalf("live %d, peak %d; want carol's alone, never over %d", live, peak, maxCallers)
+	}
+	if p.Current(carol.caller.ID()) == nil || p.Current(bob.caller.ID()) != nil {
+		t.Fatal("carol should hold a session and bob none")
+	}
+}
+
+// TestPoolNewcomerArrivalFreesAPlace: with no user idle long enough to be
+// ended ahead, a newcomer's arrival starts the eviction of the least recent
+// idle user at once, before the newcomer's subject token is fetched: the
+// revoke has reached the Gateway while carol's token source runs. Bob,
+// who called more recently, keeps his session; never more than maxCallers
+// live.
+func TestPoolNewcomerArrivalFreesAPlace(t *testing.T) {
+	w := newPoolWorld(t)
+	w.mapUser(t, "carol")
+	const maxCallers = 2
+	p := w.pool(t, gateway.PoolConfig{MaxCallers: maxCallers, SpareIdle: time.Hour, MaxPlaceWait: time.Minute})
+	alice, bob, carol := w.user(t, "alice"), w.user(t, "bob"), w.user(t, "carol")
+	w.env.Gateway.ResetCounts()
+	aliceSess := w.session(t, p, alice)
+	bobSess := w.session(t, p, bob)
+	if n := w.count(api.RouteRevoke); n != 0 || p.Places() != maxCallers {
+		t.Fatalf("%d revokes, %d places before carol: nobody is idle an hour", n, p.Places())
+	}
+
+	w.env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteRevoke})
+	sawRevoke := false
+	exchange := w.source(carol, nil)
+	source := func(ctx context.Context) (gateway.SubjectToken, error) {
+		deadline := time.Now().Add(20 * time.Second)
+		for !sawRevoke && time.Now().Before(deadline) {
+			sawRevoke = w.count(api.RouteRevoke) == 1
+			time.Sleep(time.Millisecond)
+		}
+		w.env.Gateway.SetFaults(reference.Faults{})
+		return exchange(ctx)
+	}
+	if _, err := p.Session(context.Background(), carol.caller.ID(), source); err != nil {
+		t.Fatalf("carol: %v", err)
+	}
+	if !sawRevoke {
+		t.Fatal("no revoke reached the Gateway while carol's token was fetched: the place was freed only after")
+	}
+	w.wantEnded(t, aliceSess)
+	if s := w.session(t, p, bob); s != bobSess {
+		t.Fatal("bob lost his session")
+	}
+	if n := w.count(api.RouteRevoke); n != 1 {
+		t.Fatalf("%d revokes, want alice's only", n)
+	}
+	if _, peak := w.env.Gateway.LiveScopedSessions(); peak > maxCallers {
+		t.Fatalf("peak %d live; maxCallers is %d", peak, maxCallers)
+	}
+}
