@@ -28,6 +28,11 @@ import (
 // largest plaintext is about 22 MiB of JSON.
 const maxResponseBytes = 64 << 20
 
+// maxIdleConnsPerHost is how many idle connections to the Gateway are kept
+// for reuse: several times the pool's default maxCallers, each user's call
+// making one request at a time.
+const maxIdleConnsPerHost = 64
+
 // serviceRenewMargin is how long before its expiry (on the Gateway's clock)
 // the service session is renewed instead of used.
 const serviceRenewMargin = 5 * time.Second
@@ -201,6 +206,11 @@ func httpClient(cfg Config) (*http.Client, error) {
 		}
 		tr := base.Clone()
 		tr.TLSClientConfig = tlsCfg
+		// The default keeps two idle connections per host: with more
+		// users' calls in flight than that, each surplus connection was
+		// closed when its call ended and the next call dialled and shook
+		// hands again. Keep as many as calls are likely in flight.
+		tr.MaxIdleConnsPerHost = maxIdleConnsPerHost
 		hc.Transport = tr
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

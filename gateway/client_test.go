@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -983,4 +984,61 @@ func stripLatency(reqs []Request) []Request {
 		out[i] = r
 	}
 	return out
+}
+
+// TestClientKeepsConnectionsForConcurrentCalls: eight calls at once, in
+// three waves, reuse the eight connections of the first wave; none is
+// dropped as surplus idle and dialled (and TLS-shaken) again.
+func TestClientKeepsConnectionsForConcurrentCalls(t *testing.T) {
+	ca := newTestCA(t, "gateway-ca")
+	const concurrent, waves = 8, 3
+	var (
+		newConns atomic.Int32
+		mu       sync.Mutex
+		arrived  int
+		gate     = make(chan struct{})
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Hold each wave until all its calls have arrived, so the wave
+		// needs eight connections at once.
+		mu.Lock()
+		arrived++
+		g := gate
+		if arrived == concurrent {
+			arrived = 0
+			close(gate)
+			gate = make(chan struct{})
+		}
+		mu.Unlock()
+		<-g
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			newConns.Add(1)
+		}
+	}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.serverCert(t)}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	c, err := New(Config{BaseURL: srv.URL, TrustFile: ca.file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range waves {
+		var wg sync.WaitGroup
+		for range concurrent {
+			wg.Go(func() {
+				err := c.do(context.Background(), &request{route: "/api/v1/x", body: struct{}{}})
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := newConns.Load(); n != concurrent {
+		t.Fatalf("%d connections for %d waves of %d calls at once, want %d (kept idle between waves)", n, waves, concurrent, concurrent)
+	}
 }
