@@ -56,6 +56,17 @@ type contenter interface {
 	content() []mcp.Content
 }
 
+// schemaJSON is a schema's JSON. The schemas are of this package's own types;
+// one that does not marshal is a programming error caught by every test
+// that builds a server.
+func schemaJSON(s *jsonschema.Schema) json.RawMessage {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
 // newTool wraps a typed handler with what every call gets: the grant's
 // expiry check, closed argument decoding, the Gateway request recorder, one
 // audit line, and refusals rendered as isError results.
@@ -66,9 +77,14 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 		// programming error caught by every test that builds a server.
 		panic(err)
 	}
-	def.InputSchema = in
+	// The schemas go to the SDK as their JSON, marshalled once here: it
+	// marshals a tool's schemas again for every tools/list, and, without
+	// MCP sessions, re-reads the input schema for every tools/call (its
+	// parameter-header check), which a *jsonschema.Schema would walk by
+	// reflection each time.
+	def.InputSchema = schemaJSON(in)
 	if out, err := jsonschema.For[Out](&jsonschema.ForOptions{}); err == nil {
-		def.OutputSchema = out
+		def.OutputSchema = schemaJSON(out)
 	}
 	d := def
 	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
