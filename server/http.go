@@ -142,8 +142,11 @@ type HTTPHandler struct {
 // be nil (no metrics).
 func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifier, a *audit.Log, m *Metrics, log *slog.Logger) *HTTPHandler {
 	getServer := func(*http.Request) *mcp.Server { return srv.MCP() }
+	// A call's single answer goes back as one JSON body, not an SSE
+	// stream (see mayAskHost for when a session keeps the stream).
 	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, SessionTimeout: SessionIdleTimeout,
+		JSONResponse: !srv.mayAskHost(),
 	})
 	sessions := newMCPSessions(srv.MCP(), cfg.MaxSessionsPerUser, cfg.MaxSessions, func(r *http.Request, user string) {
 		// The token was good; the session it named is another user's.
@@ -156,7 +159,7 @@ func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifi
 	m.MCPSessions(sessions.Len)
 	tracked := sessions.wrap(stateful)
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
-		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, Stateless: true,
+		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, Stateless: true, JSONResponse: true,
 	})
 	mcpHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Protocol 2026-07-28 has no sessions and is served statelessly;
