@@ -16,6 +16,8 @@ require (
 	modernc.org/sqlite v1.62.0
 )
 
+require golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bmatcuk/doublestar/v4 v4.10.4 // indirect

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,10 @@ import (
 // maxResponseBytes bounds an answer read into memory: a decrypt of the
 // largest plaintext is about 22 MiB of JSON.
 const maxResponseBytes = 64 << 20
+
+// TraceRequestRegion is the runtime/trace region of one Gateway request,
+// from sending it to its answer read (pdmcp bench --trace).
+const TraceRequestRegion = "gateway.request"
 
 // maxIdleConnsPerHost is how many idle connections to the Gateway are kept
 // for reuse: several times the pool's default maxCallers, each user's call
@@ -391,6 +396,7 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 	}
 
 	start := time.Now()
+	region := trace.StartRegion(ctx, TraceRequestRegion)
 	resp, err := c.http.Do(req)
 	// The request is sent: drop its body, which resp.Request would keep
 	// alive while the answer (as large, for the crypto routes) is read.
@@ -417,6 +423,7 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 		}
 		_ = resp.Body.Close()
 	}
+	region.End()
 	end := time.Now()
 
 	status := 0

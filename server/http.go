@@ -184,7 +184,7 @@ func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifi
 		},
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mw(jsonRPCShape(mcpHandler)))
+	mux.Handle("/mcp", traced(mw(jsonRPCShape(mcpHandler))))
 	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))
 	return &HTTPHandler{Resource: resource, Handler: hygiene(newOwnAddrs(resource), mux)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime/trace"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -88,6 +89,7 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 	}
 	d := def
 	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		defer trace.StartRegion(ctx, TraceToolRegion).End()
 		start := s.cfg.Now()
 		c := &call{caller: callerOf(req), line: audit.ToolCall{Tool: d.Name}, mcp: req.Session,
 			inputs: req.Params.InputResponses, state: req.Params.RequestState}
@@ -142,6 +144,7 @@ func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Ti
 
 // writeAudit writes one tool-call line. r is nil for a call that succeeded.
 func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time, r *Refusal, rec *gateway.Recorder, sess Session) {
+	defer trace.StartRegion(context.Background(), TraceAuditRegion).End()
 	line.RunID = s.cfg.RunID
 	line.GrantID = s.cfg.Grant.ID
 	line.Caller = caller

@@ -20,6 +20,7 @@ func newBenchCmd() *cobra.Command {
 		only          []string
 		dir, cpuProf  string
 		heapDir       string
+		traceFile     string
 		opts          = bench.Full()
 	)
 	cmd := &cobra.Command{
@@ -43,8 +44,9 @@ measures, in alternating rounds in this one process:
   P6  a save's median latency to a destination with 50,000 earlier versions in
       the record against one with none
 
-Each figure is printed with its baselines and their ratio; only ratios mean
-anything on a shared machine. Progress goes to stderr; --json prints the report
+Each figure is printed with its baselines and their ratio, and the ratio's
+least and greatest over the rounds; only ratios mean anything on a shared
+machine. --trace FILE breaks a P1 read's time down from a runtime/trace. Progress goes to stderr; --json prints the report
 for machines.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,7 +56,7 @@ for machines.`,
 				q.Only = o.Only
 				o = q
 			}
-			o.Only, o.Dir, o.HeapProfiles = only, dir, heapDir
+			o.Only, o.Dir, o.HeapProfiles, o.Trace = only, dir, heapDir, traceFile
 			o.Progress = cmd.ErrOrStderr()
 			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
 			if cpuProf != "" {
@@ -93,6 +95,8 @@ for machines.`,
 	f.StringVar(&dir, "dir", "", "state folder (default: a temporary one, removed afterwards)")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process)")
 	f.StringVar(&heapDir, "heapprofiles", "", "folder for P3's heap profiles after warm-up and at the end")
+	f.StringVar(&traceFile, "trace", "", "write a runtime/trace of one more paced round of P1's reads to this file, "+
+		"and break a read's time down from it (go tool trace reads the file too)")
 	f.IntVar(&opts.Rounds, "rounds", opts.Rounds, "alternating rounds of P1, P2, P4 and P6")
 	f.IntVar(&opts.Calls, "calls", opts.Calls, "P1 calls per user per target per round")
 	f.Float64Var(&opts.Rate, "rate", opts.Rate, "P1 total calls per second")

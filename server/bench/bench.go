@@ -51,8 +51,12 @@ type Options struct {
 	// after its warm-up and at its end (p3-warm.heap, p3-end.heap), for
 	// go tool pprof -diff_base.
 	HeapProfiles string
-	Progress     io.Writer // stderr
-	Logger       *slog.Logger
+	// Trace, when set, is a file where P1 writes a runtime/trace of one
+	// more paced round of pdmcp's reads in both modes, after its measured
+	// rounds; the report then breaks a read's time down from it.
+	Trace    string
+	Progress io.Writer // stderr
+	Logger   *slog.Logger
 }
 
 // Full is the default run; Quick keeps every figure but small.
@@ -87,15 +91,17 @@ type Figure struct {
 
 // Report is a run's result.
 type Report struct {
-	Started  time.Time `json:"started"`
-	Seconds  float64   `json:"seconds"`
-	GoVer    string    `json:"go"`
-	CPUs     int       `json:"cpus"`
-	OS       string    `json:"os"`
-	Options  Options   `json:"options"`
-	Figures  []Figure  `json:"figures"`
-	MaxLive  int       `json:"maxLiveGatewaySessions"`
-	Problems []string  `json:"problems,omitempty"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+	GoVer   string    `json:"go"`
+	CPUs    int       `json:"cpus"`
+	OS      string    `json:"os"`
+	Options Options   `json:"options"`
+	Figures []Figure  `json:"figures"`
+	MaxLive int       `json:"maxLiveGatewaySessions"`
+	// Trace is where a read's time goes, when Options.Trace is set.
+	Trace    []Breakdown `json:"trace,omitempty"`
+	Problems []string    `json:"problems,omitempty"`
 }
 
 // MarshalJSON leaves out the writers.
@@ -376,6 +382,17 @@ func (b *run) p1(ctx context.Context) error {
 			roundLat["direct"] = append(roundLat["direct"], l)
 			roundCPU["direct"] = append(roundCPU["direct"], c)
 			b.say("P1: round %d of %d done", round, o.Rounds)
+		}
+	}
+	if o.Trace != "" {
+		pdmcp := map[string][]*mcp.ClientSession{}
+		for _, t := range targets {
+			if mode, ok := strings.CutPrefix(t.name, "pdmcp "); ok {
+				pdmcp[mode] = t.cs
+			}
+		}
+		if err := b.traceReads(ctx, pdmcp); err != nil {
+			return fmt.Errorf("trace: %w", err)
 		}
 	}
 	for _, mode := range []string{SessionProtocol, StatelessProtocol} {

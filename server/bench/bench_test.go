@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -15,6 +17,7 @@ import (
 func TestQuickRun(t *testing.T) {
 	o := Quick()
 	o.Dir = t.TempDir()
+	o.Trace = filepath.Join(t.TempDir(), "p1.trace")
 	var progress bytes.Buffer
 	o.Progress = &progress
 	r, err := Run(context.Background(), o)
@@ -50,6 +53,31 @@ func TestQuickRun(t *testing.T) {
 		if seen[id] != n {
 			t.Errorf("%s: %d figures, want %d", id, seen[id], n)
 		}
+	}
+	// The trace: every traced read of both modes broken down, its parts
+	// adding up to the server's time, a Gateway round trip in each.
+	if len(r.Trace) != 2 {
+		t.Fatalf("trace breakdowns for %d modes, want 2", len(r.Trace))
+	}
+	for _, b := range r.Trace {
+		if b.Reads != o.Users*o.Calls {
+			t.Errorf("%s: %d reads broken down, want every one of the %d traced", b.Mode, b.Reads, o.Users*o.Calls)
+		}
+		parts := map[string]Phase{}
+		for _, p := range b.Phases {
+			parts[p.Name] = p
+		}
+		sum := parts[phaseBeforeTool].Mean + parts[phaseToolToGW].Mean + parts[phaseGateway].Mean +
+			parts[phaseAfterGW].Mean + parts[phaseEncodeWrite].Mean
+		if server := parts[phaseServer].Mean; !(server > 0) || math.Abs(sum-server) > 0.001 {
+			t.Errorf("%s: the parts add up to %.4f ms, the server's time is %.4f ms", b.Mode, sum, server)
+		}
+		if !(parts[phaseGateway].Median > 0) || !(parts[phaseAudit].Median > 0) || len(b.Waits) == 0 {
+			t.Errorf("%s: no Gateway round trip, audit write or waits in the breakdown: %+v", b.Mode, b)
+		}
+	}
+	if fi, err := os.Stat(o.Trace); err != nil || fi.Size() == 0 {
+		t.Errorf("no trace file written: %v", err)
 	}
 	if r.MaxLive < 1 {
 		t.Errorf("no live Gateway session was ever seen (%d): the counters are not read", r.MaxLive)

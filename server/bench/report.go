@@ -40,6 +40,17 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "    note: %s\n", f.Note)
 		}
 	}
+	for _, b := range r.Trace {
+		fmt.Fprintf(w, "\nWhere a read's time goes in the server, %s (runtime/trace of %d reads; client's median %.3f ms):\n",
+			b.Mode, b.Reads, b.ClientMedian)
+		for _, p := range b.Phases {
+			fmt.Fprintf(w, "    %-100s median %7.3f ms, mean %7.3f ms\n", p.Name, p.Median, p.Mean)
+		}
+		fmt.Fprintf(w, "  waits within the request (overlapping the parts above):\n")
+		for _, p := range b.Waits {
+			fmt.Fprintf(w, "    %-100s median %7.3f ms, mean %7.3f ms\n", p.Name, p.Median, p.Mean)
+		}
+	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "problem: %s\n", p)
 	}
