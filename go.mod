@@ -12,11 +12,10 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
 	github.com/zitadel/oidc/v3 v3.52.0
+	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4
 	golang.org/x/oauth2 v0.38.0
 	modernc.org/sqlite v1.62.0
 )
-
-require golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
