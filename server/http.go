@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -210,9 +211,12 @@ func hygiene(own ownAddrs, next http.Handler) http.Handler {
 // jsonRPCShape answers a POST whose body is not one JSON object with a
 // JSON-RPC error (parse error, or invalid request for a batch, which the
 // protocol no longer allows), instead of plain text, so a client's JSON-RPC
-// layer can read it. The server goes on serving.
+// layer can read it. The server goes on serving. It also applies the
+// header rules of 2026-07-28 the SDK does not (trimMCPHeaders,
+// protocolHeaderMismatch).
 func jsonRPCShape(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		trimMCPHeaders(r.Header)
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
@@ -242,6 +246,10 @@ func jsonRPCShape(next http.Handler) http.Handler {
 			writeRPCError(w, -32600, "invalid request: a JSON-RPC message has a method (a request or notification) or a result or error (a response)")
 			return
 		}
+		if id, msg := protocolHeaderMismatch(r.Header, trimmed); msg != "" {
+			writeRPCErrorID(w, id, codeHeaderMismatch, msg)
+			return
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
@@ -264,10 +272,74 @@ func isMessage(obj []byte) bool {
 	return m.Method != nil || m.Result != nil || m.Error != nil
 }
 
+// codeHeaderMismatch is the JSON-RPC error code protocol 2026-07-28 names
+// for an HTTP header that disagrees with the message it carries (SEP-2243).
+const codeHeaderMismatch = -32020
+
+// trimMCPHeaders removes the optional whitespace around the values of the
+// MCP headers (Mcp-Method, Mcp-Name, Mcp-Protocol-Version, Mcp-Param-…),
+// which RFC 9110 says is not part of a field's value. HTTP/1.1 parsing
+// already drops it; HTTP/2 hands values over as sent, and without this a
+// value such as "  tools/list " would not match its body.
+func trimMCPHeaders(h http.Header) {
+	for k, vs := range h {
+		if !strings.HasPrefix(k, "Mcp-") {
+			continue
+		}
+		for i, v := range vs {
+			vs[i] = strings.Trim(v, " \t")
+		}
+	}
+}
+
+// protocolHeaderMismatch checks a request that names its protocol revision
+// in _meta (2026-07-28 on) against its Mcp-Protocol-Version header: the
+// header must be there and say the same. Otherwise it returns the message's
+// id and why, to be answered with codeHeaderMismatch. Without this check a
+// mismatch would be routed by the header alone and answered as an
+// unsupported revision.
+func protocolHeaderMismatch(h http.Header, msg []byte) (json.RawMessage, string) {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Meta map[string]json.RawMessage `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method == "" {
+		return nil, "" // the SDK answers a malformed message
+	}
+	raw, ok := m.Params.Meta[metaProtocolVersion]
+	var body string
+	if !ok || json.Unmarshal(raw, &body) != nil || body == "" {
+		return nil, ""
+	}
+	switch header := h.Get("Mcp-Protocol-Version"); {
+	case header == "":
+		return m.ID, fmt.Sprintf("header mismatch: the message names protocol %q in _meta but has no Mcp-Protocol-Version header; send the header with the same value", body)
+	case header != body:
+		return m.ID, fmt.Sprintf("header mismatch: Mcp-Protocol-Version header %q does not match the message's _meta protocol %q", header, body)
+	}
+	return nil, ""
+}
+
+// metaProtocolVersion is the _meta key a 2026-07-28 request names its
+// revision under.
+const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+
 func writeRPCError(w http.ResponseWriter, code int, msg string) {
+	writeRPCErrorID(w, nil, code, msg)
+}
+
+// writeRPCErrorID answers 400 with a JSON-RPC error for the message with
+// the given id (null when nil: the message's id could not be read).
+func writeRPCErrorID(w http.ResponseWriter, id json.RawMessage, code int, msg string) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)
-	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil,
+	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": id,
 		"error": map[string]any{"code": code, "message": msg}})
 }
 

@@ -1,0 +1,112 @@
+package server_test
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// rawMCP posts one JSON-RPC message to the MCP endpoint with the headers
+// given (nothing else but the token, content type and accept), over
+// HTTP/1.1 or HTTP/2, and returns the status and the body's JSON-RPC
+// message (the first SSE event's data when the answer is a stream).
+func rawMCP(t *testing.T, hs *httpStack, h2 bool, tok, body string, headers map[string]string) (int, map[string]any) {
+	t.Helper()
+	base := hs.hc.Transport.(*http.Transport).Clone()
+	base.ForceAttemptHTTP2 = h2
+	if !h2 {
+		base.TLSClientConfig = base.TLSClientConfig.Clone()
+		base.TLSClientConfig.NextProtos = []string{"http/1.1"}
+		base.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	req, err := http.NewRequest("POST", hs.url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range headers {
+		req.Header[http.CanonicalHeaderKey(k)] = []string{v}
+	}
+	resp, err := (&http.Client{Transport: base}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if want := map[bool]int{true: 2, false: 1}[h2]; resp.ProtoMajor != want {
+		t.Fatalf("answered over %s, want HTTP/%d", resp.Proto, want)
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	text := string(b)
+	if i := strings.Index(text, "data: "); i >= 0 && !strings.HasPrefix(strings.TrimSpace(text), "{") {
+		text = text[i+len("data: "):]
+		if j := strings.Index(text, "\n"); j >= 0 {
+			text = text[:j]
+		}
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(text), &m); err != nil {
+		t.Logf("status %d, body %.300q is not a JSON-RPC message", resp.StatusCode, b)
+		return resp.StatusCode, nil
+	}
+	return resp.StatusCode, m
+}
+
+const newMeta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
+
+// TestHTTPHeaderRules holds the header rules of 2026-07-28 (SEP-2243,
+// SEP-2575) over HTTP/1.1 and HTTP/2: whitespace around a value is not part
+// of it (HTTP/2 delivers it as sent), and a header that disagrees with the
+// body, or is missing where the body names a value, is refused 400 with
+// JSON-RPC error -32020 (HeaderMismatch) for that message's id.
+func TestHTTPHeaderRules(t *testing.T) {
+	hs := newHTTPStack(t, 4)
+	tok := hs.token(t, "alice", "pw-a")
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{` + newMeta + `}}`
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"list_approved_documents","arguments":{},` + newMeta + `}}`
+	const v = "2026-07-28"
+	for _, h2 := range []bool{false, true} {
+		for _, tc := range []struct {
+			name, body string
+			h          map[string]string
+			mismatch   bool
+		}{
+			{"as sent by a client", list, map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": "tools/list"}, false},
+			{"Mcp-Method with spaces and a tab", list, map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": "  tools/list \t"}, false},
+			{"Mcp-Protocol-Version with spaces", list, map[string]string{"Mcp-Protocol-Version": " " + v + "  ", "Mcp-Method": "tools/list"}, false},
+			{"Mcp-Name with spaces", call, map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": "tools/call", "Mcp-Name": "  list_approved_documents "}, false},
+			{"Mcp-Method disagrees", list, map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": "prompts/list"}, true},
+			{"Mcp-Method in capitals", list, map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": "TOOLS/LIST"}, true},
+			{"Mcp-Name disagrees", call, map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": "tools/call", "Mcp-Name": "read_protected_document"}, true},
+			{"Mcp-Protocol-Version older than the body's", list, map[string]string{"Mcp-Protocol-Version": "2025-11-25", "Mcp-Method": "tools/list"}, true},
+			{"no Mcp-Protocol-Version though the body names one", list, map[string]string{"Mcp-Method": "tools/list"}, true},
+		} {
+			status, m := rawMCP(t, hs, h2, tok, tc.body, tc.h)
+			var in struct {
+				ID    float64 `json:"id"`
+				Error *struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+				Result map[string]any `json:"result"`
+			}
+			b, _ := json.Marshal(m)
+			_ = json.Unmarshal(b, &in)
+			what := fmt.Sprintf("HTTP/2 %v, %s: %d %.300s", h2, tc.name, status, b)
+			if tc.mismatch {
+				if status != http.StatusBadRequest || in.Error == nil || in.Error.Code != -32020 || in.ID == 0 {
+					t.Errorf("%s; want 400 with error -32020 for the message's id", what)
+				}
+				continue
+			}
+			if status != http.StatusOK || in.Error != nil || in.Result == nil || in.Result["resultType"] != "complete" {
+				t.Errorf("%s; want 200 with a complete result", what)
+			}
+		}
+	}
+}
