@@ -1,13 +1,20 @@
 package server_test
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/server"
 )
 
 // rawMCP posts one JSON-RPC message to the MCP endpoint with the headers
@@ -108,5 +115,106 @@ func TestHTTPHeaderRules(t *testing.T) {
 				t.Errorf("%s; want 200 with a complete result", what)
 			}
 		}
+	}
+}
+
+// resultOf posts one 2026-07-28 request and returns its result object (the
+// test fails on anything else).
+func resultOf(t *testing.T, hs *httpStack, tok, method, name, params string) map[string]any {
+	t.Helper()
+	h := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+	if name != "" {
+		h["Mcp-Name"] = name
+	}
+	status, m := rawMCP(t, hs, false, tok, `{"jsonrpc":"2.0","id":9,"method":"`+method+`","params":{`+params+newMeta+`}}`, h)
+	res, ok := m["result"].(map[string]any)
+	if status != http.StatusOK || !ok {
+		t.Fatalf("%s: %d %v, want a result", method, status, m)
+	}
+	return res
+}
+
+// TestHTTPToolNotInGrantCarriesResultType: on 2026-07-28 every result
+// carries resultType, the refusal the tool gate answers for a tool outside
+// the grant too (a client that validates results would otherwise fail
+// instead of showing the model why), as a granted tool's result does.
+func TestHTTPToolNotInGrantCarriesResultType(t *testing.T) {
+	hs := newHTTPStack(t, 4)
+	tok := hs.token(t, "alice", "pw-a")
+	for _, name := range []string{"no_such_tool", "test_simple_text", "list_approved_documents"} {
+		res := resultOf(t, hs, tok, "tools/call", name, `"name":"`+name+`","arguments":{},`)
+		if res["resultType"] != "complete" {
+			t.Errorf("%s: resultType %v, want complete: %v", name, res["resultType"], res)
+		}
+		if name == "list_approved_documents" {
+			continue
+		}
+		content, _ := res["content"].([]any)
+		b, _ := json.Marshal(content)
+		if res["isError"] != true || !strings.Contains(string(b), server.CodeToolNotInGrant) {
+			t.Errorf("%s: %v, want the TOOL_NOT_IN_GRANT refusal", name, res)
+		}
+	}
+}
+
+// TestUndeclaredCapabilitiesAreNotAnswered: pdmcp declares tools (and
+// logging) only, at initialize and at server/discover; the methods of
+// prompts, resources and completion answer -32601 on every revision
+// rather than empty lists that contradict the declaration.
+func TestUndeclaredCapabilitiesAreNotAnswered(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	tok := hs.token(t, "alice", "pw-a")
+	disc := resultOf(t, hs, tok, "server/discover", "", "")
+	caps, _ := disc["capabilities"].(map[string]any)
+	if caps["tools"] == nil {
+		t.Errorf("server/discover declares no tools: %v", disc)
+	}
+	for _, c := range []string{"prompts", "resources", "completions"} {
+		if _, ok := caps[c]; ok {
+			t.Errorf("server/discover declares %s: %v", c, caps)
+		}
+	}
+	for _, v := range mcp.SupportedProtocolVersions() {
+		t.Run(v, func(t *testing.T) {
+			hc := &http.Client{Transport: &bearer{token: tok, base: hs.hc.Transport}}
+			c := mcp.NewClient(&mcp.Implementation{Name: "caps-" + v, Version: "1"}, nil)
+			cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc},
+				&mcp.ClientSessionOptions{ProtocolVersion: v})
+			if err != nil {
+				t.Fatalf("connect with %s: %v", v, err)
+			}
+			defer cs.Close()
+			ic := cs.InitializeResult().Capabilities
+			if ic.Tools == nil || ic.Prompts != nil || ic.Resources != nil || ic.Completions != nil {
+				t.Errorf("initialize declares %+v, want tools only", ic)
+			}
+			ctx := context.Background()
+			for method, call := range map[string]func() error{
+				"prompts/list":   func() error { _, err := cs.ListPrompts(ctx, nil); return err },
+				"prompts/get":    func() error { _, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "p"}); return err },
+				"resources/list": func() error { _, err := cs.ListResources(ctx, nil); return err },
+				"resources/templates/list": func() error {
+					_, err := cs.ListResourceTemplates(ctx, nil)
+					return err
+				},
+				"resources/read": func() error {
+					_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "file:///etc/passwd"})
+					return err
+				},
+				"completion/complete": func() error {
+					_, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "p"},
+						Argument: mcp.CompleteParamsArgument{Name: "a", Value: "b"}})
+					return err
+				},
+			} {
+				var rpc *jsonrpc.Error
+				if err := call(); !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeMethodNotFound {
+					t.Errorf("%s answered %v, want JSON-RPC error -32601", method, err)
+				}
+			}
+			if m, isErr := callOn(t, cs, "list_approved_documents", map[string]any{}); isErr {
+				t.Errorf("tools no longer served: %v", m)
+			}
+		})
 	}
 }

@@ -272,7 +272,9 @@ func (s *Server) instructions() string {
 }
 
 // toolGate refuses a call to a tool the grant does not name as a tool
-// result (so the model can read why), instead of a protocol error. It also
+// result (so the model can read why), instead of a protocol error, and
+// answers the methods of capabilities pdmcp does not declare -32601
+// (undeclared). It also
 // records which host connected (a middleware rather than InitializedHandler,
 // because the newest protocol has no initialized notification).
 func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
@@ -288,6 +290,9 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			return res, err
 		}
+		if undeclared(method) {
+			return nil, methodNotFound(method)
+		}
 		if method != "tools/call" {
 			return next(ctx, method, req)
 		}
@@ -298,7 +303,7 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 		start := s.cfg.Now()
 		r := refuse(CodeToolNotInGrant, 403, "this task's grant does not allow the tool %q; use only the tools listed", p.Name)
 		s.writeAudit(audit.ToolCall{Tool: p.Name}, callerOf(req).ID, start, r, nil, nil)
-		return r.result(), nil
+		return completeOn(req, r.result()), nil
 	}
 }
 
