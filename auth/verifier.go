@@ -101,7 +101,9 @@ type VerifierConfig struct {
 //
 // A token is accepted when, in this order: it is a compact JWS; its alg is
 // on the allow-list; its kid names a provider key whose type (and alg, when
-// the key states one) fits that alg; the signature verifies; iss equals the
+// the key states one) fits that alg; the signature verifies; exp, nbf and
+// iat, where present, are JSON numbers (RFC 7519 NumericDate; a string of
+// digits is refused); iss equals the
 // issuer exactly; it is an access token (see below); exp is present and not
 // past (with ClockSkew), and nbf and iat, when present, are not in the
 // future; aud contains the Audience; sub is present; its client is one of
@@ -147,9 +149,17 @@ type Verifier struct {
 	// the token, until their exp (plus the skew): the same bearer token on
 	// every call of a session is then checked once, not re-verified with
 	// its signature each time. Only successes are kept; a new key set
-	// empties it.
+	// empties it, and an entry is served only while the key set is not
+	// older than maxAge and still holds the key that signed the token.
 	cacheMu  sync.Mutex
-	verified map[[sha256.Size]byte]Caller
+	verified map[[sha256.Size]byte]verifiedToken
+}
+
+// verifiedToken is a verified-token cache entry: the caller, and the key
+// (id and algorithm) the signature verified under.
+type verifiedToken struct {
+	caller   Caller
+	kid, alg string
 }
 
 // maxVerified bounds the verified-token cache; a full cache is swept of
@@ -179,7 +189,7 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 		maxAge:   cfg.JWKSMaxAge,
 		skew:     cfg.ClockSkew,
 		now:      cfg.Now,
-		verified: map[[sha256.Size]byte]Caller{},
+		verified: map[[sha256.Size]byte]verifiedToken{},
 	}
 	if v.refresh <= 0 {
 		v.refresh = DefaultJWKSRefreshMin
@@ -201,40 +211,64 @@ func (v *Verifier) ClockSkew() time.Duration { return v.skew }
 
 // Verify validates token and returns its caller. Every refusal is a
 // *TokenError. A token that passed before is answered from the cache until
-// its exp (with the skew); it is then checked again, and refused as expired.
+// its exp (with the skew), while the held key set is younger than the
+// maximum age and still holds the token's key; otherwise it is checked
+// again in full (fetching the key set when it is that old), and refused
+// as expired, or as unknown-key when its key was withdrawn.
 func (v *Verifier) Verify(ctx context.Context, token string) (*Caller, error) {
 	if token == "" || len(token) > MaxTokenBytes {
-		return v.verify(ctx, token)
+		c, _, err := v.verify(ctx, token)
+		return c, err
 	}
 	sum := sha256.Sum256([]byte(token))
 	now := v.now()
 	v.cacheMu.Lock()
-	c, ok := v.verified[sum]
-	if ok && !now.Before(c.Expiry.Add(v.skew)) {
+	e, ok := v.verified[sum]
+	if ok && !now.Before(e.caller.Expiry.Add(v.skew)) {
 		delete(v.verified, sum)
 		ok = false
 	}
 	v.cacheMu.Unlock()
-	if ok {
+	if ok && v.stillTrusted(e) {
+		c := e.caller
 		c.Scopes = slices.Clone(c.Scopes)
 		return &c, nil
 	}
-	caller, err := v.verify(ctx, token)
+	caller, key, err := v.verify(ctx, token)
 	if err != nil {
+		if ok {
+			v.cacheMu.Lock()
+			delete(v.verified, sum)
+			v.cacheMu.Unlock()
+		}
 		return nil, err
 	}
-	v.remember(sum, *caller)
+	key.caller = *caller
+	v.remember(sum, key)
 	return caller, nil
 }
 
-func (v *Verifier) remember(sum [sha256.Size]byte, c Caller) {
-	c.Scopes = slices.Clone(c.Scopes)
+// stillTrusted reports whether a cached token's key is still one the
+// provider publishes, as far as the held key set says: the set is not
+// older than the maximum age (else it is fetched again, through verify),
+// and it still holds the key. A lookup in the held set is a walk over a
+// handful of keys, far cheaper than a signature check.
+func (v *Verifier) stillTrusted(e verifiedToken) bool {
+	if v.stale() {
+		return false
+	}
+	key, found, err := v.lookup(e.kid, e.alg)
+	return found && err == nil && key != nil
+}
+
+func (v *Verifier) remember(sum [sha256.Size]byte, e verifiedToken) {
+	e.caller.Scopes = slices.Clone(e.caller.Scopes)
 	now := v.now()
 	v.cacheMu.Lock()
 	defer v.cacheMu.Unlock()
 	if len(v.verified) >= maxVerified {
-		for k, e := range v.verified {
-			if !now.Before(e.Expiry.Add(v.skew)) {
+		for k, old := range v.verified {
+			if !now.Before(old.caller.Expiry.Add(v.skew)) {
 				delete(v.verified, k)
 			}
 		}
@@ -242,7 +276,7 @@ func (v *Verifier) remember(sum [sha256.Size]byte, c Caller) {
 			clear(v.verified)
 		}
 	}
-	v.verified[sum] = c
+	v.verified[sum] = e
 }
 
 // forgetVerified empties the verified-token cache.
@@ -252,8 +286,19 @@ func (v *Verifier) forgetVerified() {
 	clear(v.verified)
 }
 
-// verify makes every check of Verify.
-func (v *Verifier) verify(ctx context.Context, token string) (*Caller, error) {
+// verify makes every check of Verify. It also returns the key (id and
+// algorithm) the token verified under, for the cache.
+func (v *Verifier) verify(ctx context.Context, token string) (*Caller, verifiedToken, error) {
+	var key verifiedToken
+	c, err := v.check(ctx, token, &key)
+	if err != nil {
+		return nil, verifiedToken{}, err
+	}
+	return c, key, nil
+}
+
+// check makes every check of Verify, and names the verifying key in key.
+func (v *Verifier) check(ctx context.Context, token string, used *verifiedToken) (*Caller, error) {
 	if token == "" {
 		return nil, refuse(ClassNoToken, ReasonNoToken)
 	}
@@ -309,6 +354,14 @@ func (v *Verifier) verify(ctx context.Context, token string) (*Caller, error) {
 	payload, err := jws.Verify([]byte(token), jws.WithKey(jwa.SignatureAlgorithm(alg), key), jws.WithCompact())
 	if err != nil {
 		return nil, refuse(ClassBadSignature, ReasonSignatureInvalid)
+	}
+	used.kid, used.alg = kid, alg
+
+	// RFC 7519 §2: exp, nbf and iat are NumericDates, JSON numbers. The
+	// JWT library would also read a string of digits; a provider that
+	// signs one is not followed, and the token is refused.
+	if err := checkNumericDates(payload); err != nil {
+		return nil, err
 	}
 
 	claims := jwt.New()
@@ -385,6 +438,28 @@ func (v *Verifier) verify(ctx context.Context, token string) (*Caller, error) {
 	}
 
 	return &Caller{Issuer: claims.Issuer(), Subject: sub, ClientID: client, Scopes: scopes, Expiry: exp}, nil
+}
+
+// checkNumericDates refuses a payload whose exp, nbf or iat is present and
+// not a JSON number (a string, null, a boolean, an object).
+func checkNumericDates(payload []byte) error {
+	var dates struct {
+		Exp json.RawMessage `json:"exp"`
+		Nbf json.RawMessage `json:"nbf"`
+		Iat json.RawMessage `json:"iat"`
+	}
+	if err := json.Unmarshal(payload, &dates); err != nil {
+		return refuse(ClassMalformed, ReasonBadClaims)
+	}
+	for _, raw := range []json.RawMessage{dates.Exp, dates.Nbf, dates.Iat} {
+		if raw == nil {
+			continue // absent (a null is present, and refused below)
+		}
+		if c := raw[0]; c != '-' && (c < '0' || c > '9') {
+			return refuse(ClassMalformed, ReasonNumericDateNotNumber)
+		}
+	}
+	return nil
 }
 
 // checkCompact refuses anything but three base64url segments: no JWS JSON

@@ -184,6 +184,15 @@ func TestVerifyRefuses(t *testing.T) {
 	}{
 		{"empty", func() string { return "" }, ClassNoToken, ReasonNoToken},
 		{"expired", edit(func(c map[string]any) { c["exp"] = now.Add(-31 * time.Second).Unix() }), ClassExpired, ReasonExpired},
+		// RFC 7519: a NumericDate is a JSON number; the JWT library alone
+		// would read a string of digits.
+		{"exp a string of digits", edit(func(c map[string]any) { c["exp"] = fmt.Sprint(c["exp"]) }), ClassMalformed, ReasonNumericDateNotNumber},
+		{"nbf a string of digits", edit(func(c map[string]any) { c["nbf"] = fmt.Sprint(c["nbf"]) }), ClassMalformed, ReasonNumericDateNotNumber},
+		{"iat a string of digits", edit(func(c map[string]any) { c["iat"] = fmt.Sprint(c["iat"]) }), ClassMalformed, ReasonNumericDateNotNumber},
+		{"exp null", edit(func(c map[string]any) { c["exp"] = nil }), ClassMalformed, ReasonNumericDateNotNumber},
+		{"iat true", edit(func(c map[string]any) { c["iat"] = true }), ClassMalformed, ReasonNumericDateNotNumber},
+		{"nbf an object", edit(func(c map[string]any) { c["nbf"] = map[string]any{"v": 1} }), ClassMalformed, ReasonNumericDateNotNumber},
+		{"exp a list", edit(func(c map[string]any) { c["exp"] = []any{c["exp"]} }), ClassMalformed, ReasonNumericDateNotNumber},
 		{"not yet valid (nbf)", edit(func(c map[string]any) { c["nbf"] = now.Add(10 * time.Minute).Unix() }), ClassNotYetValid, ReasonNotYetValid},
 		{"issued in the future (iat)", edit(func(c map[string]any) { c["iat"] = now.Add(10 * time.Minute).Unix() }), ClassNotYetValid, ReasonIssuedInFuture},
 		{"wrong audience", edit(func(c map[string]any) { c["aud"] = []string{"gateway-api"} }), ClassWrongAudience, ReasonAudienceMismatch},
@@ -269,7 +278,7 @@ func TestVerifyRefuses(t *testing.T) {
 		{"no subject", edit(func(c map[string]any) { delete(c, "sub") }), ClassClaimMissing, ReasonSubjectMissing},
 		{"empty subject", edit(func(c map[string]any) { c["sub"] = "" }), ClassClaimMissing, ReasonSubjectMissing},
 		{"no expiry", edit(func(c map[string]any) { delete(c, "exp") }), ClassClaimMissing, ReasonExpiryMissing},
-		{"exp is not a number", edit(func(c map[string]any) { c["exp"] = "tomorrow" }), ClassMalformed, ReasonBadClaims},
+		{"exp is not a number", edit(func(c map[string]any) { c["exp"] = "tomorrow" }), ClassMalformed, ReasonNumericDateNotNumber},
 		{"insufficient scope", edit(func(c map[string]any) { c["scope"] = "profile email" }), ClassInsufficientScope, ReasonScopeMissing},
 		{"no scope at all", edit(func(c map[string]any) { delete(c, "scope") }), ClassInsufficientScope, ReasonScopeMissing},
 	}
@@ -539,6 +548,35 @@ func TestVerifyAllowedClients(t *testing.T) {
 	// Without allowedClients any client is accepted, as before.
 	if _, err := f.v.Verify(context.Background(), f.token(t, func(c map[string]any) { c["client_id"] = "rogue-host" })); err != nil {
 		t.Fatalf("no allow-list: %v", err)
+	}
+}
+
+// TestVerifierWithdrawnKeyCachedToken: a token verified (and cached) under
+// a key the provider then withdraws is not served from the cache once the
+// held key set is older than the maximum age: the keys are fetched again
+// and the token is refused unknown-key, though its exp is hours away.
+func TestVerifierWithdrawnKeyCachedToken(t *testing.T) {
+	f := newVerifierFixture(t)
+	ctx := context.Background()
+	tok := f.token(t, func(c map[string]any) { c["exp"] = f.clock.Now().Add(3 * time.Hour).Unix() })
+	if _, err := f.v.Verify(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	f.p.publish(newRSAKey(t, "rsa-2"))
+	f.clock.Advance(DefaultJWKSMaxAge - time.Minute)
+	if _, err := f.v.Verify(ctx, tok); err != nil {
+		t.Fatalf("before the maximum age, from the cache: %v", err)
+	}
+	f.clock.Advance(2 * time.Minute)
+	if _, err := f.v.Verify(ctx, tok); !errors.Is(err, &TokenError{Class: ClassUnknownKey}) {
+		t.Fatalf("a cached token under a withdrawn key, past the maximum age: %v, want unknown-key", err)
+	}
+	if n := f.p.jwksFetches.Load(); n != 2 {
+		t.Errorf("%d JWKS fetches, want 2 (first use, then past the maximum age)", n)
+	}
+	// And it stays refused (not put back in the cache).
+	if _, err := f.v.Verify(ctx, tok); !errors.Is(err, &TokenError{Class: ClassUnknownKey}) {
+		t.Fatalf("again: %v, want unknown-key", err)
 	}
 }
 

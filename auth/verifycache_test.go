@@ -10,9 +10,10 @@ import (
 )
 
 // TestVerifyCachesUntilExpiry: a token that passed is answered from the
-// cache (even with its key gone from the verifier's set), only until its
-// exp with the skew; another token, a tampered one included, is verified
-// in full; a new key set empties the cache.
+// cache (its signature not checked again), only until its exp with the
+// skew and only while the held key set still has its key; another token,
+// a tampered one included, is verified in full; a new key set empties the
+// cache.
 func TestVerifyCachesUntilExpiry(t *testing.T) {
 	f := newVerifierFixture(t)
 	ctx := context.Background()
@@ -23,10 +24,20 @@ func TestVerifyCachesUntilExpiry(t *testing.T) {
 	}
 	first.Scopes[0] = "changed by the caller"
 
-	// Without its key, only the cache can accept the token now.
+	// The cached entry is served without the signature check: its key,
+	// replaced in the held set by one of the same id and type that did not
+	// sign it, would fail that check.
 	f.v.mu.Lock()
+	held := f.v.keys
 	f.v.keys = jwk.NewSet()
 	f.v.mu.Unlock()
+	impostor, err := newRSAKey(t, "rsa-1").key.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.v.keys.AddKey(impostor); err != nil {
+		t.Fatal(err)
+	}
 	again, err := f.v.Verify(ctx, tok)
 	if err != nil {
 		t.Fatalf("the same token, not from the cache: %v", err)
@@ -35,8 +46,23 @@ func TestVerifyCachesUntilExpiry(t *testing.T) {
 		t.Errorf("cached caller = %+v", again)
 	}
 	other := f.token(t, func(c map[string]any) { c["jti"] = "jti-2" })
-	if _, err := f.v.Verify(ctx, other); !errors.Is(err, &TokenError{Class: ClassUnknownKey}) {
+	if _, err := f.v.Verify(ctx, other); !errors.Is(err, &TokenError{Class: ClassBadSignature}) {
 		t.Errorf("another token was not verified in full: %v", err)
+	}
+
+	// With its key gone from the held set, the cache no longer answers
+	// for the token: it is verified in full, and refused.
+	f.v.mu.Lock()
+	f.v.keys = jwk.NewSet()
+	f.v.mu.Unlock()
+	if _, err := f.v.Verify(ctx, tok); !errors.Is(err, &TokenError{Class: ClassUnknownKey}) {
+		t.Errorf("a cached token whose key left the held set: %v, want unknown-key", err)
+	}
+	f.v.mu.Lock()
+	f.v.keys = held
+	f.v.mu.Unlock()
+	if _, err := f.v.Verify(ctx, tok); err != nil {
+		t.Fatalf("with the key back: %v", err)
 	}
 	tampered := tok[:len(tok)-2] + "AA"
 	if tampered == tok {
@@ -53,7 +79,7 @@ func TestVerifyCachesUntilExpiry(t *testing.T) {
 	}
 
 	// A fetched key set empties the cache.
-	f.v.remember([32]byte{1}, Caller{Subject: "x", Expiry: f.clock.Now().Add(time.Hour)})
+	f.v.remember([32]byte{1}, verifiedToken{caller: Caller{Subject: "x", Expiry: f.clock.Now().Add(time.Hour)}})
 	if err := f.v.fetch(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +95,7 @@ func TestVerifyCachesUntilExpiry(t *testing.T) {
 func TestVerifyCacheBounded(t *testing.T) {
 	f := newVerifierFixture(t)
 	for i := range maxVerified + 10 {
-		f.v.remember([32]byte{byte(i), byte(i >> 8), byte(i >> 16)}, Caller{Expiry: f.clock.Now().Add(time.Hour)})
+		f.v.remember([32]byte{byte(i), byte(i >> 8), byte(i >> 16)}, verifiedToken{caller: Caller{Expiry: f.clock.Now().Add(time.Hour)}})
 	}
 	if n := len(f.v.verified); n > maxVerified {
 		t.Errorf("%d entries, bound %d", n, maxVerified)
