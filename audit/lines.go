@@ -122,7 +122,9 @@ type Section struct {
 // Client is the line written at each initialize: which host connected and
 // whether it said it can elicit.
 type Client struct {
-	RunID           string    `json:"runId"`
+	RunID string `json:"runId"`
+	// Caller is Digest12 of the HTTP user id (issuer|subject), as the
+	// server's log names callers; never the id. Empty over stdio.
 	Caller          string    `json:"caller,omitempty"`
 	Name            string    `json:"name"`
 	Version         string    `json:"version"`
@@ -137,8 +139,9 @@ type AuthRefused struct {
 	Class  string `json:"class"`  // e.g. "expired", "no-token"
 	Reason string `json:"reason"` // the server's code, e.g. "TOKEN_EXPIRED"
 	Status int    `json:"status"`
-	// Caller is the verified user, for a refusal that came after the token
-	// was accepted (another user's MCP session); empty otherwise.
+	// Caller is Digest12 of the verified user's id, for a refusal that came
+	// after the token was accepted (another user's MCP session); empty
+	// otherwise. Never the id itself.
 	Caller string    `json:"caller,omitempty"`
 	Method string    `json:"method"`
 	Path   string    `json:"path"` // the URL path; a query is dropped
@@ -222,7 +225,7 @@ func (c ToolCall) prepare(now time.Time) (any, []string) {
 func (c Client) prepare(now time.Time) (any, []string) {
 	var s sanitizer
 	c.RunID = s.free("runId", c.RunID)
-	c.Caller = s.free("caller", c.Caller)
+	c.Caller = s.match("caller", c.Caller, isDigest12)
 	// Name, version and protocol version are whatever the client sent.
 	c.Name = s.free("name", clip(c.Name, maxClientField))
 	c.Version = s.free("version", clip(c.Version, maxClientField))
@@ -239,7 +242,7 @@ func (a AuthRefused) prepare(now time.Time) (any, []string) {
 	var s sanitizer
 	a.Class = s.match("class", a.Class, isClass)
 	a.Reason = s.match("reason", a.Reason, isCode)
-	a.Caller = s.free("caller", a.Caller)
+	a.Caller = s.match("caller", a.Caller, isDigest12)
 	a.Method = s.match("method", clip(a.Method, maxClientField), isMethod)
 	// A query string can carry a token (access_token=...), so only the path
 	// is kept.

@@ -153,7 +153,7 @@ func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifi
 		// The token was good; the session it named is another user's.
 		m.AuthRefused(string(auth.ClassSessionMismatch), http.StatusForbidden)
 		if err := a.Write(audit.AuthRefused{Class: string(auth.ClassSessionMismatch), Reason: auth.ReasonSessionUserMismatch,
-			Status: http.StatusForbidden, Caller: user, Method: r.Method, Path: r.URL.Path, TS: time.Now()}); err != nil {
+			Status: http.StatusForbidden, Caller: callerDigest(user), Method: r.Method, Path: r.URL.Path, TS: time.Now()}); err != nil {
 			log.Error("audit write failed", "event", "auth-refused", "err", err)
 		}
 	})

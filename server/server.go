@@ -308,7 +308,7 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 func (s *Server) auditClient(p *mcp.InitializeParams, caller string) {
-	line := audit.Client{RunID: s.cfg.RunID, Caller: caller, TS: s.cfg.Now().UTC(), ProtocolVersion: p.ProtocolVersion}
+	line := audit.Client{RunID: s.cfg.RunID, Caller: callerDigest(caller), TS: s.cfg.Now().UTC(), ProtocolVersion: p.ProtocolVersion}
 	if p.ClientInfo != nil {
 		line.Name, line.Version = p.ClientInfo.Name, p.ClientInfo.Version
 	}
@@ -316,6 +316,16 @@ func (s *Server) auditClient(p *mcp.InitializeParams, caller string) {
 	if err := s.cfg.Audit.Write(line); err != nil {
 		s.log.Error("audit write failed", "event", "client", "err", err)
 	}
+}
+
+// callerDigest names an HTTP user (issuer|subject) where a line must not
+// carry the id: audit.Digest12 of it, the digest the session pool logs
+// callers by. Empty over stdio.
+func callerDigest(id string) string {
+	if id == "" {
+		return ""
+	}
+	return audit.Digest12(id)
 }
 
 // currentManifest is the operator's manifest as it is now: when

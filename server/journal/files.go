@@ -81,8 +81,16 @@ func (k FileKey) check() error {
 	return checkSHA256("content sha256", k.ContentSHA256)
 }
 
+// String names the key in errors, which reach the error log: the caller
+// as the 12-hex digest the server logs callers by (the sha256 of the user
+// id), never the user's issuer and subject.
 func (k FileKey) String() string {
-	return fmt.Sprintf("(caller %q, root %q, path %q, sha256 %s)", k.Caller, k.Root, k.RelPath, k.ContentSHA256)
+	caller := ""
+	if k.Caller != "" {
+		sum := sha256.Sum256([]byte(k.Caller))
+		caller = hex.EncodeToString(sum[:6])
+	}
+	return fmt.Sprintf("(caller %s, root %q, path %q, sha256 %s)", caller, k.Root, k.RelPath, k.ContentSHA256)
 }
 
 // MintedKey is the Gateway's answer to encrypt_file's encrypt: the new key's
