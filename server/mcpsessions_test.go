@@ -3,7 +3,6 @@ package server_test
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/grant"
 )
 
@@ -150,7 +150,7 @@ func TestHTTPAnotherUsersSessionAudited(t *testing.T) {
 		_ = json.Unmarshal([]byte(l), &m)
 		if m["event"] == "auth-refused" && m["class"] == "session-user-mismatch" {
 			found = true
-			if m["status"] != float64(403) || m["reason"] != "SESSION_USER_MISMATCH" || !strings.HasSuffix(fmt.Sprint(m["caller"]), "|bob") {
+			if m["status"] != float64(403) || m["reason"] != "SESSION_USER_MISMATCH" || m["caller"] != audit.Digest12(hs.issuer+"|bob") {
 				t.Errorf("mismatch line: %v", m)
 			}
 		}
