@@ -32,7 +32,10 @@ type listedDocument struct {
 	Category    string `json:"category,omitempty"`
 	Version     int    `json:"version"`
 	ContentType string `json:"contentType,omitempty"`
-	Size        int64  `json:"size"`
+	// Size is a single document's length in bytes. A compound document has
+	// none: its length less what a user's mixed view shows would be the
+	// length of the sections withheld from them.
+	Size *int64 `json:"size,omitempty"`
 	// Kind is "compound" for a document whose sections are each under
 	// their own key; Fragments lists them.
 	Kind      string           `json:"kind,omitempty"`
@@ -69,7 +72,8 @@ func (s *Server) listTool() tool {
 		Title: "List approved documents",
 		Description: "Lists the documents this task is approved to read (id, label, category, version, size) and the " +
 			"destinations it may save results to. A compound document (kind \"compound\") also lists its sections " +
-			"(fragmentId, label, dataType), each under its own key, so some may be withheld from this task's user. " +
+			"(fragmentId, label, dataType), each under its own key, so some may be withheld from this task's user; " +
+			"it has no size, since its length would tell how long a withheld section is. " +
 			"It reads no document text and sends nothing to the key server. " +
 			"Use a documentId from here with read_protected_document, a fragmentId with read_protected_fragment or " +
 			"save_protected_fragment, and a destinationId with save_protected_result. " +
@@ -105,8 +109,10 @@ func (s *Server) list(ctx context.Context, c *call, in listInput) (listOutput, e
 			continue
 		}
 		ld := listedDocument{DocumentID: id, Label: d.Label, Category: d.Category,
-			Version: d.Version, ContentType: d.ContentType, Size: d.Size}
-		if d.IsCompound() {
+			Version: d.Version, ContentType: d.ContentType}
+		if !d.IsCompound() {
+			ld.Size = ptr(d.Size)
+		} else {
 			ld.Kind = grant.KindCompound
 			for _, f := range d.Fragments {
 				ld.Fragments = append(ld.Fragments, listedFragment{FragmentID: f.ID, Label: f.Label, DataType: f.DataType})

@@ -173,9 +173,11 @@ func sectionRefusal(err error) (*Refusal, bool) {
 // section, each the key server's decision for this user.
 func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *grant.Manifest, d grant.Document) (readOutput, error) {
 	var zero readOutput
+	// The refusals below name no length: the document's, less what the
+	// caller's mixed view shows, would be the withheld sections' length.
 	if d.Size > MaxTextBytes {
-		return zero, refuse(CodeResultTooLarge, 413, "document %q is %d bytes, over the %d-byte limit of one read; nothing was sent; do not retry",
-			docID, d.Size, MaxTextBytes)
+		return zero, refuse(CodeResultTooLarge, 413, "document %q is over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
+			docID, MaxTextBytes)
 	}
 	if !isTextType(d.ContentType) {
 		return zero, refuse(CodeNotText, 415,
@@ -186,8 +188,8 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 		return zero, err
 	}
 	if n := compoundSize(len(sk), d); n > MaxTextBytes {
-		return zero, refuse(CodeResultTooLarge, 413, "document %q's skeleton and sections are %d bytes, over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
-			docID, n, MaxTextBytes)
+		return zero, refuse(CodeResultTooLarge, 413, "document %q's skeleton and sections are over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
+			docID, MaxTextBytes)
 	}
 	sess, err := s.session(ctx, c)
 	if err != nil {
@@ -297,8 +299,10 @@ func (s *Server) readFragment(ctx context.Context, c *call, in fragmentInput) (f
 		return zero, err
 	}
 	if f.Size > MaxTextBytes {
-		return zero, refuse(CodeResultTooLarge, 413, "section %q of %q is %d bytes, over the %d-byte limit; nothing was sent",
-			f.ID, in.DocumentID, f.Size, MaxTextBytes)
+		// No length: the key server has not decided yet whether this
+		// caller may read the section.
+		return zero, refuse(CodeResultTooLarge, 413, "section %q of %q is over the %d-byte limit; nothing was sent",
+			f.ID, in.DocumentID, MaxTextBytes)
 	}
 	sess, err := s.session(ctx, c)
 	if err != nil {
@@ -375,9 +379,11 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		return zero, err
 	}
 	if n := compoundSize(len(sk), d) - f.Size + int64(len(in.Text)); n > MaxTextBytes || len(in.Text) > MaxTextBytes {
+		// No length: less this text, it would be the other sections',
+		// some of which this caller may not read.
 		return zero, refuse(CodeResultTooLarge, 413,
-			"with this text document %q would be %d bytes, over the %d-byte limit of one read; nothing was sent; save a shorter section",
-			in.DocumentID, n, MaxTextBytes)
+			"with this text document %q would be over the %d-byte limit of one read; nothing was sent; save a shorter section",
+			in.DocumentID, MaxTextBytes)
 	}
 	if err := compound.CheckSectionText(sk, f.ID, []byte(in.Text)); err != nil {
 		return zero, sectionTextRefusal(in.DocumentID, f.ID, err)
