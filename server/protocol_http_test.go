@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"testing"
 
@@ -216,5 +217,30 @@ func TestUndeclaredCapabilitiesAreNotAnswered(t *testing.T) {
 				t.Errorf("tools no longer served: %v", m)
 			}
 		})
+	}
+}
+
+// TestInstructionsReadAsASentence: the instructions name the task's tools
+// as a sentence for a model does ("the tools a, b and c"), not as a Go
+// slice, in the order tools/list gives them sorted.
+func TestInstructionsReadAsASentence(t *testing.T) {
+	hs := newHTTPStack(t, 4)
+	cs := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	sort.Strings(names)
+	if len(names) < 3 {
+		t.Fatalf("the grant has %d tools; the test needs three or more", len(names))
+	}
+	want := "This task may use the tools " + strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + ". "
+	got := cs.InitializeResult().Instructions
+	if !strings.Contains(got, want) || strings.ContainsAny(got, "[]") {
+		t.Errorf("instructions %q, want them to say %q", got, want)
 	}
 }
