@@ -28,7 +28,7 @@ import (
 // discovery, a JWKS it can rotate, and a token endpoint whose answer each
 // test writes. It counts what it serves.
 type testProvider struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *httptest.Server
 	caFile string
 
@@ -42,7 +42,7 @@ type testProvider struct {
 	tokenRequests    atomic.Int64
 }
 
-func newTestProvider(t *testing.T) *testProvider {
+func newTestProvider(t testing.TB) *testProvider {
 	t.Helper()
 	p := &testProvider{t: t}
 	mux := http.NewServeMux()
@@ -117,7 +117,7 @@ func (p *testProvider) setTokenHandler(h http.HandlerFunc) {
 	p.mu.Unlock()
 }
 
-func (p *testProvider) provider(t *testing.T) *Provider {
+func (p *testProvider) provider(t testing.TB) *Provider {
 	t.Helper()
 	client, err := NewProviderClient(p.caFile, 0)
 	if err != nil {
@@ -132,7 +132,7 @@ type testKey struct {
 	alg jwa.SignatureAlgorithm
 }
 
-func newRSAKey(t *testing.T, kid string) *testKey {
+func newRSAKey(t testing.TB, kid string) *testKey {
 	t.Helper()
 	raw, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -141,7 +141,7 @@ func newRSAKey(t *testing.T, kid string) *testKey {
 	return wrapKey(t, raw, kid, jwa.RS256)
 }
 
-func newECKey(t *testing.T, kid string) *testKey {
+func newECKey(t testing.TB, kid string) *testKey {
 	t.Helper()
 	raw, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -150,7 +150,7 @@ func newECKey(t *testing.T, kid string) *testKey {
 	return wrapKey(t, raw, kid, jwa.ES256)
 }
 
-func wrapKey(t *testing.T, raw any, kid string, alg jwa.SignatureAlgorithm) *testKey {
+func wrapKey(t testing.TB, raw any, kid string, alg jwa.SignatureAlgorithm) *testKey {
 	t.Helper()
 	k, err := jwk.FromRaw(raw)
 	if err != nil {
@@ -170,7 +170,7 @@ func wrapKey(t *testing.T, raw any, kid string, alg jwa.SignatureAlgorithm) *tes
 
 // sign makes a compact JWS over claims with exactly the header fields
 // given (plus alg), signed by k with alg.
-func sign(t *testing.T, k *testKey, alg jwa.SignatureAlgorithm, header, claims map[string]any) string {
+func sign(t testing.TB, k *testKey, alg jwa.SignatureAlgorithm, header, claims map[string]any) string {
 	t.Helper()
 	payload, err := json.Marshal(claims)
 	if err != nil {
@@ -237,7 +237,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writePEM(t *testing.T, path, typ string, der []byte, mode os.FileMode) {
+func writePEM(t testing.TB, path, typ string, der []byte, mode os.FileMode) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode); err != nil {
 		t.Fatal(err)

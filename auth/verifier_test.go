@@ -32,7 +32,7 @@ type verifierFixture struct {
 	v     *Verifier
 }
 
-func newVerifierFixture(t *testing.T) *verifierFixture {
+func newVerifierFixture(t testing.TB) *verifierFixture {
 	t.Helper()
 	f := &verifierFixture{p: newTestProvider(t), rsa: newRSAKey(t, "rsa-1"), ec: newECKey(t, "ec-1"), clock: newTestClock()}
 	f.p.publish(f.rsa, f.ec)
@@ -70,7 +70,7 @@ func (f *verifierFixture) claims() map[string]any {
 func atHeader(kid string) map[string]any { return map[string]any{"typ": "at+jwt", "kid": kid} }
 
 // token signs claims (changed by edit) as an RFC 9068 access token.
-func (f *verifierFixture) token(t *testing.T, edit func(map[string]any)) string {
+func (f *verifierFixture) token(t testing.TB, edit func(map[string]any)) string {
 	t.Helper()
 	c := f.claims()
 	if edit != nil {
