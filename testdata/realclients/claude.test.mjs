@@ -11,7 +11,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  auditLines, bin, cleanEnv, describeRun, devInfo, devOutput, devToken, mask, newAuditLines, removeDir, run,
+  auditLines, bin, callerDigest, cleanEnv, describeRun, devInfo, devOutput, devToken, mask, newAuditLines, removeDir, run,
   startRecorder, tempDir, assertNoticeThenText, assertRefusalCode, here,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
@@ -157,7 +157,7 @@ describe('Claude Code', () => {
 
     // The server saw Claude Code initialize as alice.
     const clients = newAuditLines(info, seen).filter((l) => l.event === 'client' && l.name === 'claude-code');
-    assert.ok(clients.some((l) => l.caller === `${info.issuer}|alice`),
+    assert.ok(clients.some((l) => l.caller === callerDigest(info, 'alice')),
       mask(`no claude-code client line for alice in the audit: ${JSON.stringify(clients)}`));
   });
 

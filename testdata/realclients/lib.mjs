@@ -4,6 +4,7 @@
 // no token ever reaches the test output.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -351,6 +352,14 @@ export function grantTools(file = devInfo().grant) {
 /** The server's audit file, one parsed object per line. */
 export function auditLines(info) {
   return readFileSync(info.audit, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+}
+
+/**
+ * How a client or auth-refused audit line names a development user: the
+ * first 12 hex digits of the sha256 of their id, issuer|subject.
+ */
+export function callerDigest(info, name) {
+  return createHash('sha256').update(`${info.issuer}|${name}`).digest('hex').slice(0, 12);
 }
 
 /** The audit lines written after the first `seen` ones. */

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  assertNoticeThenText, assertRefusalCode, auditLines, bin, describeRun, devInfo, devToken, mask,
+  assertNoticeThenText, assertRefusalCode, auditLines, bin, callerDigest, describeRun, devInfo, devToken, mask,
   newAuditLines, removeDir, run, scriptedSignIn, start, tempDir, user,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
@@ -107,7 +107,7 @@ describe('opencode', () => {
     assert.match(plain(after.stdout), new RegExp(`✓ ${info.serverName} connected \\(OAuth\\)`), describeRun('opencode mcp list', after));
     // "connected" means opencode initialized and listed the tools with
     // bob's token; the server's audit file says so too.
-    const clients = newAuditLines(info, seen).filter((l) => l.event === 'client' && l.caller === `${info.issuer}|bob`);
+    const clients = newAuditLines(info, seen).filter((l) => l.event === 'client' && l.caller === callerDigest(info, 'bob'));
     assert.ok(clients.length > 0, mask(`no client line for bob in the audit after opencode mcp list`));
   });
 });

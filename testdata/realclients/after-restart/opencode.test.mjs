@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { describe, test } from 'node:test';
 
-import { auditLines, bin, describeRun, devInfo, mask, newAuditLines, run } from '../lib.mjs';
+import { auditLines, bin, callerDigest, describeRun, devInfo, mask, newAuditLines, run } from '../lib.mjs';
 import { oauthEntry, oauthHome, opencodeOptions, plain } from '../opencode-lib.mjs';
 
 describe('after a restart of pdmcp dev: opencode', () => {
@@ -17,7 +17,7 @@ describe('after a restart of pdmcp dev: opencode', () => {
     assert.equal(r.code, 0, describeRun('opencode mcp list', r));
     assert.match(plain(r.stdout), new RegExp(`✓ ${info.serverName} connected \\(OAuth\\)`),
       describeRun('opencode mcp list after the restart', r));
-    const clients = newAuditLines(info, seen).filter((l) => l.event === 'client' && l.caller === `${info.issuer}|bob`);
+    const clients = newAuditLines(info, seen).filter((l) => l.event === 'client' && l.caller === callerDigest(info, 'bob'));
     assert.ok(clients.length > 0, mask('no client line for bob in the audit after the restart'));
   });
 });
