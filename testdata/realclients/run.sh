@@ -85,7 +85,7 @@ echo "== build pdmcp"
 install() {
   local dir="$1"
   shift
-  echo "== npm ci (testdata/realclients/${dir#"$here"})"
+  echo "== npm ci (${dir#"$root/"})"
   (cd "$dir" && node -e '
 const lock = require("./package-lock.json");
 const bad = Object.entries(lock.packages).filter(([k, p]) => k !== "" &&
