@@ -2,9 +2,10 @@ package devidp
 
 import (
 	"errors"
-	"net"
+	"fmt"
 	"net/url"
-	"strconv"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/zitadel/oidc/v3/pkg/oidc"
@@ -21,15 +22,16 @@ type client struct {
 	grantTypes    []oidc.GrantType
 	responseTypes []oidc.ResponseType
 	loginURL      string
-	// redirectURIs is empty on the registered host client: its rule is
-	// checked by checkLoopbackRedirect, and the per-request copy made by
-	// withRedirect lists the one URI that passed.
+	// redirectURIs are the registered ones, checked by matchRedirect (the
+	// library's own check cannot do wildcards); the per-request copy made by
+	// withRedirect lists the one URI that passed, for the library.
 	redirectURIs []string
 	lifetime     time.Duration
 }
 
-func newHostClient(id, loginURL string, lifetime time.Duration) *client {
+func newHostClient(id, loginURL string, redirects []string, lifetime time.Duration) *client {
 	return &client{
+		redirectURIs:  slices.Clone(redirects),
 		id:            id,
 		appType:       op.ApplicationTypeNative,
 		authMethod:    oidc.AuthMethodNone,
@@ -84,48 +86,91 @@ func (c *client) RestrictAdditionalAccessTokenScopes() func([]string) []string {
 	return func(s []string) []string { return s }
 }
 
-// Reasons checkLoopbackRedirect refuses a redirect URI.
+// DefaultHostRedirectURIs are the redirect URIs the host client is
+// registered with, the same list as mcp-host's redirectUris in
+// deploy/keycloak/realm-pdmcp.json (a test keeps the two equal): each host
+// docs/hosts.md names listens on the fixed port 18124, at its own path.
+// Entries ending in * match any URI that starts with the rest, as Keycloak's
+// wildcards do.
+func DefaultHostRedirectURIs() []string {
+	return []string{
+		"http://localhost:18124/callback",           // Claude Code
+		"http://127.0.0.1:18124/callback",           // Codex, the TypeScript SDK, pdmcp dev token
+		"http://localhost:18124/callback/*",         // Codex's per-server segment
+		"http://127.0.0.1:18124/callback/*",         //
+		"http://localhost:18124/oauth/callback",     // Gemini CLI, mcp-remote
+		"http://127.0.0.1:18124/oauth/callback",     //
+		"http://localhost:18124/mcp/oauth/callback", // opencode
+		"http://127.0.0.1:18124/mcp/oauth/callback", //
+	}
+}
+
+// Reasons a redirect URI is refused.
 var (
-	errRedirectScheme = errors.New("redirect_uri must use http on localhost or 127.0.0.1")
-	errRedirectHost   = errors.New("redirect_uri host must be localhost or 127.0.0.1")
-	errRedirectParts  = errors.New("redirect_uri must have no user info or fragment")
-	errRedirectPort   = errors.New("redirect_uri port is not a valid port number")
+	errRedirectParts        = errors.New("redirect_uri must be an absolute URL without user info or fragment")
+	errRedirectUnregistered = errors.New("redirect_uri is not one of the host client's registered redirect URIs (they are compared exactly)")
 )
 
-// checkLoopbackRedirect is the host client's redirect rule: http, host
-// exactly localhost or 127.0.0.1, any port, any path, a query allowed, no
-// user info and no fragment. Native hosts listen on a port they pick at run
-// time and choose their own callback path (RFC 8252 section 7.3), so this is
-// a rule and not a list.
-func checkLoopbackRedirect(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errRedirectScheme
+// checkRedirectList accepts a list of registered redirect URIs: absolute
+// http or https URLs without user info or fragment, * only at the end.
+func checkRedirectList(list []string) error {
+	if len(list) == 0 {
+		return errors.New("the host client needs at least one redirect URI")
 	}
-	if u.Scheme != "http" || u.Opaque != "" {
-		return errRedirectScheme
-	}
-	if u.User != nil || u.Fragment != "" || u.RawFragment != "" {
-		return errRedirectParts
-	}
-	host, port := u.Hostname(), u.Port()
-	if host != "localhost" && host != "127.0.0.1" {
-		return errRedirectHost
-	}
-	// Hostname strips brackets and a port; require the authority to be
-	// exactly host[:port] so nothing else hides in it.
-	want := host
-	if port != "" {
-		want = net.JoinHostPort(host, port)
-	}
-	if u.Host != want {
-		return errRedirectHost
-	}
-	if port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 {
-			return errRedirectPort
+	for _, r := range list {
+		base, wild := strings.CutSuffix(r, "*")
+		u, err := url.Parse(base)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			strings.Contains(r, "#") || strings.Contains(base, "*") || (wild && strings.Contains(base, "?")) {
+			return fmt.Errorf("redirect URI %q: want an absolute http(s) URL without user info or fragment, * only at the end of the path", r)
 		}
 	}
 	return nil
+}
+
+// matchRedirect is the host client's redirect rule, Keycloak's for the
+// forms a realm file registers: raw must equal a registered URI exactly
+// (scheme, host, port, path and query), or, for an entry ending in *, start
+// with the rest after its query is cut off (the entry without its trailing
+// "/*" matches too). Stricter than Keycloak in two ways, so that what this
+// provider accepts Keycloak accepts: a fragment or user info is refused
+// outright, and what a wildcard matches may hold no "." or ".." segment and
+// no percent-escape.
+func matchRedirect(registered []string, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" || u.Opaque != "" {
+		return errRedirectParts
+	}
+	if u.User != nil || strings.Contains(raw, "#") {
+		return errRedirectParts
+	}
+	noQuery, _, _ := strings.Cut(raw, "?")
+	for _, r := range registered {
+		prefix, wild := strings.CutSuffix(r, "*")
+		switch {
+		case !wild:
+			if raw == r {
+				return nil
+			}
+		case noQuery == strings.TrimSuffix(prefix, "/"):
+			return nil
+		case strings.HasPrefix(noQuery, prefix) && plainPath(strings.TrimPrefix(noQuery, prefix)):
+			return nil
+		}
+	}
+	return errRedirectUnregistered
+}
+
+// plainPath reports whether the part of a path a wildcard matched is plain
+// segments: no escapes, no "." or "..".
+func plainPath(rest string) bool {
+	if strings.Contains(rest, "%") || strings.Contains(rest, "\\") {
+		return false
+	}
+	for _, seg := range strings.Split(rest, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }

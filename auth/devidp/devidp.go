@@ -20,21 +20,29 @@ import (
 	"github.com/zitadel/oidc/v3/pkg/op"
 )
 
-// Defaults for the Config fields left empty.
+// Defaults for the Config fields left empty. The lifetimes are the realm's
+// in deploy/keycloak/realm-pdmcp.json (a test keeps them equal), so that a
+// host that works with `pdmcp dev` works at that Keycloak.
 const (
 	DefaultHostClientID    = "mcp-host"
 	DefaultAdapterClientID = "mcp-adapter"
 	DefaultGatewayAudience = "gateway-api"
-	// DefaultAccessTokenLifetime outlives the five-minute expiry margin some
-	// hosts apply (Gemini CLI treats a token that expires within five
-	// minutes as expired already).
-	DefaultAccessTokenLifetime = 15 * time.Minute
+	// DefaultAccessTokenLifetime is the realm's mcp-host
+	// access.token.lifespan. It outlives the five-minute expiry margin
+	// Gemini CLI applies (it treats a token that expires within five
+	// minutes as expired already), by five minutes.
+	DefaultAccessTokenLifetime = 10 * time.Minute
+	// DefaultExchangedTokenLifetime is the realm's accessTokenLifespan,
+	// which the adapter client's exchanged tokens get.
+	DefaultExchangedTokenLifetime = 5 * time.Minute
 	// DefaultRefreshTokenLifetime is how long an unused refresh token stays
-	// redeemable; each use starts a new one.
-	DefaultRefreshTokenLifetime = 7 * 24 * time.Hour
+	// redeemable (the realm's ssoSessionIdleTimeout); each use starts a new
+	// one.
+	DefaultRefreshTokenLifetime = 30 * time.Minute
 	// DefaultSignInLifetime is how long one sign-in can be kept alive by
-	// refreshing; after it the user signs in again.
-	DefaultSignInLifetime = 30 * 24 * time.Hour
+	// refreshing (the realm's ssoSessionMaxLifespan); after it the user
+	// signs in again.
+	DefaultSignInLifetime = 10 * time.Hour
 )
 
 // Paths under the issuer. The op routes are the library's defaults.
@@ -75,6 +83,10 @@ type Config struct {
 	// HostClientID is the pre-registered public client of MCP hosts
 	// (DefaultHostClientID when empty).
 	HostClientID string
+	// HostRedirectURIs are the host client's registered redirect URIs
+	// (DefaultHostRedirectURIs when empty). A sign-in must name one exactly;
+	// an entry ending in * matches any URI starting with the rest.
+	HostRedirectURIs []string
 	// AdapterClientID is the confidential client of the MCP server: the aud
 	// of users' access tokens and the client that performs token exchange
 	// (DefaultAdapterClientID when empty).
@@ -89,7 +101,7 @@ type Config struct {
 	// (DefaultAccessTokenLifetime when zero).
 	AccessTokenLifetime time.Duration
 	// ExchangedTokenLifetime of Gateway tokens, which never outlive the
-	// subject token either (AccessTokenLifetime when zero).
+	// subject token either (DefaultExchangedTokenLifetime when zero).
 	ExchangedTokenLifetime time.Duration
 	// RefreshTokenLifetime is how long an unused refresh token of the host
 	// client stays redeemable (DefaultRefreshTokenLifetime when zero).
@@ -187,7 +199,7 @@ func newProvider(cfg Config) (*Provider, error) {
 		p.atLifetime = DefaultAccessTokenLifetime
 	}
 	if p.xLifetime == 0 {
-		p.xLifetime = p.atLifetime
+		p.xLifetime = DefaultExchangedTokenLifetime
 	}
 	if p.atLifetime < 0 || p.xLifetime < 0 || p.rtLifetime < 0 || p.signInLifetime < 0 {
 		return nil, fmt.Errorf("%w: token lifetimes must be positive", ErrConfig)
@@ -212,7 +224,14 @@ func newProvider(cfg Config) (*Provider, error) {
 			return nil, err
 		}
 	}
-	p.host = newHostClient(hostID, p.issuer+loginPath, p.atLifetime)
+	redirects := cfg.HostRedirectURIs
+	if len(redirects) == 0 {
+		redirects = DefaultHostRedirectURIs()
+	}
+	if err := checkRedirectList(redirects); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	p.host = newHostClient(hostID, p.issuer+loginPath, redirects, p.atLifetime)
 	p.adapter = newAdapterClient(adapterID, secret, p.atLifetime)
 
 	subjects := map[string]bool{}

@@ -133,8 +133,8 @@ func TestLoginCodeFlow(t *testing.T) {
 	if tok.RefreshToken == "" {
 		t.Error("no refresh token was issued to the host client")
 	}
-	if got := tok.Extra("expires_in"); got != float64(900) {
-		t.Errorf("expires_in = %v, want 900 (15 minutes)", got)
+	if got := tok.Extra("expires_in"); got != float64(600) {
+		t.Errorf("expires_in = %v, want 600 (10 minutes, the realm's mcp-host lifespan)", got)
 	}
 	hdr, at := e.verified(t, tok.AccessToken)
 	if hdr.Type() != "at+jwt" || hdr.KeyID() != e.p.KeyID() || hdr.Algorithm().String() != "ES256" {
@@ -156,8 +156,8 @@ func TestLoginCodeFlow(t *testing.T) {
 		t.Errorf("access token aud = %v, want [mcp-adapter]", got)
 	}
 	now := float64(e.clock.Now().Unix())
-	if at["iat"] != now || at["exp"] != now+900 {
-		t.Errorf("iat=%v exp=%v, want %v and +900", at["iat"], at["exp"], now)
+	if at["iat"] != now || at["exp"] != now+600 {
+		t.Errorf("iat=%v exp=%v, want %v and +600", at["iat"], at["exp"], now)
 	}
 	if jti, _ := at["jti"].(string); jti == "" {
 		t.Error("access token has no jti")
@@ -329,9 +329,9 @@ func TestRedirectRules(t *testing.T) {
 	}
 	t.Run("a code flow to a Codex-style URI", func(t *testing.T) {
 		q := e.authorizeQuery("v")
-		q.Set("redirect_uri", "http://127.0.0.1:40123/callback/abc1")
+		q.Set("redirect_uri", "http://127.0.0.1:18124/callback/abc1")
 		loc := e.signIn(t, q, "alice", alicePassword)
-		if loc.Host != "127.0.0.1:40123" || loc.Path != "/callback/abc1" || loc.Query().Get("code") == "" {
+		if loc.Host != "127.0.0.1:18124" || loc.Path != "/callback/abc1" || loc.Query().Get("code") == "" {
 			t.Errorf("redirected to %s with %v", where(loc), loc.Query())
 		}
 	})
@@ -515,7 +515,9 @@ func TestDefaultsAndClose(t *testing.T) {
 	}
 }
 
-// redirectCases are the host client's redirect rule, as a table.
+// redirectCases are the host client's redirect rule with the default list
+// (the realm's), as a table: exactly the registered URIs, or below the
+// /callback/* wildcard, and nothing Keycloak would refuse.
 func redirectCases() []struct {
 	uri string
 	ok  bool
@@ -524,34 +526,73 @@ func redirectCases() []struct {
 		uri string
 		ok  bool
 	}{
-		{"http://localhost:18124/callback", true},      // Claude Code
-		{"http://127.0.0.1:40123/callback/abc1", true}, // Codex
-		{"http://localhost:1/x/y/z?keep=1", true},
-		{"http://localhost/callback", true},
-		{"http://127.0.0.1:65535/", true},
+		{"http://localhost:18124/callback", true},            // Claude Code
+		{"http://127.0.0.1:18124/callback", true},            // Codex, the TypeScript SDK
+		{"http://127.0.0.1:18124/callback/abc1", true},       // Codex's per-server segment
+		{"http://localhost:18124/callback/a/b?keep=1", true}, // a wildcard ignores the query
+		{"http://127.0.0.1:18124/oauth/callback", true},      // Gemini CLI, mcp-remote
+		{"http://localhost:18124/oauth/callback", true},
+		{"http://127.0.0.1:18124/mcp/oauth/callback", true}, // opencode
+		{"http://localhost:18124/mcp/oauth/callback", true},
+		{"http://127.0.0.1:40123/callback", false},      // another port
+		{"http://127.0.0.1:40123/callback/abc1", false}, // another port under the wildcard
+		{"http://localhost/callback", false},            // no port
+		{"http://127.0.0.1:18124/", false},              // another path
+		{"http://127.0.0.1:18124/callback/", true},      // below the wildcard, as at Keycloak
+		{"http://127.0.0.1:18124/callbackx", false},
+		{"http://127.0.0.1:18124/oauth/callback/x", false},   // no wildcard there
+		{"http://127.0.0.1:18124/oauth/callback?x=1", false}, // an exact entry has no query
+		{"http://127.0.0.1:18124/OAuth/callback", false},
+		{"http://127.0.0.1:18124/callback/../oauth/x", false},
+		{"http://127.0.0.1:18124/callback/%2e%2e/x", false},
+		{"https://127.0.0.1:18124/callback", false},
+		{"http://[::1]:18124/callback", false},
+		{"http://127.0.0.2:18124/callback", false},
 		{"https://evil.example/callback", false},
-		{"http://evil.example/callback", false},
-		{"http://10.0.0.1:8080/callback", false},
-		{"http://localhost.evil.com:8080/callback", false},
-		{"http://localhost:8080@evil.example/callback", false},
-		{"http://user@localhost:8080/callback", false},
-		{"http://localhost:8080/callback#frag", false},
-		{"http://localhost:99999/callback", false},
-		{"http://[::1]:8080/callback", false},
-		{"https://localhost:8080/callback", false},
-		{"http://127.0.0.2:8080/callback", false},
-		{"localhost:8080/callback", false},
+		{"http://localhost:18124@evil.example/callback", false},
+		{"http://user@localhost:18124/callback", false},
+		{"http://localhost:18124/callback#frag", false},
+		{"http://localhost:18124/callback/x#frag", false},
+		{"localhost:18124/callback", false},
 		{"", false},
 	}
 }
 
-// TestCheckLoopbackRedirect tests the rule alone; TestRedirectRules tests it
-// as served, where the library's own checks also apply.
-func TestCheckLoopbackRedirect(t *testing.T) {
+// TestMatchRedirect tests the rule alone; TestRedirectRules tests it as
+// served, where the library's own checks also apply.
+func TestMatchRedirect(t *testing.T) {
 	for _, c := range redirectCases() {
-		if err := checkLoopbackRedirect(c.uri); (err == nil) != c.ok {
-			t.Errorf("checkLoopbackRedirect(%q) = %v, want ok=%v", c.uri, err, c.ok)
+		if err := matchRedirect(DefaultHostRedirectURIs(), c.uri); (err == nil) != c.ok {
+			t.Errorf("matchRedirect(%q) = %v, want ok=%v", c.uri, err, c.ok)
 		}
+	}
+}
+
+func TestHostRedirectURIsConfig(t *testing.T) {
+	for _, tc := range []struct {
+		list []string
+		ok   bool
+	}{
+		{[]string{"http://127.0.0.1:9000/cb"}, true},
+		{[]string{"http://127.0.0.1:9000/cb/*"}, true},
+		{[]string{"http://127.0.0.1:9000/*/cb"}, false},
+		{[]string{"http://127.0.0.1:9000/cb#x"}, false},
+		{[]string{"http://u@127.0.0.1:9000/cb"}, false},
+		{[]string{"/cb"}, false},
+		{[]string{"http://127.0.0.1:9000/cb?x=1*"}, false},
+	} {
+		_, err := New(context.Background(), Config{Issuer: "https://127.0.0.1:8443", HostRedirectURIs: tc.list})
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrConfig)) {
+			t.Errorf("HostRedirectURIs %q: %v, want ok=%v", tc.list, err, tc.ok)
+		}
+	}
+	// A configured list replaces the default one.
+	p, err := New(context.Background(), Config{Issuer: "https://127.0.0.1:8443", HostRedirectURIs: []string{"http://127.0.0.1:9000/cb"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if matchRedirect(p.host.redirectURIs, "http://127.0.0.1:9000/cb") != nil || matchRedirect(p.host.redirectURIs, "http://127.0.0.1:18124/callback") == nil {
+		t.Errorf("configured list %v not applied", p.host.redirectURIs)
 	}
 }
 

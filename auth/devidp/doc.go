@@ -16,9 +16,11 @@
 //     support;
 //   - a JWKS at /keys;
 //   - the authorization code flow with PKCE S256 required, for one
-//     pre-registered public host client whose redirect URI may be any port and
-//     any path on http://localhost or http://127.0.0.1, whose every
-//     authorization response carries iss (RFC 9207);
+//     pre-registered public host client with the redirect URIs of the realm
+//     in deploy/keycloak (DefaultHostRedirectURIs: port 18124 on localhost
+//     and 127.0.0.1, at the paths the hosts use), compared exactly as
+//     Keycloak compares them, whose every authorization response carries iss
+//     (RFC 9207);
 //   - an HTML sign-in form at /login that a person or a script can fill;
 //   - JWT access tokens (typ at+jwt, RFC 9068) whose aud is the adapter's
 //     client id, and ID tokens (typ JWT, aud the host client) when openid is
@@ -27,15 +29,17 @@
 //     user's access token to one for the Gateway API audience;
 //   - rotating refresh tokens for the host client, issued with every code
 //     without offline_access (see refresh.go), so a host stays signed in
-//     past its access token's life (DefaultAccessTokenLifetime, 15 minutes).
+//     past its access token's life (DefaultAccessTokenLifetime, 10 minutes,
+//     the realm's; refresh tokens last the realm's idle and maximum session
+//     times).
 //
 // The library does the protocol work: request parsing, client
 // authentication, codes, PKCE verification, the token exchange grant and the
 // JWT claims. Where it falls short of what the MCP server is tested against,
 // the provider steps in, and says why where it does: access tokens are
 // re-signed with typ at+jwt (the library hard-codes JWT) and the ID token's
-// aud and at_hash are set to match; the host client's redirect rule is checked
-// here because it is a rule, not a list; PKCE S256 is required here because
+// aud and at_hash are set to match; the host client's redirect URIs are
+// checked here because the library cannot match Keycloak's wildcards; PKCE S256 is required here because
 // the library also accepts plain or none; and token exchange accepts only
 // access tokens this provider issued for the adapter, because the library
 // would also take an ID token or a Gateway token as the subject. The library

@@ -19,14 +19,14 @@ type server struct {
 	p *Provider
 }
 
-// VerifyAuthRequest applies the host client's redirect rule. It runs before
+// VerifyAuthRequest applies the host client's redirect rule (matchRedirect). It runs before
 // the library's redirect check, and a refusal here is shown, never sent to
 // the unchecked redirect URI.
 func (s *server) VerifyAuthRequest(ctx context.Context, r *op.Request[oidc.AuthRequest]) (*op.ClientRequest[oidc.AuthRequest], error) {
 	if r.Data.ClientID != s.p.host.id {
 		return nil, oidc.ErrInvalidRequestRedirectURI().WithDescription("only client %s signs users in here", s.p.host.id)
 	}
-	if err := checkLoopbackRedirect(r.Data.RedirectURI); err != nil {
+	if err := matchRedirect(s.p.host.redirectURIs, r.Data.RedirectURI); err != nil {
 		return nil, oidc.ErrInvalidRequestRedirectURI().WithDescription("%s", err.Error())
 	}
 	cr, err := s.LegacyServer.VerifyAuthRequest(ctx, r)

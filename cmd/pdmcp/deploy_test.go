@@ -47,8 +47,8 @@ var (
 	exampleBinary  = "/usr/local/bin/pdmcp"
 	exampleSrv     = "/srv/pdmcp"
 	unitHome       = "/home/operator" // what %h stands for when the unit is checked
-	hostRedirects  = []string{"http://localhost:18124/callback", "http://127.0.0.1:18124/callback"}
-	codexRedirects = []string{"http://localhost:18124/callback/*", "http://127.0.0.1:18124/callback/*"}
+	// the hosts' redirects, registered at the development provider and in the realm
+	hostRedirects = devidp.DefaultHostRedirectURIs()
 )
 
 func readDeploy(t *testing.T, rel string) []byte {
@@ -137,6 +137,8 @@ func TestDeployCheckersRefuseBrokenFiles(t *testing.T) {
 		{"realm: no audience for the adapter", realm, `"included.client.audience": "mcp-adapter"`, `"included.client.audience": "mcp-host"`, realmCheck},
 		{"realm: no gateway-api audience", realm, `"included.client.audience": "gateway-api"`, `"included.client.audience": "account"`, realmCheck},
 		{"realm: long tokens", realm, `"accessTokenLifespan": 300`, `"accessTokenLifespan": 3600`, realmCheck},
+		{"realm: host tokens within Gemini's margin", realm, `"access.token.lifespan": "600"`, `"access.token.lifespan": "300"`, realmCheck},
+		{"realm: opencode's redirect missing", realm, `"http://127.0.0.1:18124/mcp/oauth/callback"`, `"http://127.0.0.1:18124/mcp/callback"`, realmCheck},
 		{"realm: service account on", realm, `"serviceAccountsEnabled": false,
       "consentRequired": false,
       "frontchannelLogout": false,
@@ -484,7 +486,14 @@ func checkRealm(data []byte) error {
 		if c.Attributes["standard.token.exchange.enabled"] == "true" {
 			p.add("realm: %s may exchange tokens", c.ClientID)
 		}
-		want := slices.Concat(hostRedirects, codexRedirects)
+		// Gemini CLI refreshes a token five minutes before it expires: a
+		// shorter life makes it refresh on every request; a longer one keeps
+		// a stolen token alive longer (docs/operating.md).
+		if want := strconv.Itoa(int(devidp.DefaultAccessTokenLifetime.Seconds())); c.Attributes["access.token.lifespan"] != want {
+			p.add("realm: %s access.token.lifespan %q; want %s (devidp's DefaultAccessTokenLifetime, past Gemini CLI's 300 s margin)",
+				c.ClientID, c.Attributes["access.token.lifespan"], want)
+		}
+		want := hostRedirects
 		if got := slices.Sorted(slices.Values(c.RedirectURIs)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 			p.add("realm: %s redirects %v; want exactly %v", c.ClientID, c.RedirectURIs, want)
 		}
