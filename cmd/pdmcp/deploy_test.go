@@ -38,15 +38,15 @@ const deployDir = "../../deploy"
 
 // Names the deploy files share with each other and with the code.
 var (
-	hostClient     = devidp.DefaultHostClientID    // the hosts' public client
-	adapterClient  = devidp.DefaultAdapterClientID // this server's confidential client
-	gatewayAud     = devidp.DefaultGatewayAudience // the Gateway's API audience
-	callbackPort   = devstack.CallbackPort
-	serverName     = devstack.ServerName
-	exampleMCPURL  = "https://127.0.0.1:8443/mcp" // mcp-http.json's port, default resource
-	exampleBinary  = "/usr/local/bin/pdmcp"
-	exampleSrv     = "/srv/pdmcp"
-	unitHome       = "/home/operator" // what %h stands for when the unit is checked
+	hostClient    = devidp.DefaultHostClientID    // the hosts' public client
+	adapterClient = devidp.DefaultAdapterClientID // this server's confidential client
+	gatewayAud    = devidp.DefaultGatewayAudience // the Gateway's API audience
+	callbackPort  = devstack.CallbackPort
+	serverName    = devstack.ServerName
+	exampleMCPURL = "https://127.0.0.1:8443/mcp" // mcp-http.json's port, default resource
+	exampleBinary = "/usr/local/bin/pdmcp"
+	exampleSrv    = "/srv/pdmcp"
+	unitHome      = "/home/operator" // what %h stands for when the unit is checked
 	// the hosts' redirects, registered at the development provider and in the realm
 	hostRedirects = devidp.DefaultHostRedirectURIs()
 )
