@@ -138,6 +138,7 @@ func TestDeployCheckersRefuseBrokenFiles(t *testing.T) {
 		{"realm: no gateway-api audience", realm, `"included.client.audience": "gateway-api"`, `"included.client.audience": "account"`, realmCheck},
 		{"realm: long tokens", realm, `"accessTokenLifespan": 300`, `"accessTokenLifespan": 3600`, realmCheck},
 		{"realm: host tokens within Gemini's margin", realm, `"access.token.lifespan": "600"`, `"access.token.lifespan": "300"`, realmCheck},
+		{"realm: a description Keycloak cannot store", realm, `"description": "Public client of MCP hosts: `, `"description": "` + strings.Repeat("x", 250) + ` `, realmCheck},
 		{"realm: opencode's redirect missing", realm, `"http://127.0.0.1:18124/mcp/oauth/callback"`, `"http://127.0.0.1:18124/mcp/callback"`, realmCheck},
 		{"realm: service account on", realm, `"serviceAccountsEnabled": false,
       "consentRequired": false,
@@ -356,10 +357,13 @@ type kcClient struct {
 	Attributes                map[string]string `json:"attributes"`
 	DefaultClientScopes       []string          `json:"defaultClientScopes"`
 	OptionalClientScopes      []string          `json:"optionalClientScopes"`
+	Name                      string            `json:"name"`
+	Description               string            `json:"description"`
 }
 
 type kcScope struct {
 	Name            string            `json:"name"`
+	Description     string            `json:"description"`
 	Protocol        string            `json:"protocol"`
 	Attributes      map[string]string `json:"attributes"`
 	ProtocolMappers []struct {
@@ -426,6 +430,18 @@ func checkRealm(data []byte) error {
 	}
 	if slices.Contains(r.DefaultOptionalClientScopes, "offline_access") || slices.Contains(r.DefaultDefaultClientScopes, "offline_access") {
 		p.add("realm: offline_access is among the scopes new clients get")
+	}
+	// Keycloak stores names and descriptions in columns of 255 characters:
+	// a longer one fails the import (and Keycloak's start).
+	for _, c := range r.Clients {
+		if len(c.Name) > 255 || len(c.Description) > 255 {
+			p.add("realm: client %s's name or description is longer than 255 characters", c.ClientID)
+		}
+	}
+	for _, sc := range r.ClientScopes {
+		if len(sc.Description) > 255 {
+			p.add("realm: scope %s's description is longer than 255 characters", sc.Name)
+		}
 	}
 	// Every scope a client names must be defined, or the import fails.
 	for _, c := range r.Clients {
