@@ -83,8 +83,9 @@ func newPoolWorld(t *testing.T) *poolWorld {
 		Issuer: "https://" + w.idpSrv.Listener.Addr().String(),
 		Users:  poolUsers,
 		// Long-lived tokens, so that the 300 s session cap is what binds.
-		AccessTokenLifetime: time.Hour,
-		Logger:              slog.New(slog.DiscardHandler),
+		AccessTokenLifetime:    time.Hour,
+		ExchangedTokenLifetime: time.Hour,
+		Logger:                 slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
