@@ -67,8 +67,17 @@ func TestKeycloak(t *testing.T) {
 		if c["nonce"] != nil {
 			t.Error("the access token carries a nonce")
 		}
-		if got := num(c["exp"]) - num(c["iat"]); got != 300 {
-			t.Errorf("access token lifetime %vs, want the realm's 300", got)
+		// mcp-host's access.token.lifespan, which devidp's default equals.
+		if got, want := num(c["exp"])-num(c["iat"]), devidp.DefaultAccessTokenLifetime.Seconds(); got != want {
+			t.Errorf("access token lifetime %vs, want mcp-host's %vs", got, want)
+		}
+		if alice.ExpiresIn != int(devidp.DefaultAccessTokenLifetime.Seconds()) {
+			t.Errorf("expires_in %d, want %v", alice.ExpiresIn, devidp.DefaultAccessTokenLifetime.Seconds())
+		}
+		if alice.RefreshToken != "" {
+			if _, rc := claims(t, alice.RefreshToken); num(rc["exp"])-num(rc["iat"]) != devidp.DefaultRefreshTokenLifetime.Seconds() {
+				t.Errorf("refresh token lifetime %vs, want devidp's %v", num(rc["exp"])-num(rc["iat"]), devidp.DefaultRefreshTokenLifetime)
+			}
 		}
 	})
 	if alice == nil || bob == nil {
@@ -91,6 +100,21 @@ func TestKeycloak(t *testing.T) {
 		if aud := audiences(c["aud"]); !slices.Equal(aud, []string{gatewayAud}) {
 			t.Errorf("exchanged token aud %v, want only %s", aud, gatewayAud)
 		}
+		if got := num(c["exp"]) - num(c["iat"]); got != devidp.DefaultExchangedTokenLifetime.Seconds() {
+			t.Errorf("exchanged token lifetime %vs, want devidp's %v", got, devidp.DefaultExchangedTokenLifetime)
+		}
+	})
+
+	t.Run("a used refresh token is refused: rotation", func(t *testing.T) {
+		r := s.mustSignIn(t, "bob")
+		next, st, body := s.refreshRaw(t, r.RefreshToken)
+		if st != http.StatusOK || next == "" {
+			t.Fatalf("first refresh: HTTP %d %s", st, body)
+		}
+		if _, st, body = s.refreshRaw(t, r.RefreshToken); st != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") {
+			t.Errorf("second use of one refresh token: HTTP %d %s, want 400 invalid_grant", st, body)
+		}
+		t.Logf("Keycloak on a reused refresh token: %s", body)
 	})
 
 	t.Run("two users read the same document: text and ACL_DENIED", func(t *testing.T) {

@@ -551,6 +551,24 @@ func (s *stack) refresh(t *testing.T, refreshToken string) string {
 	return tr.AccessToken
 }
 
+// refreshRaw redeems a refresh token as the host would and returns the
+// next refresh token, the status and the body (for refusals).
+func (s *stack) refreshRaw(t *testing.T, refreshToken string) (string, int, string) {
+	t.Helper()
+	r, err := s.hc.PostForm(s.kc.Issuer+"/protocol/openid-connect/token", url.Values{
+		"grant_type": {"refresh_token"}, "refresh_token": {refreshToken}, "client_id": {hostClient}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	var tr struct {
+		RefreshToken string `json:"refresh_token"`
+	}
+	_ = json.Unmarshal(body, &tr)
+	return tr.RefreshToken, r.StatusCode, string(body)
+}
+
 // exchange performs the token exchange pdmcp performs, as mcp-adapter, so
 // the test can look at what Keycloak issues for the Gateway.
 func (s *stack) exchange(t *testing.T, subjectToken string) (int, map[string]any) {
