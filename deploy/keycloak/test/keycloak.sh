@@ -114,15 +114,26 @@ start() {
   local log="$kc/keycloak.log"
   echo "keycloak.sh: starting Keycloak $KEYCLOAK_VERSION on https://127.0.0.1:$port (log: $log)"
   # setsid: Keycloak and its JVM get a process group of their own, which
-  # stop signals as a whole.
-  KC_BOOTSTRAP_ADMIN_USERNAME=admin KC_BOOTSTRAP_ADMIN_PASSWORD="$(cat "$pwfile")" \
-    setsid "$home/bin/kc.sh" start-dev --import-realm \
+  # stop signals as a whole. Every descriptor above stderr is closed first:
+  # a long-lived Keycloak must not keep what its caller holds open, such as
+  # the lock of `flock LOCKFILE keycloak.sh start`, which would otherwise
+  # stay taken until Keycloak stops.
+  (
+    if [ -d /proc/self/fd ]; then
+      for fd in /proc/self/fd/*; do
+        n="${fd##*/}"
+        if [ "$n" -gt 2 ] 2>/dev/null; then eval "exec $n>&-" 2>/dev/null || true; fi
+      done
+    fi
+    KC_BOOTSTRAP_ADMIN_USERNAME=admin KC_BOOTSTRAP_ADMIN_PASSWORD="$(cat "$pwfile")" \
+    exec setsid "$home/bin/kc.sh" start-dev --import-realm \
       --db=dev-mem \
       --http-enabled=false --http-host=127.0.0.1 --http-port="$hport" --https-port="$port" \
       --http-management-port="$mport" \
       --hostname="https://127.0.0.1:$port" \
       --https-certificate-file="$cert" --https-certificate-key-file="$key" \
-      >"$log" 2>&1 </dev/null &
+      >"$log" 2>&1 </dev/null
+  ) &
   local pid=$!
   echo "$pid" >"$kc/keycloak.pid"
 
