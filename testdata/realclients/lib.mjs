@@ -237,18 +237,38 @@ export async function startRecorder() {
  * alert when the provider shows the form again. The process must trust the
  * provider's CA (NODE_EXTRA_CA_CERTS). Also returns the whole redirect URL
  * (callback, for a host whose own listener must receive it) and its iss.
+ * The provider's cookies are kept for the sign-in, so Keycloak's own login
+ * page works the same way.
  */
 export async function scriptedSignIn(authorizationUrl, { username, password, redirectUri }) {
   const target = new URL(redirectUri);
   const isTarget = (u) => u.origin === target.origin && u.pathname === target.pathname;
   const providerOrigin = new URL(authorizationUrl).origin;
+  // The browser's cookies for the provider: Keycloak keeps the sign-in's
+  // state in them between the form and its POST.
+  const cookies = new Map();
+  const keepCookies = (res) => {
+    for (const c of res.headers.getSetCookie?.() ?? []) {
+      const [pair, ...attrs] = c.split(';');
+      const eq = pair.indexOf('=');
+      if (eq <= 0) continue;
+      const name = pair.slice(0, eq).trim();
+      const gone = attrs.some((a) => /^\s*max-age\s*=\s*(0|-)/i.test(a)) ||
+        attrs.some((a) => /^\s*expires\s*=/i.test(a) && Date.parse(a.split('=').slice(1).join('=')) < Date.now());
+      if (gone) cookies.delete(name);
+      else cookies.set(name, pair.slice(eq + 1).trim());
+    }
+  };
 
   // follow requests url (GET, or POST with a form) and follows redirects
   // until a page, or the redirect to the loopback URI.
   async function follow(url, init) {
     let next = new URL(url);
     for (let hops = 0; hops < 10; hops++) {
-      const res = await fetch(next, { ...init, redirect: 'manual' });
+      const headers = { ...(init.headers ?? {}) };
+      if (cookies.size) headers.cookie = [...cookies].map(([k, v]) => `${k}=${v}`).join('; ');
+      const res = await fetch(next, { ...init, headers, redirect: 'manual' });
+      keepCookies(res);
       if (res.status >= 300 && res.status < 400) {
         await res.arrayBuffer();
         const loc = res.headers.get('location');
@@ -285,7 +305,8 @@ export async function scriptedSignIn(authorizationUrl, { username, password, red
       body: form.values.toString(),
     });
     if (!step.callback) {
-      const alert = /role="alert"[^>]*>([^<]*)</i.exec(step.page);
+      // The development provider's alert, or Keycloak's input error.
+      const alert = /(?:role="alert"|id="input-error")[^>]*>([^<]*)</i.exec(step.page);
       throw new Error(`sign-in refused: ${alert ? alert[1].trim() : 'the provider showed a page, not a redirect'}`);
     }
   }
