@@ -95,11 +95,11 @@ function authorizationURL() {
  * (fakeBrowser's URL).
  */
 async function browserFor(p, name, redirect, { opened } = {}) {
-  // The URL the host prints or opens, whichever comes first.
-  const url = await Promise.race([
-    p.waitFor(authorizationURL()).then((m) => m[1]),
-    ...(opened ? [opened()] : []),
-  ]);
+  // The URL the host opens in a browser (a terminal may wrap the printed
+  // one), or else the one it prints.
+  const url = opened
+    ? await Promise.race([opened(), p.done.then((r) => { throw new Error(describeRun('the host', r)); })])
+    : (await p.waitFor(authorizationURL()))[1];
   const authz = new URL(url);
   assert.equal(authz.searchParams.get('client_id'), info.hostClientId);
   // redirect is the URI, or a pattern for a host that adds a segment.
