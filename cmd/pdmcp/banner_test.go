@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pdmcp/pdmcp/server/devstack"
+	"github.com/pdmcp/pdmcp/internal/devstack"
 )
 
 // TestPrintedClaudeLinesWorkAsPrinted runs the Claude Code block pdmcp dev

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pdmcp/pdmcp/server/operator"
+	"github.com/pdmcp/pdmcp/internal/operator"
 )
 
 func newBootstrapCmd() *cobra.Command {

@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/pdmcp/pdmcp/server/operator"
+	"github.com/pdmcp/pdmcp/internal/operator"
 )
 
 func newCleanEnvCmd() *cobra.Command {

@@ -39,7 +39,7 @@ var crashPointRE = regexp.MustCompile(`(?:(?:CrashPoint|Hook|crash)\(|(?:reserve
 // package, so a new step cannot be added without its crash test.
 func TestCrashPointsAllCovered(t *testing.T) {
 	var points []string
-	for _, dir := range []string{"../../server", "../../server/handoff", "../../server/operator"} {
+	for _, dir := range []string{"../../server", "../../server/handoff", "../../internal/operator"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

@@ -23,9 +23,9 @@ import (
 	"github.com/pdmcp/pdmcp/auth/devpki"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/devstack"
+	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/server"
-	"github.com/pdmcp/pdmcp/server/devstack"
-	"github.com/pdmcp/pdmcp/server/operator"
 )
 
 // The files under deploy/ are what an operator copies. These tests hold

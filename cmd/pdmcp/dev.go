@@ -12,7 +12,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/auth/devpki"
-	"github.com/pdmcp/pdmcp/server/devstack"
+	"github.com/pdmcp/pdmcp/internal/devstack"
 )
 
 func newDevCmd() *cobra.Command {

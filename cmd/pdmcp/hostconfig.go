@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/grant"
-	"github.com/pdmcp/pdmcp/server/operator"
+	"github.com/pdmcp/pdmcp/internal/operator"
 )
 
 func newHostConfigCmd() *cobra.Command {

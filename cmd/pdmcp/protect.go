@@ -6,8 +6,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/server/compound"
-	"github.com/pdmcp/pdmcp/server/operator"
 )
 
 func newProtectCmd() *cobra.Command {

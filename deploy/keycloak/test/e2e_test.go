@@ -19,7 +19,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/gateway/api"
-	"github.com/pdmcp/pdmcp/server/devstack"
+	"github.com/pdmcp/pdmcp/internal/devstack"
 )
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

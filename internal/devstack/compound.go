@@ -10,7 +10,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
-	"github.com/pdmcp/pdmcp/server/operator"
+	"github.com/pdmcp/pdmcp/internal/operator"
 )
 
 // devDataTypes is each development user's access to the compound
