@@ -4,7 +4,8 @@
 // seeded synthetic documents with three users, and the MCP server over
 // Streamable HTTP. Its state lives in one folder that a second run reuses.
 // It is not a deployment: every secret in it is generated for the laptop it
-// runs on.
+// runs on. It builds on server and internal/operator; only cmd/pdmcp (and the
+// benchmark) use it.
 package devstack
 
 import (

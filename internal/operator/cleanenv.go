@@ -1,7 +1,8 @@
 // Package operator holds the operator's steps around the server that are not
 // the MCP surface itself: starting a process with a clean environment,
-// writing host configurations, registering the service and seeding a
-// synthetic data set.
+// writing host configurations, registering the service, seeding a
+// synthetic data set and protecting documents. It uses server, never the
+// reverse; only cmd/pdmcp, the benchmark and tests call it, so it is internal.
 package operator
 
 import (
