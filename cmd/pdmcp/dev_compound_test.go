@@ -55,7 +55,7 @@ func TestDevCompoundOverHTTP(t *testing.T) {
 	d := startDev(t, state)
 	sources := map[string][]byte{}
 	for id, name := range map[string]string{"ccd-0001": "synthetic-ccd.xml", "oru-0001": "synthetic-oru.hl7"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "server", "operator", "seeddata", name))
+		b, err := os.ReadFile(filepath.Join("..", "..", "internal", "operator", "seeddata", name))
 		if err != nil {
 			t.Fatal(err)
 		}

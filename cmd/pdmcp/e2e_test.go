@@ -191,7 +191,7 @@ func (s *stack) quiet(t *testing.T, what string, fn func()) {
 
 func seedText(t *testing.T, id string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "server", "operator", "seeddata", id+".txt"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "internal", "operator", "seeddata", id+".txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

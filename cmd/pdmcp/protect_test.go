@@ -21,8 +21,8 @@ import (
 )
 
 var (
-	ccdSource = filepath.Join("..", "..", "server", "operator", "seeddata", "synthetic-ccd.xml")
-	oruSource = filepath.Join("..", "..", "server", "operator", "seeddata", "synthetic-oru.hl7")
+	ccdSource = filepath.Join("..", "..", "internal", "operator", "seeddata", "synthetic-ccd.xml")
+	oruSource = filepath.Join("..", "..", "internal", "operator", "seeddata", "synthetic-oru.hl7")
 )
 
 // keyCount is how many keys the reference key server holds.

@@ -11,7 +11,7 @@ import (
 
 func readFixture(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile("../operator/seeddata/" + name)
+	b, err := os.ReadFile("../../internal/operator/seeddata/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}

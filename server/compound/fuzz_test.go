@@ -112,7 +112,7 @@ func FuzzCheckSectionText(f *testing.F) {
 	}
 	var fixtures []fixture
 	for _, name := range []string{"synthetic-ccd.xml", "synthetic-oru.hl7"} {
-		b, err := os.ReadFile("../operator/seeddata/" + name)
+		b, err := os.ReadFile("../../internal/operator/seeddata/" + name)
 		if err != nil {
 			f.Fatal(err)
 		}
