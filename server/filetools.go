@@ -18,6 +18,7 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/files"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
@@ -172,7 +173,7 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	if err != nil {
 		return zero, s.releaseAfter(ctx, key, fileRefusal(err))
 	}
-	s.cfg.CrashPoint("encrypt_file:reserved")
+	s.cfg.CrashPoint(crashpoint.EncryptFileReserved)
 	sess, err := s.session(ctx, c)
 	if err == nil && len(sess.Objects()) >= api.MaxObjects {
 		// Each key this session mints joins its scope, which holds at
@@ -199,7 +200,7 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		// Another process claimed it meanwhile.
 		return s.replayEncrypt(ctx, c, f.Dir, row, out)
 	}
-	s.cfg.CrashPoint("encrypt_file:claimed")
+	s.cfg.CrashPoint(crashpoint.EncryptFileClaimed)
 	// The plaintext goes into the request and is dropped here, so the
 	// collector may free it while the answer is read.
 	req := gateway.EncryptInput{IV: iv, Plaintext: data}
@@ -224,7 +225,7 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		}
 		return zero, fmt.Errorf("encrypt_file: the Gateway's answer did not report a new key")
 	}
-	s.cfg.CrashPoint("encrypt_file:encrypted")
+	s.cfg.CrashPoint(crashpoint.EncryptFileEncrypted)
 	minted := journal.MintedKey{TTag: enc.TTag, LinkDigest: audit.Digest12(enc.Link), IV: enc.IV}
 	ctSum := sha256.Sum256(enc.Ciphertext)
 	if perr := s.putCiphertext(hex.EncodeToString(ctSum[:]), enc.Ciphertext); perr != nil {
@@ -250,11 +251,11 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		row.Ciphertext = enc.Ciphertext
 	}
 	enc = nil
-	s.cfg.CrashPoint("encrypt_file:minted")
+	s.cfg.CrashPoint(crashpoint.EncryptFileMinted)
 	if err := s.writeEnvelope(f.Dir, envRel, name, size, row, placer); err != nil {
 		return zero, err
 	}
-	s.cfg.CrashPoint("encrypt_file:envelope-written")
+	s.cfg.CrashPoint(crashpoint.EncryptFileEnvelopeWritten)
 	if _, err := s.cfg.Journal.MarkFileDone(context.WithoutCancel(ctx), key); err != nil {
 		return zero, fmt.Errorf("mark file done: %w", err)
 	}

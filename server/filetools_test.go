@@ -18,6 +18,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/files/filestest"
 	"github.com/pdmcp/pdmcp/server/journal"
@@ -426,8 +427,8 @@ func TestFileToolsSwappedFileSendsNothing(t *testing.T) {
 	fx := filestest.New(t)
 	var swap func()
 	f := newFixture(t, basicDocs, withFileRoot(fx.Root, false), func(c *server.Config) {
-		c.CrashPoint = func(point string) {
-			if point == "file:checked" && swap != nil {
+		c.CrashPoint = func(point crashpoint.Point) {
+			if point == crashpoint.FileChecked && swap != nil {
 				swap()
 				swap = nil
 			}

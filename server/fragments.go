@@ -19,6 +19,7 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/compound"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
@@ -455,9 +456,10 @@ func (p fragmentPlacer) versionPath(n int) string {
 func (p fragmentPlacer) base() journal.DocumentBase { return record.Base(p.asProtected) }
 
 func (fragmentPlacer) points() crashPoints {
-	return crashPoints{reserved: "fragment:reserved", encrypted: "fragment:encrypted", placed: "fragment:placed",
-		created: "fragment:file-created", written: "fragment:file-written", linked: "fragment:linked",
-		committed: "fragment:committed"}
+	return crashPoints{reserved: crashpoint.FragmentReserved, encrypted: crashpoint.FragmentEncrypted,
+		placed: crashpoint.FragmentPlaced, created: crashpoint.FragmentFileCreated,
+		written: crashpoint.FragmentFileWritten, linked: crashpoint.FragmentLinked,
+		committed: crashpoint.FragmentCommitted}
 }
 
 // sectionTextRefusal turns compound.CheckSectionText's refusal into the

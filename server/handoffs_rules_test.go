@@ -13,6 +13,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
@@ -39,7 +40,7 @@ func withProblemsStep(window int) stepOptions {
 // serverAs starts another server over the fixture's world and journal file
 // (a second handle, as a second process would hold), with its own grant
 // for user and the manifest m, and returns a client of it.
-func (f *stepFixture) serverAs(t *testing.T, user string, tools []string, m *grant.Manifest, hook func(string)) *mcp.ClientSession {
+func (f *stepFixture) serverAs(t *testing.T, user string, tools []string, m *grant.Manifest, hook func(crashpoint.Point)) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
 	g := f.w.Grant(user, tools, nil, time.Hour)
@@ -85,8 +86,8 @@ func TestHandOffGrantConflictIsRecipientHasEntry(t *testing.T) {
 	var f *stepFixture
 	var foreign string
 	own := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Second)
-	o := stepOptions{hook: func(p string) {
-		if p != "handoff:journalled" || foreign != "" {
+	o := stepOptions{hook: func(p crashpoint.Point) {
+		if p != crashpoint.HandOffJournalled || foreign != "" {
 			return
 		}
 		j, err := journal.Open(context.Background(), journal.DefaultPath(f.w.Manifest))
@@ -139,8 +140,8 @@ func TestConcurrentHandOffsSharingAKey(t *testing.T) {
 	var second map[string]any
 	secondDone := make(chan struct{})
 	o := withProblemsStep(600)
-	o.hook = func(p string) {
-		if p != "handoff:journalled" {
+	o.hook = func(p crashpoint.Point) {
+		if p != crashpoint.HandOffJournalled {
 			return
 		}
 		once.Do(func() {
@@ -288,8 +289,8 @@ func TestReadOnlyCheckedUnderTheLock(t *testing.T) {
 	var once sync.Once
 	handed := make(chan struct{})
 	var rec map[string]any
-	doctor := f.serverAs(t, f.w.Doctor.Name, []string{grant.ToolSaveProtectedFragment}, m, func(p string) {
-		if p != "fragment:reserved" {
+	doctor := f.serverAs(t, f.w.Doctor.Name, []string{grant.ToolSaveProtectedFragment}, m, func(p crashpoint.Point) {
+		if p != crashpoint.FragmentReserved {
 			return
 		}
 		once.Do(func() {

@@ -17,6 +17,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
@@ -46,7 +47,7 @@ type stepOptions struct {
 	// manifest changes the built manifest (saved back) before the server
 	// starts; hook is the server's CrashPoint.
 	manifest func(*grant.Manifest)
-	hook     func(string)
+	hook     func(crashpoint.Point)
 	// client changes the client's options (e.g. to turn off the SDK's
 	// multi round-trip handling).
 	client func(*mcp.ClientOptions)

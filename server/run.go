@@ -15,6 +15,7 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
@@ -32,7 +33,7 @@ type Options struct {
 	Environ        []string // checked for model credentials
 	Logger         *slog.Logger
 	Now            func() time.Time
-	CrashPoint     func(string)
+	CrashPoint     func(crashpoint.Point)
 	// StdioTransport defaults to the process's stdin and stdout.
 	StdioTransport mcp.Transport
 	// Ready, when set, is called with the served URL once HTTP listens.

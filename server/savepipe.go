@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
@@ -44,7 +45,7 @@ import (
 // crashPoints names one kind of save's step boundaries, for
 // Config.CrashPoint.
 type crashPoints struct {
-	reserved, encrypted, placed, created, written, linked, committed string
+	reserved, encrypted, placed, created, written, linked, committed crashpoint.Point
 }
 
 // placer is what one kind of save decides for itself.

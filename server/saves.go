@@ -16,6 +16,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
@@ -113,8 +114,9 @@ func (p resultPlacer) versionPath(n int) string {
 func (resultPlacer) base() journal.DocumentBase { return journal.DocumentBase{} }
 
 func (resultPlacer) points() crashPoints {
-	return crashPoints{reserved: "save:reserved", encrypted: "save:encrypted", placed: "save:placed",
-		created: "save:file-created", written: "save:file-written", linked: "save:linked", committed: "save:committed"}
+	return crashPoints{reserved: crashpoint.SaveReserved, encrypted: crashpoint.SaveEncrypted,
+		placed: crashpoint.SavePlaced, created: crashpoint.SaveFileCreated, written: crashpoint.SaveFileWritten,
+		linked: crashpoint.SaveLinked, committed: crashpoint.SaveCommitted}
 }
 
 // encryptUnderKey encrypts text under an existing key (a destination's or a

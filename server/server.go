@@ -32,6 +32,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/files"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
@@ -108,19 +109,12 @@ type Config struct {
 	Logger       *slog.Logger
 	// Metrics, when set, counts calls and Gateway latency.
 	Metrics *Metrics
-	// CrashPoint, when set, is called at each named step of a save
-	// ("save:reserved", "save:encrypted" (the answer and the placement
-	// journaled), "save:placed" (placed again past a stray file),
-	// "save:file-created", "save:file-written", "save:linked",
-	// "save:committed", the same steps of a section save as "fragment:...";
-	// see savepipe.go), and the hand-off's "handoff:journalled",
-	// "handoff:granted", "handoff:verified", encrypt_file's
-	// "encrypt_file:reserved", "encrypt_file:claimed", "encrypt_file:encrypted",
-	// "encrypt_file:minted", "encrypt_file:envelope-written", and
-	// "file:checked" between a file tool's path checks and its open).
-	// Tests use it to kill the process at an exact point, or to change a
-	// file there; it is nil in normal operation.
-	CrashPoint func(point string)
+	// CrashPoint, when set, is called at each named step of a save, a
+	// section save, encrypt_file, a hand-off, and between a file tool's
+	// path checks and its open (the points are listed in
+	// internal/crashpoint). Tests use it to kill the process at an exact
+	// point, or to change a file there; it is nil in normal operation.
+	CrashPoint func(point crashpoint.Point)
 	// ClockOffset is the Gateway's clock minus this one (a hand-off's end
 	// is set on the Gateway's clock); nil means none.
 	ClockOffset func() time.Duration
@@ -185,7 +179,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.CrashPoint == nil {
-		cfg.CrashPoint = func(string) {}
+		cfg.CrashPoint = func(crashpoint.Point) {}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -216,7 +210,7 @@ func New(cfg Config) (*Server, error) {
 	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
 		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger})
 	if cfg.Grant.FileRoot != "" {
-		checked := func() { s.cfg.CrashPoint("file:checked") }
+		checked := func() { s.cfg.CrashPoint(crashpoint.FileChecked) }
 		if s.files, err = files.NewResolver(cfg.Grant.FileRoot, files.AfterCheck(checked)); err != nil {
 			root.Close()
 			return nil, fmt.Errorf("server: the grant's file root: %w", err)

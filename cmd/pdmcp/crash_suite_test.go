@@ -6,14 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
-	"sort"
 	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 )
 
@@ -29,16 +28,17 @@ import (
 // points one tool each;
 // TestCrashPointsAllCovered holds them to the list of points in the code.
 
-// crashPointRE finds a step boundary named in the code: the argument of a
-// CrashPoint, Hook or crash call, or a field of a save pipeline's
-// crashPoints (server/savepipe.go).
-var crashPointRE = regexp.MustCompile(`(?:(?:CrashPoint|Hook|crash)\(|(?:reserved|encrypted|placed|created|written|linked|committed): )"([a-z_]+:[a-z-]+)"`)
+// literalPointRE finds a step boundary named by a string of its own
+// instead of a crashpoint constant: a quoted "<operation>:<step>" passed to
+// a CrashPoint, Hook or crash call, or set in a save pipeline's crashPoints
+// (server/savepipe.go).
+var literalPointRE = regexp.MustCompile(`(?:(?:CrashPoint|Hook|crash)\(|(?:reserved|encrypted|placed|created|written|linked|committed): )"([a-z_]+:[a-z-]+)"`)
 
-// TestCrashPointsAllCovered enumerates every step boundary in the code
-// (at least 16) and fails if one is not killed at by a crash test of this
-// package, so a new step cannot be added without its crash test.
+// TestCrashPointsAllCovered fails if a step boundary in crashpoint.All (at
+// least 16) is not killed at by a crash test of this package, so a new step
+// cannot be added without its crash test; and if the code that runs the
+// steps names a point by a string of its own, which would escape the list.
 func TestCrashPointsAllCovered(t *testing.T) {
-	var points []string
 	for _, dir := range []string{"../../server", "../../server/handoff", "../../internal/operator"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
@@ -52,16 +52,14 @@ func TestCrashPointsAllCovered(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range crashPointRE.FindAllStringSubmatch(string(b), -1) {
-				if !slices.Contains(points, m[1]) {
-					points = append(points, m[1])
-				}
+			for _, m := range literalPointRE.FindAllStringSubmatch(string(b), -1) {
+				t.Errorf("%s names the point %q by a string: use a crashpoint constant", f, m[1])
 			}
 		}
 	}
-	sort.Strings(points)
+	points := crashpoint.All()
 	if len(points) < 16 {
-		t.Fatalf("found %d step boundaries (%v), expected at least 16: has the hook been renamed?", len(points), points)
+		t.Fatalf("crashpoint.All has %d step boundaries (%v), expected at least 16", len(points), points)
 	}
 	tests, err := filepath.Glob("*_test.go")
 	if err != nil {
@@ -76,7 +74,7 @@ func TestCrashPointsAllCovered(t *testing.T) {
 		all.Write(b)
 	}
 	for _, p := range points {
-		if !strings.Contains(all.String(), `"`+p+`"`) {
+		if !strings.Contains(all.String(), `"`+string(p)+`"`) {
 			t.Errorf("no crash test kills the server at %q", p)
 		}
 	}

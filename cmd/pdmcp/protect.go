@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/gateway"
@@ -47,13 +45,7 @@ func newProtectCmd() *cobra.Command {
 				}
 			}
 			o.Progress = cmd.ErrOrStderr()
-			if at := os.Getenv(crashEnv); at != "" {
-				o.CrashPoint = func(point string) {
-					if point == at {
-						crashNow()
-					}
-				}
-			}
+			o.CrashPoint = killAtHook()
 			sum, err := operator.Protect(cmd.Context(), o)
 			if err != nil {
 				return err

@@ -33,13 +33,7 @@ func newServeCmd() *cobra.Command {
 			o.Version = versionString()
 			o.Environ = os.Environ()
 			o.Logger = newLogger()
-			if at := os.Getenv(crashEnv); at != "" {
-				o.CrashPoint = func(point string) {
-					if point == at {
-						crashNow()
-					}
-				}
-			}
+			o.CrashPoint = killAtHook()
 			return server.Run(cmd.Context(), o)
 		},
 	}

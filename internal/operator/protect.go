@@ -21,6 +21,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/compound"
 )
 
@@ -47,9 +48,9 @@ type ProtectOptions struct {
 	AbandonLost bool
 	// Progress gets one line per section (stderr).
 	Progress io.Writer
-	// CrashPoint, when set, is called at each step (tests kill the
-	// process there).
-	CrashPoint func(string)
+	// CrashPoint, when set, is called at each step (the crashpoint.Protect
+	// points; tests kill the process there).
+	CrashPoint func(crashpoint.Point)
 }
 
 // ProtectRow is one section in the summary.
@@ -207,7 +208,7 @@ func (r *protectRun) latest(fragment string) *protectEntry {
 func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 	crash := o.CrashPoint
 	if crash == nil {
-		crash = func(string) {}
+		crash = func(crashpoint.Point) {}
 	}
 	progress := o.Progress
 	if progress == nil {
@@ -379,7 +380,7 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		if err := j.save(); err != nil {
 			return nil, err
 		}
-		crash("protect:sent")
+		crash(crashpoint.ProtectSent)
 		enc, err := sess.Encrypt(ctx, gateway.EncryptInput{TTag: keys[s.DataType], IV: iv, Plaintext: s.Text})
 		if err != nil {
 			// As encrypt_file: only a refusal before any work (a 4xx with a
@@ -405,7 +406,7 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		if err := j.save(); err != nil {
 			return nil, err
 		}
-		crash("protect:encrypted")
+		crash(crashpoint.ProtectEncrypted)
 		verb := "under the existing key"
 		if keys[s.DataType] == "" {
 			keys[s.DataType], how[s.DataType] = enc.TTag, "created"
@@ -464,7 +465,7 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 	}
 	skSum := sha256.Sum256(split.Skeleton)
 	doc.Skeleton, doc.SkeletonSHA256 = rel+"/"+skName, hex.EncodeToString(skSum[:])
-	crash("protect:files-written")
+	crash(crashpoint.ProtectFilesWritten)
 
 	// The manifest, changed under its lock on the file as it is now, so
 	// whatever another writer saved since this run read it is kept.
@@ -491,7 +492,7 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
-	crash("protect:manifest-saved")
+	crash(crashpoint.ProtectManifestSaved)
 	if err := finishRecord(ctx, o.RecordPath, run); err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
@@ -143,9 +144,9 @@ type Config struct {
 	// its answers; nil means none.
 	ClockOffset func() time.Duration
 	// Hook, when set, is called at each named point of a hand-off
-	// ("handoff:journalled", "handoff:granted", "handoff:verified"); tests
-	// kill the process or change an entry there.
-	Hook   func(point string)
+	// (crashpoint.HandOffJournalled, HandOffGrantRefused, HandOffGranted,
+	// HandOffVerified); tests kill the process or change an entry there.
+	Hook   func(point crashpoint.Point)
 	Logger *slog.Logger
 	// OnLockWait, when set, is called when a call finds the (key,
 	// recipient) lock it needs held and starts to wait (tests).
@@ -170,7 +171,7 @@ func New(cfg Config) *Engine {
 		cfg.ClockOffset = func() time.Duration { return 0 }
 	}
 	if cfg.Hook == nil {
-		cfg.Hook = func(string) {}
+		cfg.Hook = func(crashpoint.Point) {}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -426,13 +427,13 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 			return nil, e.undo(ctx, acl, made, err)
 		}
 		made = append(made, row)
-		e.cfg.Hook("handoff:journalled")
+		e.cfg.Hook(crashpoint.HandOffJournalled)
 		err = acl.ACLGrant(ctx, api.ACLGrantRequest{TTag: k, SystemID: to.SystemID, PrincipalID: to.PrincipalID,
 			Rights: []string{api.RightRead}, EndTime: &end})
 		if err != nil && refusedBeforeWork(err) {
 			// The key server said no: nothing was made under this row, so
 			// nothing of it is revoked, whatever the recipient holds now.
-			e.cfg.Hook("handoff:grant-refused")
+			e.cfg.Hook(crashpoint.HandOffGrantRefused)
 			if _, cerr := e.cfg.Journal.CloseHandOffAs(context.WithoutCancel(ctx), row.ID, journal.ClosedNotGranted); cerr != nil {
 				return nil, e.undo(ctx, acl, made, errors.Join(err, cerr))
 			}
@@ -447,7 +448,7 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 		if err != nil {
 			return nil, e.undo(ctx, acl, made, err)
 		}
-		e.cfg.Hook("handoff:granted")
+		e.cfg.Hook(crashpoint.HandOffGranted)
 	}
 	for _, row := range made {
 		entries, err := acl.ACLGet(ctx, row.TTag)
@@ -472,7 +473,7 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 	if err := e.cfg.Journal.VerifyHandOffs(ctx, ids); err != nil {
 		return nil, e.undo(ctx, acl, made, err)
 	}
-	e.cfg.Hook("handoff:verified")
+	e.cfg.Hook(crashpoint.HandOffVerified)
 	e.cfg.Logger.Info("hand-off made", "step", p.StepID, "entries", len(made), "endTime", end.Format(time.RFC3339))
 	return p.receipt(made), nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 	"github.com/pdmcp/pdmcp/server/journal"
@@ -27,7 +28,7 @@ type rig struct {
 	j        *journal.Journal
 	e        *handoff.Engine
 	patient  *gateway.Session
-	hook     func(string)
+	hook     func(crashpoint.Point)
 	handedTo []string // keys of the referral
 }
 
@@ -46,7 +47,7 @@ func newRig(t *testing.T, o handofftest.Options, ttl time.Duration) *rig {
 	}
 	t.Cleanup(func() { r.j.Close() })
 	r.e = handoff.New(handoff.Config{Grant: r.g, Journal: r.j, ClockOffset: r.w.Client.ClockOffset,
-		Hook: func(p string) {
+		Hook: func(p crashpoint.Point) {
 			if r.hook != nil {
 				r.hook(p)
 			}
@@ -194,8 +195,8 @@ func TestHandOffGrantsReadUntilClosed(t *testing.T) {
 func TestFailureOnSecondKeyLeavesNothing(t *testing.T) {
 	r := newRig(t, handofftest.Options{}, time.Hour)
 	journalled := 0
-	r.hook = func(p string) {
-		if p == "handoff:journalled" {
+	r.hook = func(p crashpoint.Point) {
+		if p == crashpoint.HandOffJournalled {
 			journalled++
 			if journalled == 2 {
 				r.env.Gateway.SetFaults(reference.Faults{FailNext: map[string]int{api.RouteACLGrant: 1}})
@@ -255,8 +256,8 @@ func TestEntryChangedBeforeReadBackIsUndone(t *testing.T) {
 	r := newRig(t, handofftest.Options{}, time.Hour)
 	ctx := context.Background()
 	granted := 0
-	r.hook = func(p string) {
-		if p != "handoff:granted" {
+	r.hook = func(p crashpoint.Point) {
+		if p != crashpoint.HandOffGranted {
 			return
 		}
 		granted++
