@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -100,141 +99,122 @@ var (
 	ErrAlreadyProtected = errors.New("document id already in the manifest")
 )
 
-// ProtectJournalName is the protect journal's file, beside the manifest.
-const ProtectJournalName = "protect-journal.json"
-
-// The protect journal records every encrypt before it is sent and its
-// answer when it comes, so a rerun never repeats one that may have
-// created a key. It holds t-Tags, IVs and ciphertexts, never plaintext.
-type protectJournal struct {
-	Version   int                    `json:"version"`
-	Documents map[string]*protectRun `json:"documents"`
-	path      string
-}
-
-type protectRun struct {
-	SourceSHA256 string `json:"sourceSha256"`
-	Owner        string `json:"owner"`
-	// State is "encrypting" until the manifest lists the document, then
-	// "done".
-	State    string          `json:"state"`
-	Attempts []*protectEntry `json:"attempts"`
-}
-
-// Attempt states.
-const (
-	attemptSent      = "sent"      // recorded before the request; no answer yet
-	attemptEncrypted = "encrypted" // the answer is recorded
-	attemptLost      = "lost"      // no answer came (connection lost, timeout)
-	attemptFailed    = "failed"    // the Gateway or key server refused: nothing was done
-	attemptAbandoned = "abandoned" // a lost attempt the operator gave up on
-)
-
-type protectEntry struct {
-	Fragment   string    `json:"fragment"`
-	DataType   string    `json:"dataType"`
-	CreatesKey bool      `json:"createsKey"`
-	State      string    `json:"state"`
-	TTag       string    `json:"ttag,omitempty"`
-	IV         string    `json:"iv"`
-	Ciphertext string    `json:"ciphertext,omitempty"`
-	At         time.Time `json:"at"`
-	Detail     string    `json:"detail,omitempty"`
-}
-
-func loadProtectJournal(path string) (*protectJournal, error) {
-	j := &protectJournal{Version: 1, Documents: map[string]*protectRun{}, path: path}
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return j, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("protect journal: %w", err)
-	}
-	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("protect journal %s: mode %#o; run chmod 600 on it", path, fi.Mode().Perm())
-	}
-	if err := json.Unmarshal(data, j); err != nil {
-		return nil, fmt.Errorf("protect journal %s: %w", path, err)
-	}
-	if j.Version != 1 {
-		return nil, fmt.Errorf("protect journal %s: version %d; this program reads 1", path, j.Version)
-	}
-	if j.Documents == nil {
-		j.Documents = map[string]*protectRun{}
-	}
-	return j, nil
-}
-
-func (j *protectJournal) save() error {
-	data, err := json.MarshalIndent(j, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := grant.WriteFileAtomic(j.path, append(data, '\n')); err != nil {
-		return fmt.Errorf("protect journal: %w", err)
-	}
-	return nil
-}
-
-// createdKeys maps each data type to the key an encrypt in any run created.
-func (j *protectJournal) createdKeys() map[string]string {
-	out := map[string]string{}
-	for _, id := range slices.Sorted(maps.Keys(j.Documents)) {
-		for _, a := range j.Documents[id].Attempts {
-			if a.CreatesKey && a.State == attemptEncrypted {
-				if _, ok := out[a.DataType]; !ok {
-					out[a.DataType] = a.TTag
-				}
-			}
-		}
-	}
-	return out
-}
-
-// latest is the newest attempt for a fragment, or nil.
-func (r *protectRun) latest(fragment string) *protectEntry {
-	for i := len(r.Attempts) - 1; i >= 0; i-- {
-		if r.Attempts[i].Fragment == fragment {
-			return r.Attempts[i]
-		}
-	}
-	return nil
-}
-
 // Protect splits a compound source, encrypts each section under its data
 // type's key as the owner, writes the ciphertexts and the skeleton, and
 // adds the document to the manifest. It grants nothing.
+//
+// The steps, in order: read and split the source (before any key is
+// touched), take the protect lock and read the manifest and the journal
+// again, finish a run the manifest already holds, choose each data type's
+// key, settle lost attempts, encrypt the sections, write the files, add
+// the document to the manifest, and mark the run done.
 func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
-	crash := o.CrashPoint
-	if crash == nil {
-		crash = func(crashpoint.Point) {}
+	p, err := newProtection(o)
+	if err != nil {
+		return nil, err
 	}
-	progress := o.Progress
-	if progress == nil {
-		progress = io.Discard
+	unlock, err := lockProtect(ctx, filepath.Join(p.m.Dir(), ProtectJournalName+".lock"), o.DocumentID, p.progress)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// Read again under the lock: a protect this one waited for may have
+	// added keys, or this very document.
+	if p.m, err = grant.LoadManifest(o.ManifestPath); err != nil {
+		return nil, fmt.Errorf("protect: %w", err)
+	}
+	if p.j, err = loadProtectJournal(filepath.Join(p.m.Dir(), ProtectJournalName)); err != nil {
+		return nil, err
+	}
+	p.run = p.j.Documents[o.DocumentID]
+	if d, ok := p.m.Documents[o.DocumentID]; ok {
+		return p.alreadyProtected(ctx, d)
+	}
+	if err := p.startRun(); err != nil {
+		return nil, err
+	}
+	if err := p.chooseKeys(); err != nil {
+		return nil, err
+	}
+	if err := p.settleLost(); err != nil {
+		return nil, err
+	}
+	sess, err := p.ownerSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Revoke(context.WithoutCancel(ctx))
+	results, err := p.encryptSections(ctx, sess)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := p.writeFiles(results)
+	if err != nil {
+		return nil, err
+	}
+	p.crash(crashpoint.ProtectFilesWritten)
+	if err := p.addToManifest(ctx, doc); err != nil {
+		return nil, err
+	}
+	p.crash(crashpoint.ProtectManifestSaved)
+	if err := p.finish(ctx); err != nil {
+		return nil, err
+	}
+	return p.summary, nil
+}
+
+// protection is one run of Protect: its options, the split source, and
+// what the steps learn on the way.
+type protection struct {
+	o        ProtectOptions
+	crash    func(crashpoint.Point)
+	progress io.Writer
+	src      []byte
+	split    *compound.Result
+	srcSum   string
+	owner    string
+	summary  *ProtectSummary
+
+	// Read under the protect lock.
+	m   *grant.Manifest
+	j   *protectJournal
+	run *protectRun
+	// keys is each data type's key (empty until its first section's
+	// encrypt creates one); how says where it came from ("named",
+	// "reused", "created").
+	keys, how map[string]string
+}
+
+// newProtection checks the options, reads the manifest and the source,
+// splits it (with its reassembly proof) and settles the keys' owner, all
+// before any lock is taken or key touched.
+func newProtection(o ProtectOptions) (*protection, error) {
+	p := &protection{o: o, crash: o.CrashPoint, progress: o.Progress}
+	if p.crash == nil {
+		p.crash = func(crashpoint.Point) {}
+	}
+	if p.progress == nil {
+		p.progress = io.Discard
 	}
 	if o.Config == nil || o.ManifestPath == "" || o.SourcePath == "" || o.DocumentID == "" {
 		return nil, errors.New("protect: --config, --manifest, --source and --document-id are required")
 	}
-	if o.Table == nil {
-		o.Table = compound.DefaultTable()
+	if p.o.Table == nil {
+		p.o.Table = compound.DefaultTable()
 	}
-	m, err := grant.LoadManifest(o.ManifestPath)
-	if err != nil {
+	var err error
+	if p.m, err = grant.LoadManifest(o.ManifestPath); err != nil {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
-	src, err := os.ReadFile(o.SourcePath)
-	if err != nil {
+	if p.src, err = os.ReadFile(o.SourcePath); err != nil {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
 	// The split and its reassembly proof come before any key is touched.
-	split, err := compound.Split(src, o.Table)
-	if err != nil {
+	if p.split, err = compound.Split(p.src, p.o.Table); err != nil {
 		return nil, fmt.Errorf("protect: %s: %w", o.SourcePath, err)
 	}
-	srcSum := hex.EncodeToString(split.SHA256[:])
-	summary := &ProtectSummary{DocumentID: o.DocumentID, Form: split.Form}
+	p.srcSum = hex.EncodeToString(p.split.SHA256[:])
+	p.summary = &ProtectSummary{DocumentID: o.DocumentID, Form: p.split.Form}
 
 	var rec *grant.SeedRecord
 	if o.RecordPath != "" {
@@ -242,94 +222,88 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 			return nil, fmt.Errorf("protect: %w", err)
 		}
 	}
-	owner := o.Owner
-	if owner == "" && rec != nil {
-		owner = rec.OwnerUser
+	p.owner = o.Owner
+	if p.owner == "" && rec != nil {
+		p.owner = rec.OwnerUser
 	}
-	if owner == "" {
+	if p.owner == "" {
 		return nil, errors.New("protect: name the keys' owner with --owner, or --record a seed record whose owner it is")
 	}
+	return p, nil
+}
 
-	unlock, err := lockProtect(ctx, filepath.Join(m.Dir(), ProtectJournalName+".lock"), o.DocumentID, progress)
-	if err != nil {
-		return nil, err
+// alreadyProtected answers for a document the manifest already holds: the
+// same source again is done (and a run killed after the manifest was saved
+// finishes here); anything else under that id is refused.
+func (p *protection) alreadyProtected(ctx context.Context, d grant.Document) (*ProtectSummary, error) {
+	if !d.IsCompound() || d.SHA256 != p.srcSum {
+		return nil, fmt.Errorf("protect: %w: %q; choose another --document-id", ErrAlreadyProtected, p.o.DocumentID)
 	}
-	defer unlock()
-	// Read again under the lock: a protect this one waited for may have
-	// added keys, or this very document.
-	if m, err = grant.LoadManifest(o.ManifestPath); err != nil {
-		return nil, fmt.Errorf("protect: %w", err)
+	p.summary.AlreadyDone = true
+	for _, s := range p.split.Sections {
+		p.summary.Rows = append(p.summary.Rows, ProtectRow{FragmentID: s.ID, Label: s.Label, DataType: s.DataType, Bytes: len(s.Text), Key: "reused"})
 	}
-	j, err := loadProtectJournal(filepath.Join(m.Dir(), ProtectJournalName))
-	if err != nil {
-		return nil, err
-	}
-	run := j.Documents[o.DocumentID]
-	if d, ok := m.Documents[o.DocumentID]; ok {
-		if !d.IsCompound() || d.SHA256 != srcSum {
-			return nil, fmt.Errorf("protect: %w: %q; choose another --document-id", ErrAlreadyProtected, o.DocumentID)
+	if p.run != nil && p.run.State != "done" {
+		if err := p.finish(ctx); err != nil {
+			return nil, err
 		}
-		summary.AlreadyDone = true
-		for _, s := range split.Sections {
-			summary.Rows = append(summary.Rows, ProtectRow{FragmentID: s.ID, Label: s.Label, DataType: s.DataType, Bytes: len(s.Text), Key: "reused"})
-		}
-		// A run killed after the manifest was saved finishes here.
-		if run != nil && run.State != "done" {
-			if err := finishRecord(ctx, o.RecordPath, run); err != nil {
-				return nil, err
-			}
-			run.State = "done"
-			if err := j.save(); err != nil {
-				return nil, err
-			}
-		}
-		return summary, nil
 	}
-	if run != nil && run.SourceSHA256 != srcSum {
-		return nil, fmt.Errorf("protect: the journal holds an unfinished protect of %q from another source (sha256 %s…); protect this source under another --document-id", o.DocumentID, run.SourceSHA256[:12])
+	return p.summary, nil
+}
+
+// startRun continues the journal's unfinished run of this document, if it
+// is of the same source and owner, or starts one.
+func (p *protection) startRun() error {
+	run := p.run
+	if run != nil && run.SourceSHA256 != p.srcSum {
+		return fmt.Errorf("protect: the journal holds an unfinished protect of %q from another source (sha256 %s…); protect this source under another --document-id", p.o.DocumentID, run.SourceSHA256[:12])
 	}
-	if run != nil && run.Owner != owner {
-		return nil, fmt.Errorf("protect: the unfinished protect of %q was started as owner %q; rerun it with that owner", o.DocumentID, run.Owner)
+	if run != nil && run.Owner != p.owner {
+		return fmt.Errorf("protect: the unfinished protect of %q was started as owner %q; rerun it with that owner", p.o.DocumentID, run.Owner)
 	}
 	if run == nil {
-		run = &protectRun{SourceSHA256: srcSum, Owner: owner, State: "encrypting"}
-		j.Documents[o.DocumentID] = run
+		p.run = &protectRun{SourceSHA256: p.srcSum, Owner: p.owner, State: "encrypting"}
+		p.j.Documents[p.o.DocumentID] = p.run
 	}
+	return nil
+}
 
-	// Which key each data type uses: the manifest's, then --key, then one
-	// an earlier run created; a type with none gets one from its first
-	// section.
-	keys := map[string]string{}
-	how := map[string]string{}
-	for dt, k := range o.Keys {
-		if have := m.CompoundKeys[dt]; have != "" && have != k {
-			return nil, fmt.Errorf("protect: --key %s: the manifest's compoundKeys already names another key for %s; one key per data type", dt, dt)
+// chooseKeys settles which key each data type uses: the manifest's, then
+// --key, then one an earlier run created; a type with none gets one from
+// its first section.
+func (p *protection) chooseKeys() error {
+	p.keys, p.how = map[string]string{}, map[string]string{}
+	for dt, k := range p.o.Keys {
+		if have := p.m.CompoundKeys[dt]; have != "" && have != k {
+			return fmt.Errorf("protect: --key %s: the manifest's compoundKeys already names another key for %s; one key per data type", dt, dt)
 		}
-		keys[dt], how[dt] = k, "named"
+		p.keys[dt], p.how[dt] = k, "named"
 	}
-	for dt, k := range m.CompoundKeys {
-		keys[dt], how[dt] = k, "reused"
+	for dt, k := range p.m.CompoundKeys {
+		p.keys[dt], p.how[dt] = k, "reused"
 	}
-	for dt, k := range j.createdKeys() {
-		if _, ok := keys[dt]; !ok {
-			keys[dt], how[dt] = k, "created"
+	for dt, k := range p.j.createdKeys() {
+		if _, ok := p.keys[dt]; !ok {
+			p.keys[dt], p.how[dt] = k, "created"
 		}
 	}
+	return nil
+}
 
-	// Settle lost attempts before anything is sent. The lock is held, so
-	// an attempt still "sent" belongs to a run that died before its
-	// answer: it is lost. A lost key-creating attempt, in any document's
-	// run, may have made its data type's key: while that type has no key
-	// this run can name, none is created for it until the operator says
-	// --abandon-lost.
+// settleLost settles lost attempts before anything is sent. The lock is
+// held, so an attempt still "sent" belongs to a run that died before its
+// answer: it is lost. A lost key-creating attempt, in any document's run,
+// may have made its data type's key: while that type has no key this run
+// can name, none is created for it until the operator says --abandon-lost.
+func (p *protection) settleLost() error {
 	needKey := map[string]bool{}
-	for _, s := range split.Sections {
-		if keys[s.DataType] == "" {
+	for _, s := range p.split.Sections {
+		if p.keys[s.DataType] == "" {
 			needKey[s.DataType] = true
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(j.Documents)) {
-		for _, a := range j.Documents[id].Attempts {
+	for _, id := range slices.Sorted(maps.Keys(p.j.Documents)) {
+		for _, a := range p.j.Documents[id].Attempts {
 			if a.State == attemptSent {
 				a.State = attemptLost
 			}
@@ -338,141 +312,168 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 				// nothing, and its ciphertext was never stored.
 				continue
 			}
-			if !o.AbandonLost {
-				if err := j.save(); err != nil {
-					return nil, err
+			if !p.o.AbandonLost {
+				if err := p.j.save(); err != nil {
+					return err
 				}
-				return nil, lostKeyError(id, a)
+				return lostKeyError(id, a)
 			}
 			a.State = attemptAbandoned
 		}
 	}
-	if err := j.save(); err != nil {
-		return nil, err
-	}
+	return p.j.save()
+}
 
-	c, err := gateway.New(o.Config.ClientConfig())
+// ownerSession mints the owner's session on every key the run names.
+func (p *protection) ownerSession(ctx context.Context) (*gateway.Session, error) {
+	c, err := gateway.New(p.o.Config.ClientConfig())
 	if err != nil {
 		return nil, err
 	}
-	objects := slices.Sorted(maps.Values(keys))
+	objects := slices.Sorted(maps.Values(p.keys))
 	objects = slices.Compact(objects)
-	sess, err := c.Mint(ctx, gateway.MintRequest{ActingAs: owner, Objects: objects, TTL: api.MaxScopedTTL})
+	sess, err := c.Mint(ctx, gateway.MintRequest{ActingAs: p.owner, Objects: objects, TTL: api.MaxScopedTTL})
 	if err != nil {
-		return nil, fmt.Errorf("protect: owner session for %s: %w", owner, err)
+		return nil, fmt.Errorf("protect: owner session for %s: %w", p.owner, err)
 	}
-	defer sess.Revoke(context.WithoutCancel(ctx))
+	return sess, nil
+}
 
+// encryptSections encrypts every section an earlier run has not, one
+// journalled attempt each, and returns each section's encrypted attempt.
+func (p *protection) encryptSections(ctx context.Context, sess *gateway.Session) (map[string]*protectEntry, error) {
 	results := map[string]*protectEntry{}
-	for _, s := range split.Sections {
-		if a := run.latest(s.ID); a != nil && a.State == attemptEncrypted {
+	for _, s := range p.split.Sections {
+		if a := p.run.latest(s.ID); a != nil && a.State == attemptEncrypted {
 			results[s.ID] = a
-			fmt.Fprintf(progress, "protect %s: %s (%s): encrypted in an earlier run\n", o.DocumentID, s.ID, s.DataType)
+			fmt.Fprintf(p.progress, "protect %s: %s (%s): encrypted in an earlier run\n", p.o.DocumentID, s.ID, s.DataType)
 			continue
 		}
-		iv := make([]byte, api.IVBytes)
-		if _, err := rand.Read(iv); err != nil {
-			return nil, err
-		}
-		a := &protectEntry{Fragment: s.ID, DataType: s.DataType, CreatesKey: keys[s.DataType] == "", State: attemptSent,
-			TTag: keys[s.DataType], IV: base64.StdEncoding.EncodeToString(iv), At: time.Now().UTC()}
-		run.Attempts = append(run.Attempts, a)
-		if err := j.save(); err != nil {
-			return nil, err
-		}
-		crash(crashpoint.ProtectSent)
-		enc, err := sess.Encrypt(ctx, gateway.EncryptInput{TTag: keys[s.DataType], IV: iv, Plaintext: s.Text})
+		a, err := p.encryptSection(ctx, sess, s)
 		if err != nil {
-			// As encrypt_file: only a refusal before any work (a 4xx with a
-			// code of its own) is known to have made nothing. A 5xx may come
-			// after the key server made the key (a 504 from a Gateway that
-			// waited too long), so it counts as lost, like no answer.
-			a.State = attemptLost
-			if api.RefusedBeforeWork(err) {
-				a.State = attemptFailed
-			}
-			a.Detail = err.Error()
-			if serr := j.save(); serr != nil {
-				return nil, errors.Join(err, serr)
-			}
-			if a.State == attemptLost {
-				return nil, fmt.Errorf("protect: encrypt of fragment %s: %w (%v); rerun to continue: it is not sent again", s.ID, ErrAnswerLost, err)
-			}
-			return nil, fmt.Errorf("protect: encrypt of fragment %s: %w", s.ID, err)
-		}
-		a.State, a.TTag = attemptEncrypted, enc.TTag
-		a.IV = base64.StdEncoding.EncodeToString(enc.IV)
-		a.Ciphertext = base64.StdEncoding.EncodeToString(enc.Ciphertext)
-		if err := j.save(); err != nil {
 			return nil, err
-		}
-		crash(crashpoint.ProtectEncrypted)
-		verb := "under the existing key"
-		if keys[s.DataType] == "" {
-			keys[s.DataType], how[s.DataType] = enc.TTag, "created"
-			verb = "under a new key"
 		}
 		results[s.ID] = a
-		fmt.Fprintf(progress, "protect %s: %s (%s, %d bytes): encrypted %s\n", o.DocumentID, s.ID, s.DataType, len(s.Text), verb)
 	}
+	return results, nil
+}
 
-	// Files: each section's ciphertext and the skeleton, in
-	// documents/<id>/; nothing refers to them until the manifest does.
-	rel := "documents/" + o.DocumentID
-	dir, err := m.Resolve(rel)
-	if err != nil {
+// encryptSection journals one attempt as sent, encrypts the section, and
+// journals the answer (or, with none it can trust, the attempt as lost).
+// The first section of a data type with no key creates that key.
+func (p *protection) encryptSection(ctx context.Context, sess *gateway.Session, s compound.Section) (*protectEntry, error) {
+	iv := make([]byte, api.IVBytes)
+	if _, err := rand.Read(iv); err != nil {
 		return nil, err
 	}
+	a := &protectEntry{Fragment: s.ID, DataType: s.DataType, CreatesKey: p.keys[s.DataType] == "", State: attemptSent,
+		TTag: p.keys[s.DataType], IV: base64.StdEncoding.EncodeToString(iv), At: time.Now().UTC()}
+	p.run.Attempts = append(p.run.Attempts, a)
+	if err := p.j.save(); err != nil {
+		return nil, err
+	}
+	p.crash(crashpoint.ProtectSent)
+	enc, err := sess.Encrypt(ctx, gateway.EncryptInput{TTag: p.keys[s.DataType], IV: iv, Plaintext: s.Text})
+	if err != nil {
+		// As encrypt_file: only a refusal before any work (a 4xx with a
+		// code of its own) is known to have made nothing. A 5xx may come
+		// after the key server made the key (a 504 from a Gateway that
+		// waited too long), so it counts as lost, like no answer.
+		a.State = attemptLost
+		if api.RefusedBeforeWork(err) {
+			a.State = attemptFailed
+		}
+		a.Detail = err.Error()
+		if serr := p.j.save(); serr != nil {
+			return nil, errors.Join(err, serr)
+		}
+		if a.State == attemptLost {
+			return nil, fmt.Errorf("protect: encrypt of fragment %s: %w (%v); rerun to continue: it is not sent again", s.ID, ErrAnswerLost, err)
+		}
+		return nil, fmt.Errorf("protect: encrypt of fragment %s: %w", s.ID, err)
+	}
+	a.State, a.TTag = attemptEncrypted, enc.TTag
+	a.IV = base64.StdEncoding.EncodeToString(enc.IV)
+	a.Ciphertext = base64.StdEncoding.EncodeToString(enc.Ciphertext)
+	if err := p.j.save(); err != nil {
+		return nil, err
+	}
+	p.crash(crashpoint.ProtectEncrypted)
+	verb := "under the existing key"
+	if p.keys[s.DataType] == "" {
+		p.keys[s.DataType], p.how[s.DataType] = enc.TTag, "created"
+		verb = "under a new key"
+	}
+	fmt.Fprintf(p.progress, "protect %s: %s (%s, %d bytes): encrypted %s\n", p.o.DocumentID, s.ID, s.DataType, len(s.Text), verb)
+	return a, nil
+}
+
+// writeFiles writes each section's ciphertext and the skeleton in
+// documents/<id>/ (nothing refers to them until the manifest does), fills
+// the summary's rows, and returns the manifest's entry for the document.
+func (p *protection) writeFiles(results map[string]*protectEntry) (grant.Document, error) {
+	rel := "documents/" + p.o.DocumentID
+	dir, err := p.m.Resolve(rel)
+	if err != nil {
+		return grant.Document{}, err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("protect: %w", err)
+		return grant.Document{}, fmt.Errorf("protect: %w", err)
 	}
-	doc := grant.Document{Kind: grant.KindCompound, Label: o.Label, Category: o.Category, Approved: true,
-		ContentType: contentType(split.Form), Version: 1, SHA256: srcSum, Size: int64(len(src))}
+	doc := grant.Document{Kind: grant.KindCompound, Label: p.o.Label, Category: p.o.Category, Approved: true,
+		ContentType: contentType(p.split.Form), Version: 1, SHA256: p.srcSum, Size: int64(len(p.src))}
 	if doc.Label == "" {
-		doc.Label = filepath.Base(o.SourcePath)
+		doc.Label = filepath.Base(p.o.SourcePath)
 	}
-	for _, s := range split.Sections {
+	for _, s := range p.split.Sections {
 		a := results[s.ID]
 		ct, err := base64.StdEncoding.DecodeString(a.Ciphertext)
 		if err != nil {
-			return nil, fmt.Errorf("protect journal: fragment %s: %w", s.ID, err)
+			return grant.Document{}, fmt.Errorf("protect journal: fragment %s: %w", s.ID, err)
 		}
-		if a.TTag != keys[s.DataType] {
-			return nil, fmt.Errorf("protect: fragment %s was encrypted under another key than %s's; start over with another --document-id", s.ID, s.DataType)
+		if a.TTag != p.keys[s.DataType] {
+			return grant.Document{}, fmt.Errorf("protect: fragment %s was encrypted under another key than %s's; start over with another --document-id", s.ID, s.DataType)
 		}
 		name := s.ID + ".v1.bin"
 		if err := grant.WriteFileAtomic(filepath.Join(dir, name), ct); err != nil {
-			return nil, fmt.Errorf("protect: %w", err)
+			return grant.Document{}, fmt.Errorf("protect: %w", err)
 		}
 		sum := sha256.Sum256(s.Text)
 		doc.Fragments = append(doc.Fragments, grant.Fragment{ID: s.ID, Label: s.Label, DataType: s.DataType, TemplateID: s.TemplateRoot,
 			Path: rel + "/" + name, IV: a.IV, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(s.Text)), Version: 1})
-		// "created" on the section whose encrypt made its type's key;
-		// every other section of that type reuses it.
-		row := ProtectRow{FragmentID: s.ID, Label: s.Label, DataType: s.DataType, Bytes: len(s.Text), Key: how[s.DataType]}
-		switch {
-		case a.CreatesKey:
-			row.Key = "created"
-			summary.CreatedKeys++
-		case how[s.DataType] == "created":
-			row.Key = "reused"
-		}
-		summary.Rows = append(summary.Rows, row)
+		p.summary.Rows = append(p.summary.Rows, p.row(s, a))
 	}
-	skName := "skeleton" + skeletonExt(split.Form)
-	if err := grant.WriteFileAtomic(filepath.Join(dir, skName), split.Skeleton); err != nil {
-		return nil, fmt.Errorf("protect: %w", err)
+	skName := "skeleton" + skeletonExt(p.split.Form)
+	if err := grant.WriteFileAtomic(filepath.Join(dir, skName), p.split.Skeleton); err != nil {
+		return grant.Document{}, fmt.Errorf("protect: %w", err)
 	}
-	skSum := sha256.Sum256(split.Skeleton)
+	skSum := sha256.Sum256(p.split.Skeleton)
 	doc.Skeleton, doc.SkeletonSHA256 = rel+"/"+skName, hex.EncodeToString(skSum[:])
-	crash(crashpoint.ProtectFilesWritten)
+	return doc, nil
+}
 
-	// The manifest, changed under its lock on the file as it is now, so
-	// whatever another writer saved since this run read it is kept.
-	announceManifestWait(o.ManifestPath, o.DocumentID, progress)
-	_, err = grant.UpdateManifest(ctx, o.ManifestPath, func(next *grant.Manifest) error {
-		if _, ok := next.Documents[o.DocumentID]; ok {
-			return fmt.Errorf("%w: %q was added while this ran", ErrAlreadyProtected, o.DocumentID)
+// row is section s's line in the summary: "created" on the section whose
+// encrypt made its type's key; every other section of that type reuses it.
+func (p *protection) row(s compound.Section, a *protectEntry) ProtectRow {
+	row := ProtectRow{FragmentID: s.ID, Label: s.Label, DataType: s.DataType, Bytes: len(s.Text), Key: p.how[s.DataType]}
+	switch {
+	case a.CreatesKey:
+		row.Key = "created"
+		p.summary.CreatedKeys++
+	case p.how[s.DataType] == "created":
+		row.Key = "reused"
+	}
+	return row
+}
+
+// addToManifest adds the document and its data types' keys to the
+// manifest, changed under its lock on the file as it is now, so whatever
+// another writer saved since this run read it is kept.
+func (p *protection) addToManifest(ctx context.Context, doc grant.Document) error {
+	announceManifestWait(p.o.ManifestPath, p.o.DocumentID, p.progress)
+	_, err := grant.UpdateManifest(ctx, p.o.ManifestPath, func(next *grant.Manifest) error {
+		if _, ok := next.Documents[p.o.DocumentID]; ok {
+			return fmt.Errorf("%w: %q was added while this ran", ErrAlreadyProtected, p.o.DocumentID)
 		}
 		if next.Documents == nil {
 			next.Documents = map[string]grant.Document{}
@@ -480,27 +481,29 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 		if next.CompoundKeys == nil {
 			next.CompoundKeys = map[string]string{}
 		}
-		for _, dt := range split.DataTypesUsed() {
-			if have := next.CompoundKeys[dt]; have != "" && have != keys[dt] {
+		for _, dt := range p.split.DataTypesUsed() {
+			if have := next.CompoundKeys[dt]; have != "" && have != p.keys[dt] {
 				return fmt.Errorf("compoundKeys[%s] changed while this ran; start over", dt)
 			}
-			next.CompoundKeys[dt] = keys[dt]
+			next.CompoundKeys[dt] = p.keys[dt]
 		}
-		next.Documents[o.DocumentID] = doc
+		next.Documents[p.o.DocumentID] = doc
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("protect: %w", err)
+		return fmt.Errorf("protect: %w", err)
 	}
-	crash(crashpoint.ProtectManifestSaved)
-	if err := finishRecord(ctx, o.RecordPath, run); err != nil {
-		return nil, err
+	return nil
+}
+
+// finish records the run's keys in the seed record and marks the run done
+// in the journal.
+func (p *protection) finish(ctx context.Context) error {
+	if err := finishRecord(ctx, p.o.RecordPath, p.run); err != nil {
+		return err
 	}
-	run.State = "done"
-	if err := j.save(); err != nil {
-		return nil, err
-	}
-	return summary, nil
+	p.run.State = "done"
+	return p.j.save()
 }
 
 // lostKeyError refuses a run that would create a key for a data type
