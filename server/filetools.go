@@ -105,6 +105,12 @@ func fileRefuse(code, format string, args ...any) *Refusal {
 	return refuse(code, fe.Status(), format, args...)
 }
 
+// encryptFile encrypts one file under a new key into its envelope beside
+// it. The steps: open and read the file (every refusal here sends
+// nothing), reserve the journal row under the file's lock (a row past
+// reserved is replayed), check the envelope's place, take a session and
+// claim the send, encrypt, record the new key, write the envelope, and
+// mark the row done. The crash points sit between the steps.
 func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryptFileResult, error) {
 	var zero encryptFileResult
 	f, err := s.files.Open(in.Path)
@@ -114,30 +120,11 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	defer f.Close()
 	c.line.Path = f.Rel
 	dir, name := path.Split(f.Rel)
-	if files.IsEnvelopeName(name) {
-		return zero, fileRefuse(files.CodeAlreadyAnEnvelope,
-			"%q is already an envelope; nothing was sent; to open it call decrypt_file", f.Rel)
-	}
-	// Every name this tool and decrypt_file will create beside the file
-	// must fit the filesystem, or a key would be made for a file whose
-	// envelope (or decrypted copy) cannot be written.
-	envName := name + files.EnvelopeExt
-	if err := files.CheckNames(filepath.Dir(f.Abs), f.Rel, envName, files.TempNameShape(envName),
-		files.DecryptedName(name, maxDecryptedNames), files.TempNameShape(name)); err != nil {
-		return zero, fileRefusal(err)
+	data, err := readToEncrypt(f, name)
+	if err != nil {
+		return zero, err
 	}
 	size := f.Size()
-	if size == 0 {
-		return zero, fileRefuse(files.CodeEmptyFile, "%q is empty; nothing was sent", f.Rel)
-	}
-	if size > api.MaxDataBytes {
-		return zero, fileRefuse(files.CodeFileTooLarge,
-			"%q is %d bytes, over the %d-byte limit; nothing was sent", f.Rel, size, api.MaxDataBytes)
-	}
-	data, err := readExactly(f.File, size)
-	if err != nil {
-		return zero, fileRefuse(files.CodeFileChanged, "%q changed while it was read; nothing was sent; try again", f.Rel)
-	}
 	sum := sha256.Sum256(data)
 	sha := hex.EncodeToString(sum[:])
 	c.line.PlaintextSHA256 = sha
@@ -160,35 +147,14 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		return s.replayEncrypt(ctx, c, f.Dir, row, out)
 	}
 	// A new row, or one reserved by a call that stopped before sending.
-	if envExists {
-		if err := s.cfg.Journal.ReleaseFile(ctx, key); err != nil {
-			return zero, fmt.Errorf("release file: %w", err)
-		}
-		return zero, fileRefuse(files.CodeEnvelopeExists,
-			"%q already exists and is never overwritten; nothing was sent; move or remove it first", envRel)
-	}
-	// The folder takes the envelope the way writeEnvelope writes it:
-	// found before anything is sent.
-	placer, err := files.ProbeOutput(f.Dir, filepath.FromSlash(envRel), f.Rel)
+	placer, err := s.placeEnvelope(ctx, f, key, envRel, envExists)
 	if err != nil {
-		return zero, s.releaseAfter(ctx, key, fileRefusal(err))
+		return zero, err
 	}
 	s.cfg.CrashPoint(crashpoint.EncryptFileReserved)
-	sess, err := s.session(ctx, c)
-	if err == nil && len(sess.Objects()) >= api.MaxObjects {
-		// Each key this session mints joins its scope, which holds at
-		// most 64; the Gateway would refuse the next. A fresh session
-		// starts again from the task's own keys.
-		s.cfg.Sessions.End(ctx, c.caller)
-		sess, err = s.session(ctx, c)
-	}
+	sess, iv, err := s.encryptSession(ctx, c, key)
 	if err != nil {
-		// Nothing was sent: the reservation goes.
-		return zero, s.releaseAfter(ctx, key, err)
-	}
-	iv := make([]byte, api.IVBytes)
-	if _, err := rand.Read(iv); err != nil {
-		return zero, s.releaseAfter(ctx, key, fmt.Errorf("encrypt_file IV: %w", err))
+		return zero, err
 	}
 	// From here the row says "sent": if this call dies before the answer
 	// is recorded, no retry sends it again.
@@ -205,50 +171,14 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	// collector may free it while the answer is read.
 	req := gateway.EncryptInput{IV: iv, Plaintext: data}
 	data = nil
-	enc, err := sess.Encrypt(ctx, req)
+	enc, err := s.sendEncrypt(ctx, c, key, f.Rel, sess, req)
 	if err != nil {
-		if refusedBeforeWork(err) {
-			return zero, s.releaseAfter(ctx, key, err)
-		}
-		if _, lerr := s.cfg.Journal.MarkAnswerLost(context.WithoutCancel(ctx), key); lerr != nil {
-			s.log.Error("journal: mark answer lost", "err", lerr)
-		}
-		return zero, answerLost(f.Rel, err)
-	}
-	c.line.Minted = enc.Minted
-	c.line.KeyLink = digestOrEmpty(enc.Link)
-	if !enc.Minted || enc.Link == "" {
-		// Not the new key this tool asks for: nothing may be written
-		// under it, and the content is not sent again.
-		if _, lerr := s.cfg.Journal.MarkAnswerLost(context.WithoutCancel(ctx), key); lerr != nil {
-			s.log.Error("journal: mark answer lost", "err", lerr)
-		}
-		return zero, fmt.Errorf("encrypt_file: the Gateway's answer did not report a new key")
+		return zero, err
 	}
 	s.cfg.CrashPoint(crashpoint.EncryptFileEncrypted)
-	minted := journal.MintedKey{TTag: enc.TTag, LinkDigest: audit.Digest12(enc.Link), IV: enc.IV}
-	ctSum := sha256.Sum256(enc.Ciphertext)
-	if perr := s.putCiphertext(hex.EncodeToString(ctSum[:]), enc.Ciphertext); perr != nil {
-		// The key exists: its answer must be recorded, in the row itself
-		// then.
-		s.log.Warn("ciphertext file not written; keeping it in the journal row", "err", perr)
-		minted.Ciphertext = enc.Ciphertext
-	} else {
-		minted.CiphertextSHA256 = hex.EncodeToString(ctSum[:])
-	}
-	row, err = s.cfg.Journal.RecordMinted(context.WithoutCancel(ctx), key, minted)
+	row, err = s.recordMinted(ctx, key, enc)
 	if err != nil {
-		return zero, fmt.Errorf("record minted key: %w", err)
-	}
-	if row.TTag != enc.TTag {
-		// Another answer was recorded first (a second process): write
-		// that one's envelope, from the journal.
-		if row, err = s.cfg.Journal.GetFile(context.WithoutCancel(ctx), key); err != nil {
-			return zero, fmt.Errorf("read file row: %w", err)
-		}
-	} else {
-		// The state change does not read the ciphertext back.
-		row.Ciphertext = enc.Ciphertext
+		return zero, err
 	}
 	enc = nil
 	s.cfg.CrashPoint(crashpoint.EncryptFileMinted)
@@ -260,6 +190,141 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		return zero, fmt.Errorf("mark file done: %w", err)
 	}
 	return out, nil
+}
+
+// readToEncrypt checks the opened file (named name) can be encrypted and
+// reads it whole: not an envelope, every name this tool and decrypt_file
+// will create beside it fits, not empty, within the Gateway's limit, and
+// unchanged while read. Each refusal sends nothing.
+func readToEncrypt(f *files.File, name string) ([]byte, error) {
+	if files.IsEnvelopeName(name) {
+		return nil, fileRefuse(files.CodeAlreadyAnEnvelope,
+			"%q is already an envelope; nothing was sent; to open it call decrypt_file", f.Rel)
+	}
+	// Every name this tool and decrypt_file will create beside the file
+	// must fit the filesystem, or a key would be made for a file whose
+	// envelope (or decrypted copy) cannot be written.
+	envName := name + files.EnvelopeExt
+	if err := files.CheckNames(filepath.Dir(f.Abs), f.Rel, envName, files.TempNameShape(envName),
+		files.DecryptedName(name, maxDecryptedNames), files.TempNameShape(name)); err != nil {
+		return nil, fileRefusal(err)
+	}
+	size := f.Size()
+	if size == 0 {
+		return nil, fileRefuse(files.CodeEmptyFile, "%q is empty; nothing was sent", f.Rel)
+	}
+	if size > api.MaxDataBytes {
+		return nil, fileRefuse(files.CodeFileTooLarge,
+			"%q is %d bytes, over the %d-byte limit; nothing was sent", f.Rel, size, api.MaxDataBytes)
+	}
+	data, err := readExactly(f.File, size)
+	if err != nil {
+		return nil, fileRefuse(files.CodeFileChanged, "%q changed while it was read; nothing was sent; try again", f.Rel)
+	}
+	return data, nil
+}
+
+// placeEnvelope checks, before anything is sent, that the envelope can be
+// written: no file at its name (which is never overwritten), and a folder
+// that takes it the way writeEnvelope writes it. A refusal releases the
+// reservation.
+func (s *Server) placeEnvelope(ctx context.Context, f *files.File, key journal.FileKey, envRel string,
+	envExists bool) (*files.Placer, error) {
+	if envExists {
+		if err := s.cfg.Journal.ReleaseFile(ctx, key); err != nil {
+			return nil, fmt.Errorf("release file: %w", err)
+		}
+		return nil, fileRefuse(files.CodeEnvelopeExists,
+			"%q already exists and is never overwritten; nothing was sent; move or remove it first", envRel)
+	}
+	placer, err := files.ProbeOutput(f.Dir, filepath.FromSlash(envRel), f.Rel)
+	if err != nil {
+		return nil, s.releaseAfter(ctx, key, fileRefusal(err))
+	}
+	return placer, nil
+}
+
+// encryptSession is the caller's session with room in its scope for the
+// key this call makes, and a fresh IV. On failure nothing was sent and the
+// reservation goes.
+func (s *Server) encryptSession(ctx context.Context, c *call, key journal.FileKey) (Session, []byte, error) {
+	sess, err := s.session(ctx, c)
+	if err == nil && len(sess.Objects()) >= api.MaxObjects {
+		// Each key this session mints joins its scope, which holds at
+		// most 64; the Gateway would refuse the next. A fresh session
+		// starts again from the task's own keys.
+		s.cfg.Sessions.End(ctx, c.caller)
+		sess, err = s.session(ctx, c)
+	}
+	if err != nil {
+		// Nothing was sent: the reservation goes.
+		return nil, nil, s.releaseAfter(ctx, key, err)
+	}
+	iv := make([]byte, api.IVBytes)
+	if _, err := rand.Read(iv); err != nil {
+		return nil, nil, s.releaseAfter(ctx, key, fmt.Errorf("encrypt_file IV: %w", err))
+	}
+	return sess, iv, nil
+}
+
+// sendEncrypt sends the claimed encrypt. A refusal before any work
+// releases the reservation; any other failure, or an answer that is not a
+// new key, marks the answer lost: the content is never sent again.
+func (s *Server) sendEncrypt(ctx context.Context, c *call, key journal.FileKey, rel string, sess Session,
+	req gateway.EncryptInput) (*gateway.EncryptResult, error) {
+	enc, err := sess.Encrypt(ctx, req)
+	if err != nil {
+		if refusedBeforeWork(err) {
+			return nil, s.releaseAfter(ctx, key, err)
+		}
+		if _, lerr := s.cfg.Journal.MarkAnswerLost(context.WithoutCancel(ctx), key); lerr != nil {
+			s.log.Error("journal: mark answer lost", "err", lerr)
+		}
+		return nil, answerLost(rel, err)
+	}
+	c.line.Minted = enc.Minted
+	c.line.KeyLink = digestOrEmpty(enc.Link)
+	if !enc.Minted || enc.Link == "" {
+		// Not the new key this tool asks for: nothing may be written
+		// under it, and the content is not sent again.
+		if _, lerr := s.cfg.Journal.MarkAnswerLost(context.WithoutCancel(ctx), key); lerr != nil {
+			s.log.Error("journal: mark answer lost", "err", lerr)
+		}
+		return nil, fmt.Errorf("encrypt_file: the Gateway's answer did not report a new key")
+	}
+	return enc, nil
+}
+
+// recordMinted records the new key and its ciphertext (in the server's
+// ciphertext store, or in the row when that cannot be written) and
+// returns the row whose envelope is written: this answer's, or another
+// process's recorded first.
+func (s *Server) recordMinted(ctx context.Context, key journal.FileKey, enc *gateway.EncryptResult) (journal.FileRecord, error) {
+	minted := journal.MintedKey{TTag: enc.TTag, LinkDigest: audit.Digest12(enc.Link), IV: enc.IV}
+	ctSum := sha256.Sum256(enc.Ciphertext)
+	if perr := s.putCiphertext(hex.EncodeToString(ctSum[:]), enc.Ciphertext); perr != nil {
+		// The key exists: its answer must be recorded, in the row itself
+		// then.
+		s.log.Warn("ciphertext file not written; keeping it in the journal row", "err", perr)
+		minted.Ciphertext = enc.Ciphertext
+	} else {
+		minted.CiphertextSHA256 = hex.EncodeToString(ctSum[:])
+	}
+	row, err := s.cfg.Journal.RecordMinted(context.WithoutCancel(ctx), key, minted)
+	if err != nil {
+		return row, fmt.Errorf("record minted key: %w", err)
+	}
+	if row.TTag != enc.TTag {
+		// Another answer was recorded first (a second process): write
+		// that one's envelope, from the journal.
+		if row, err = s.cfg.Journal.GetFile(context.WithoutCancel(ctx), key); err != nil {
+			return row, fmt.Errorf("read file row: %w", err)
+		}
+	} else {
+		// The state change does not read the ciphertext back.
+		row.Ciphertext = enc.Ciphertext
+	}
+	return row, nil
 }
 
 // replayEncrypt answers an encrypt_file of content this caller already
@@ -422,119 +487,4 @@ func syncDir(dir *os.Root, folder string) {
 		_ = d.Sync()
 		d.Close()
 	}
-}
-
-func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryptFileResult, error) {
-	var zero decryptFileResult
-	f, err := s.files.Open(in.Path)
-	if err != nil {
-		return zero, fileRefusal(err)
-	}
-	defer f.Close()
-	c.line.Path = f.Rel
-	dir, name := path.Split(f.Rel)
-	if !files.IsEnvelopeName(name) {
-		return zero, fileRefuse(files.CodeNotAnEnvelope,
-			"%q is not a .pisoft envelope; nothing was sent; decrypt_file opens only what encrypt_file wrote", f.Rel)
-	}
-	if f.Size() == 0 {
-		return zero, fileRefuse(files.CodeEmptyFile, "%q is empty; nothing was sent", f.Rel)
-	}
-	if f.Size() > files.MaxEnvelopeBytes {
-		return zero, fileRefuse(files.CodeFileTooLarge,
-			"%q is %d bytes, larger than any envelope of a file within the %d-byte limit; nothing was read or sent",
-			f.Rel, f.Size(), api.MaxDataBytes)
-	}
-	env, err := files.ReadEnvelope(f.File, f.Size(), f.Rel)
-	if err != nil {
-		return zero, fileRefusal(err)
-	}
-	// The envelope is the model's to edit: its t-Tag counts only if the
-	// journal says encrypt_file minted that key in this folder, and its IV
-	// and ciphertext must be the ones recorded then.
-	row, err := s.cfg.Journal.MintedFile(ctx, s.files.Root(), env.TTag)
-	if errors.Is(err, journal.ErrNotFound) {
-		return zero, fileRefuse(files.CodeKeyNotMintedHere,
-			"%q names a key that encrypt_file did not create in this task's folder; nothing was sent", f.Rel)
-	}
-	if err != nil {
-		return zero, fmt.Errorf("look up minted key: %w", err)
-	}
-	sum := sha256.Sum256(env.Ciphertext)
-	if string(env.IV) != string(row.IV) || hex.EncodeToString(sum[:]) != row.CiphertextSHA256 {
-		return zero, fileRefuse(files.CodeNotAnEnvelope,
-			"%q was changed after encrypt_file wrote it (its IV or ciphertext is not the one recorded); nothing was sent", f.Rel)
-	}
-	c.line.PlaintextSHA256 = row.Key.ContentSHA256
-	c.line.KeyLink = row.LinkDigest
-	// The output's folder is the envelope's own, and its name comes from
-	// the journal's record of the encrypted file, never from the envelope.
-	// Its names must fit, and its temporary file exist, before the decrypt
-	// is sent.
-	plainName := path.Base(row.Key.RelPath)
-	if err := files.CheckNames(filepath.Dir(f.Abs), f.Rel, files.DecryptedName(plainName, maxDecryptedNames),
-		files.TempNameShape(plainName)); err != nil {
-		return zero, fileRefusal(err)
-	}
-	outName := filepath.Join(filepath.FromSlash(dir), plainName)
-	placer, err := files.ProbeOutput(f.Dir, outName, f.Rel)
-	if err != nil {
-		return zero, fileRefusal(err)
-	}
-	sess, err := s.widenedSession(ctx, c, env.TTag)
-	if err != nil {
-		return zero, err
-	}
-	dec, err := sess.DecryptWithLink(ctx, env.TTag, env.IV, env.Ciphertext)
-	if err != nil {
-		return zero, err
-	}
-	env.Ciphertext = nil
-	if dec.Link != "" {
-		c.line.KeyLink = digestOrEmpty(dec.Link)
-	}
-	psum := sha256.Sum256(dec.Plaintext)
-	if hex.EncodeToString(psum[:]) != row.Key.ContentSHA256 {
-		return zero, refuse(CodeIntegrityMismatch, 502,
-			"the decrypted content's sha256 is not the one recorded when %q was encrypted; nothing was written", f.Rel)
-	}
-	output, err := placer.Create(outName, f.Rel)
-	if err != nil {
-		return zero, fileRefusal(err)
-	}
-	defer output.Discard()
-	outRel, err := writeDecrypted(output, f.Dir, dir, plainName, dec.Plaintext)
-	if err != nil {
-		return zero, err
-	}
-	return decryptFileResult{Path: outRel, Envelope: f.Rel, Bytes: int64(len(dec.Plaintext)), SHA256: row.Key.ContentSHA256}, nil
-}
-
-// writeDecrypted writes data beside the envelope under the first free name
-// of <name>.decrypted<ext>, -2, -3, ...: into output (a temporary file in
-// that folder), synced, then placed at the name by a link or a no-replace
-// rename, so a name that exists (a file or a link, even a dangling one) is
-// never written through or over.
-func writeDecrypted(output *files.Output, dir *os.Root, folder, plainName string, data []byte) (string, error) {
-	_, err := output.File.Write(data)
-	if cerr := output.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", fmt.Errorf("write decrypted file: %w", err)
-	}
-	for n := 1; n <= maxDecryptedNames; n++ {
-		rel := folder + files.DecryptedName(plainName, n)
-		err := output.Place(filepath.FromSlash(rel))
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("place decrypted file: %w", err)
-		}
-		syncDir(dir, filepath.FromSlash(folder))
-		return rel, nil
-	}
-	return "", fileRefuse(files.CodeEnvelopeExists,
-		"%d decrypted copies of %q already exist beside it; nothing was written; remove some first", maxDecryptedNames, plainName)
 }
