@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // Admin credentials of the fake Gateway.
@@ -490,26 +490,8 @@ func (g *fakeGateway) admin(w http.ResponseWriter, r *http.Request, route string
 	}
 }
 
-// logBuffer is a concurrency-safe log sink for a debug-level slog logger.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func newTestLogger() (*slog.Logger, *logBuffer) {
-	b := &logBuffer{}
+func newTestLogger() (*slog.Logger, *testutil.LogBuffer) {
+	b := &testutil.LogBuffer{}
 	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
 }
 

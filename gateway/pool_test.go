@@ -23,6 +23,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // poolWorld is a reference Gateway with one service, bound to a development
@@ -244,24 +245,6 @@ func (w *poolWorld) wantEnded(t *testing.T, s *gateway.Session) {
 	}
 }
 
-// poolLog is a concurrency-safe log sink.
-type poolLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *poolLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *poolLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // hookHandler calls on for each record before handling it.
 type hookHandler struct {
 	slog.Handler
@@ -297,7 +280,7 @@ func (c *fakeClock) Set(offset time.Duration) { c.offset.Store(int64(offset)) }
 
 func TestPoolGivesEachUserTheirOwnSession(t *testing.T) {
 	w := newPoolWorld(t)
-	logs := &poolLog{}
+	logs := &testutil.LogBuffer{}
 	p := w.pool(t, gateway.PoolConfig{Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	alice, bob := w.user(t, "alice"), w.user(t, "bob")
 	mints := w.count(api.RouteScoped)

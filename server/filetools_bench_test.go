@@ -7,9 +7,6 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/metrics"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,45 +15,8 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
-
-// heapPeak samples the live heap while fn runs and returns the most it
-// grew above where it started.
-func heapPeak(fn func()) uint64 {
-	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
-	base := read()
-	var (
-		mu   sync.Mutex
-		peak = base
-	)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(200 * time.Microsecond)
-		defer t.Stop()
-		for {
-			v := read()
-			mu.Lock()
-			peak = max(peak, v)
-			mu.Unlock()
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	fn()
-	close(stop)
-	<-done
-	if v := read(); v > peak {
-		peak = v
-	}
-	return peak - base
-}
 
 // BenchmarkFileEncrypt runs encrypt_file on a 16,777,215-byte file through
 // the MCP client and, in the same loop, posts the same bytes to the Gateway
@@ -101,7 +61,7 @@ func BenchmarkFileEncrypt(b *testing.B) {
 
 		var res *mcp.CallToolResult
 		start := time.Now()
-		p := heapPeak(func() {
+		p := testutil.HeapPeak(func() {
 			res, err = f.cs.CallTool(ctx, &mcp.CallToolParams{Name: "encrypt_file", Arguments: map[string]any{"path": "big.bin"}})
 		})
 		fileTime += time.Since(start)
@@ -111,7 +71,7 @@ func BenchmarkFileEncrypt(b *testing.B) {
 		}
 
 		start = time.Now()
-		p = heapPeak(func() {
+		p = testutil.HeapPeak(func() {
 			_, err = owner.Encrypt(ctx, gateway.EncryptInput{Plaintext: data})
 		})
 		baseTime += time.Since(start)

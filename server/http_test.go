@@ -31,6 +31,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 )
 
@@ -49,7 +50,7 @@ type httpStack struct {
 	// exchanges counts token-exchange requests at the provider.
 	exchanges atomic.Int64
 	audit     string
-	stderr    *syncBuffer
+	stderr    *testutil.LogBuffer
 	cancel    context.CancelFunc
 	done      chan error
 	svc       *gateway.ServiceConfig
@@ -60,23 +61,6 @@ type httpStack struct {
 	gatewayTimeout time.Duration
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // stackOption changes what newHTTPStack serves: it may replace the
 // manifest and the grant's launch options, after the seed.
 type stackOption func(t *testing.T, hs *httpStack, data string, lo *grant.LaunchOptions)
@@ -85,7 +69,7 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	hs := &httpStack{env: reftest.Start(t, reference.Config{}), stderr: &syncBuffer{}}
+	hs := &httpStack{env: reftest.Start(t, reference.Config{}), stderr: &testutil.LogBuffer{}}
 	ca, err := devpki.LoadOrCreateCA(filepath.Join(dir, "ca"), "test")
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
@@ -38,7 +39,7 @@ type fixture struct {
 	cs       *mcp.ClientSession
 	texts    map[string][]byte
 	audit    *audit.Log
-	logs     *syncBuffer // the server's log
+	logs     *testutil.LogBuffer // the server's log
 }
 
 type doc struct {
@@ -121,7 +122,7 @@ func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manif
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	f.audit, f.logs = a, &syncBuffer{}
+	f.audit, f.logs = a, &testutil.LogBuffer{}
 	sessions := server.NewGrantSessions(c, g.LocalUser, grant.Keys(g, m), g.NotAfter, nil, nil)
 	cfg := server.Config{Grant: g, Manifest: m, ManifestPath: f.manifest, Journal: j, Audit: a,
 		Sessions: sessions, Version: "test", RunID: "run-test", Logger: slogTo(f.logs)}

@@ -6,9 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // devRun is a running `pdmcp dev`.
@@ -16,7 +17,7 @@ type devRun struct {
 	cmd   *exec.Cmd
 	state string
 	info  map[string]any
-	out   *lockedBuffer // what it printed
+	out   *testutil.LogBuffer // what it printed
 }
 
 func startDev(t *testing.T, state string, args ...string) *devRun {
@@ -25,7 +26,7 @@ func startDev(t *testing.T, state string, args ...string) *devRun {
 	cmd := exec.Command(binary(t), append([]string{"dev", "--state", state}, args...)...)
 	cmd.Env = cleanEnv()
 	cmd.Stderr = &testLog{t: t}
-	out := &lockedBuffer{}
+	out := &testutil.LogBuffer{}
 	cmd.Stdout = out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -153,22 +154,4 @@ func TestDevWithCurl(t *testing.T) {
 	if !strings.Contains(body, `"serverInfo"`) {
 		t.Fatalf("second run initialize: %s", body)
 	}
-}
-
-// lockedBuffer is a strings.Builder safe to read while a process writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
