@@ -21,6 +21,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/files"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // CodeAnswerLost refuses an encrypt_file whose earlier encrypt of the same
@@ -95,14 +96,14 @@ func (s *Server) decryptFileTool() tool {
 func fileRefusal(err error) error {
 	var fe *files.Error
 	if errors.As(err, &fe) {
-		return refuse(fe.Code, fe.Status(), "%s; nothing was sent", fe.Detail)
+		return refuse(string(fe.Code), fe.Status(), "%s; nothing was sent", fe.Detail)
 	}
 	return err
 }
 
-func fileRefuse(code, format string, args ...any) *Refusal {
-	fe := &files.Error{Code: code}
-	return refuse(code, fe.Status(), format, args...)
+// fileRefuse is a refusal with one of the catalogue's codes, at its status.
+func fileRefuse(code refusal.Code, format string, args ...any) *Refusal {
+	return refuse(string(code), code.Status(), format, args...)
 }
 
 // encryptFile encrypts one file under a new key into its envelope beside

@@ -13,6 +13,7 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/handoff"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // stepInput is hand_off's and close_step's arguments.
@@ -197,7 +198,7 @@ func (s *Server) confirm(ctx context.Context, c *call, p *handoff.Plan, end time
 	}
 	if !canElicit(c.mcp) {
 		c.line.Confirmation = audit.ConfirmUnavailable
-		return end, &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable, Status: 412,
+		return end, &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable,
 			Detail: fmt.Sprintf("step %q must be confirmed by the user, and this host cannot ask (it did not declare MCP elicitation); nothing was sent; use a host that can, or ask the operator", p.StepID)}
 	}
 	if !answersInputRequests(c.mcp) {
@@ -241,7 +242,7 @@ func (s *Server) confirm(ctx context.Context, c *call, p *handoff.Plan, end time
 func (s *Server) confirmAnswer(c *call, p *handoff.Plan, res *mcp.ElicitResult) error {
 	if res == nil {
 		c.line.Confirmation = audit.ConfirmUnavailable
-		return &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable, Status: 412,
+		return &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable,
 			Detail: fmt.Sprintf("the host did not answer the confirmation of step %q; nothing was sent; try again, or ask the operator", p.StepID)}
 	}
 	switch {
@@ -253,7 +254,7 @@ func (s *Server) confirmAnswer(c *call, p *handoff.Plan, res *mcp.ElicitResult) 
 	default:
 		c.line.Confirmation = audit.ConfirmDeclined
 	}
-	return &handoff.Refusal{Code: handoff.CodeConfirmationDeclined, Status: 403,
+	return &handoff.Refusal{Code: handoff.CodeConfirmationDeclined,
 		Detail: fmt.Sprintf("the user did not confirm step %q; nothing was sent; do not retry unless the user asks", p.StepID)}
 }
 
@@ -367,7 +368,7 @@ func (s *Server) RevokeHandOffs(ctx context.Context) {
 	}
 }
 
-func isCode(err error, code string) bool {
+func isCode(err error, code refusal.Code) bool {
 	r, ok := err.(*handoff.Refusal)
 	return ok && r.Code == code
 }

@@ -65,7 +65,7 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 	}
 	var step *handoff.Refusal
 	if errors.As(err, &step) {
-		return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: step.Code, Status: step.Status, Detail: step.Detail}, false
+		return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: string(step.Code), Status: step.Status(), Detail: step.Detail}, false
 	}
 	var gw *api.Error
 	if errors.As(err, &gw) {

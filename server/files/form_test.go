@@ -14,46 +14,46 @@ func TestCheckForm(t *testing.T) {
 		flavor Flavor
 		want   string
 	}{
-		{"", Unix, CodePathEmpty},
-		{"", Windows, CodePathEmpty},
-		{"a\x00b", Windows, CodePathForm},
-		{"a\tb", Unix, CodePathForm},
-		{"a\u009fb", Unix, CodePathForm},
-		{"a\u2066b", Windows, CodePathForm},
-		{string(make([]byte, MaxPathBytes+1)), Unix, CodePathForm},
-		{`\\server\share\f`, Unix, CodeUNCOrDevice},
-		{`\\server\share\f`, Windows, CodeUNCOrDevice},
-		{`//server/share/f`, Windows, CodeUNCOrDevice},
-		{`\\?\C:\f`, Windows, CodeUNCOrDevice},
-		{`\\.\COM1`, Windows, CodeUNCOrDevice},
-		{`/\server\share`, Windows, CodeUNCOrDevice},
-		{`\??\C:\f`, Windows, CodeUNCOrDevice},
+		{"", Unix, string(CodePathEmpty)},
+		{"", Windows, string(CodePathEmpty)},
+		{"a\x00b", Windows, string(CodePathForm)},
+		{"a\tb", Unix, string(CodePathForm)},
+		{"a\u009fb", Unix, string(CodePathForm)},
+		{"a\u2066b", Windows, string(CodePathForm)},
+		{string(make([]byte, MaxPathBytes+1)), Unix, string(CodePathForm)},
+		{`\\server\share\f`, Unix, string(CodeUNCOrDevice)},
+		{`\\server\share\f`, Windows, string(CodeUNCOrDevice)},
+		{`//server/share/f`, Windows, string(CodeUNCOrDevice)},
+		{`\\?\C:\f`, Windows, string(CodeUNCOrDevice)},
+		{`\\.\COM1`, Windows, string(CodeUNCOrDevice)},
+		{`/\server\share`, Windows, string(CodeUNCOrDevice)},
+		{`\??\C:\f`, Windows, string(CodeUNCOrDevice)},
 		// The order: a control character is judged before UNC, UNC before
 		// a stream.
-		{"\\\\server\\share\x01", Windows, CodePathForm},
-		{`\\server\share\f:s`, Windows, CodeUNCOrDevice},
-		{"f.txt:s", Unix, CodeAlternateStream},
-		{"f.txt:s", Windows, CodeAlternateStream},
-		{`C:\dir\f.txt:s`, Windows, CodeAlternateStream},
-		{`C:\dir\f.txt::$DATA`, Unix, CodeAlternateStream},
-		{`dir:x\f.txt`, Windows, CodeAlternateStream},
-		{"C:f.txt", Windows, CodePathForm},
-		{"C:", Windows, CodePathForm},
-		{"C:f:s", Windows, CodeAlternateStream},
+		{"\\\\server\\share\x01", Windows, string(CodePathForm)},
+		{`\\server\share\f:s`, Windows, string(CodeUNCOrDevice)},
+		{"f.txt:s", Unix, string(CodeAlternateStream)},
+		{"f.txt:s", Windows, string(CodeAlternateStream)},
+		{`C:\dir\f.txt:s`, Windows, string(CodeAlternateStream)},
+		{`C:\dir\f.txt::$DATA`, Unix, string(CodeAlternateStream)},
+		{`dir:x\f.txt`, Windows, string(CodeAlternateStream)},
+		{"C:f.txt", Windows, string(CodePathForm)},
+		{"C:", Windows, string(CodePathForm)},
+		{"C:f:s", Windows, string(CodeAlternateStream)},
 		{`C:\dir\f.txt`, Windows, ""},
 		{`c:/dir/f.txt`, Windows, ""},
 		{`C:\dir\f.txt`, Unix, ""}, // judged OUTSIDE_ROOT by the resolver
-		{`dir\NUL`, Windows, CodeUNCOrDevice},
-		{`dir\nul.txt`, Windows, CodeUNCOrDevice},
-		{`COM1.log`, Windows, CodeUNCOrDevice},
-		{`lpt9`, Windows, CodeUNCOrDevice},
-		{`CONOUT$`, Windows, CodeUNCOrDevice},
-		{`COM¹`, Windows, CodeUNCOrDevice},
+		{`dir\NUL`, Windows, string(CodeUNCOrDevice)},
+		{`dir\nul.txt`, Windows, string(CodeUNCOrDevice)},
+		{`COM1.log`, Windows, string(CodeUNCOrDevice)},
+		{`lpt9`, Windows, string(CodeUNCOrDevice)},
+		{`CONOUT$`, Windows, string(CodeUNCOrDevice)},
+		{`COM¹`, Windows, string(CodeUNCOrDevice)},
 		{`dir\NUL`, Unix, ""}, // not a device outside Windows
 		{`console.txt`, Windows, ""},
 		{`COM10`, Windows, ""},
-		{`f.pisoft.`, Windows, CodePathForm},
-		{`f.pisoft `, Windows, CodePathForm},
+		{`f.pisoft.`, Windows, string(CodePathForm)},
+		{`f.pisoft `, Windows, string(CodePathForm)},
 		{`f.pisoft.`, Unix, ""},
 		{`..\..\f`, Windows, ""},
 		{`.\f`, Windows, ""},
@@ -125,7 +125,7 @@ func TestWithin(t *testing.T) {
 func codeOf(err error) string {
 	var fe *Error
 	if errors.As(err, &fe) {
-		return fe.Code
+		return string(fe.Code)
 	}
 	if err != nil {
 		return "error: " + err.Error()

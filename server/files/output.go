@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"unicode/utf16"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // Codes for outputs the file tools could not create; each is decided before
@@ -18,11 +20,11 @@ const (
 	// CodeNameTooLong: a name the tool would create (the envelope, a
 	// temporary file, the decrypted copy) is longer than the filesystem's
 	// limit for one name.
-	CodeNameTooLong = "NAME_TOO_LONG"
+	CodeNameTooLong = refusal.NameTooLong
 	// CodeOutputNotWritable: the folder takes no new file, or can neither
 	// hard-link a file to a second name nor rename one without replacing
 	// what is there (the two ways a tool puts a finished file at its name).
-	CodeOutputNotWritable = "OUTPUT_NOT_WRITABLE"
+	CodeOutputNotWritable = refusal.OutputNotWritable
 )
 
 // TempName is a fresh temporary name for name, in name's own folder: a dot

@@ -1,54 +1,35 @@
 package files
 
-import "fmt"
+import "github.com/pdmcp/pdmcp/server/refusal"
 
-// Codes for a path or file the file tools refuse. Each is an adapter
-// refusal: nothing is sent to the Gateway.
+// Codes for a path or file the file tools refuse: the catalogue's (package
+// refusal, which holds each one's status). Each is an adapter refusal:
+// nothing is sent to the Gateway.
 const (
-	CodePathEmpty         = "PATH_EMPTY"
-	CodePathForm          = "PATH_FORM_REFUSED"
-	CodeUNCOrDevice       = "UNC_OR_DEVICE_PATH"
-	CodeAlternateStream   = "ALTERNATE_STREAM"
-	CodeOutsideRoot       = "OUTSIDE_ROOT"
-	CodeNotFound          = "NOT_FOUND"
-	CodeUnresolvable      = "PATH_UNRESOLVABLE"
-	CodeIsADirectory      = "IS_A_DIRECTORY"
-	CodeNotRegular        = "NOT_A_REGULAR_FILE"
-	CodeHardLinked        = "HARD_LINKED"
-	CodeFileChanged       = "FILE_CHANGED"
-	CodeAlreadyAnEnvelope = "ALREADY_AN_ENVELOPE"
-	CodeNotAnEnvelope     = "NOT_AN_ENVELOPE"
-	CodeEmptyFile         = "EMPTY_FILE"
-	CodeFileTooLarge      = "FILE_TOO_LARGE"
-	CodeEnvelopeExists    = "ENVELOPE_EXISTS"
-	CodeKeyNotMintedHere  = "KEY_NOT_MINTED_HERE"
+	CodePathEmpty         = refusal.PathEmpty
+	CodePathForm          = refusal.PathForm
+	CodeUNCOrDevice       = refusal.UNCOrDevice
+	CodeAlternateStream   = refusal.AlternateStream
+	CodeOutsideRoot       = refusal.OutsideRoot
+	CodeNotFound          = refusal.NotFound
+	CodeUnresolvable      = refusal.Unresolvable
+	CodeIsADirectory      = refusal.IsADirectory
+	CodeNotRegular        = refusal.NotRegular
+	CodeHardLinked        = refusal.HardLinked
+	CodeFileChanged       = refusal.FileChanged
+	CodeAlreadyAnEnvelope = refusal.AlreadyAnEnvelope
+	CodeNotAnEnvelope     = refusal.NotAnEnvelope
+	CodeEmptyFile         = refusal.EmptyFile
+	CodeFileTooLarge      = refusal.FileTooLarge
+	CodeEnvelopeExists    = refusal.EnvelopeExists
+	CodeKeyNotMintedHere  = refusal.KeyNotMintedHere
 )
 
-// Error is a refused path or file: a code from this package and a sentence
-// for the model. The detail names only the path as given or relative to the
-// root, never anything found outside it.
-type Error struct {
-	Code   string
-	Detail string
-}
+// Error is a refused path or file: a code from the catalogue and a sentence
+// for the model; its Status is the code's. The detail names only the path
+// as given or relative to the root, never anything found outside it.
+type Error = refusal.Refusal
 
-func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Detail) }
-
-// Status is the status a refusal with this code carries.
-func (e *Error) Status() int {
-	switch e.Code {
-	case CodeOutsideRoot, CodeHardLinked, CodeKeyNotMintedHere:
-		return 403
-	case CodeNotFound:
-		return 404
-	case CodeFileChanged, CodeEnvelopeExists:
-		return 409
-	case CodeFileTooLarge:
-		return 413
-	}
-	return 400
-}
-
-func refuse(code, format string, args ...any) *Error {
-	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
+func refuse(code refusal.Code, format string, args ...any) *Error {
+	return refusal.New(code, format, args...)
 }

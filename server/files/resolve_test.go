@@ -87,7 +87,7 @@ func TestOpenFileSwappedBetweenCheckAndOpen(t *testing.T) {
 			p := filepath.Join(fx.Root, "ok.txt")
 			r.afterCheck = func() { swap(t, fx, p) }
 			f, err := r.Open("ok.txt")
-			if got := codeOf(err); got != CodeFileChanged {
+			if got := codeOf(err); got != string(CodeFileChanged) {
 				if f != nil {
 					f.Close()
 				}
@@ -119,7 +119,7 @@ func TestOpenHardLinkAddedAfterCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := r.Open("sub/inner.txt"); codeOf(err) != CodeHardLinked {
+	if _, err := r.Open("sub/inner.txt"); codeOf(err) != string(CodeHardLinked) {
 		t.Fatalf("got %q, want HARD_LINKED", codeOf(err))
 	}
 }

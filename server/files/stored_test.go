@@ -98,7 +98,7 @@ func TestStoredNameCaseInsensitive(t *testing.T) {
 	} {
 		f, err := r.Open(typed)
 		if want == "" {
-			if codeOf(err) != CodeNotFound {
+			if codeOf(err) != string(CodeNotFound) {
 				t.Errorf("Open(%q) = %v, want NOT_FOUND", typed, err)
 			}
 			continue

@@ -27,46 +27,43 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // MinWindow is the shortest window a hand-off is made for: less than this
 // left and the entry could lapse before the recipient's first read.
 const MinWindow = 4 * time.Second
 
-// Codes of the refusals this package decides (the adapter layer).
+// Codes of the refusals this package decides (the adapter layer): the
+// catalogue's (package refusal), which holds each one's status.
 const (
-	CodeStepNotInGrant          = "STEP_NOT_IN_GRANT"
-	CodeUnknownStep             = "UNKNOWN_STEP"
-	CodeConfirmationUnavailable = "CONFIRMATION_UNAVAILABLE"
-	CodeConfirmationDeclined    = "CONFIRMATION_DECLINED"
-	CodeNotStepDelegator        = "NOT_STEP_DELEGATOR"
-	CodeNothingToHandOff        = "NOTHING_TO_HAND_OFF"
-	CodeWindowTooShort          = "WINDOW_TOO_SHORT"
-	CodeRecipientHasEntry       = "RECIPIENT_HAS_ENTRY"
-	CodeHandOffNotVerified      = "HANDOFF_NOT_VERIFIED"
-	CodeStepNotOpen             = "STEP_NOT_OPEN"
-	CodeHandedOffReadOnly       = "HANDED_OFF_READ_ONLY"
+	CodeStepNotInGrant          = refusal.StepNotInGrant
+	CodeUnknownStep             = refusal.UnknownStep
+	CodeConfirmationUnavailable = refusal.ConfirmationUnavailable
+	CodeConfirmationDeclined    = refusal.ConfirmationDeclined
+	CodeNotStepDelegator        = refusal.NotStepDelegator
+	CodeNothingToHandOff        = refusal.NothingToHandOff
+	CodeWindowTooShort          = refusal.WindowTooShort
+	CodeRecipientHasEntry       = refusal.RecipientHasEntry
+	CodeHandOffNotVerified      = refusal.HandOffNotVerified
+	CodeStepNotOpen             = refusal.StepNotOpen
+	CodeHandedOffReadOnly       = refusal.HandedOffReadOnly
 	// CodeHandOffNotUndone: a hand-off failed part way and an entry it made
 	// could not be revoked; the journal still names it, so close_step or
 	// `pdmcp close-step` can.
-	CodeHandOffNotUndone = "HANDOFF_NOT_UNDONE"
+	CodeHandOffNotUndone = refusal.HandOffNotUndone
 	// CodeHandOffBusy: another hand-off, close or save on the same key and
 	// recipient held it for longer than a call waits.
-	CodeHandOffBusy = "HANDOFF_BUSY"
+	CodeHandOffBusy = refusal.HandOffBusy
 )
 
-// Refusal is a "no" this package decided. The server renders it as an
-// adapter-layer refusal.
-type Refusal struct {
-	Code   string
-	Status int
-	Detail string
-}
+// Refusal is a "no" this package decided: a catalogue code, whose status
+// it carries, and a sentence. The server renders it as an adapter-layer
+// refusal.
+type Refusal = refusal.Refusal
 
-func (r *Refusal) Error() string { return r.Code + ": " + r.Detail }
-
-func refuse(code string, status int, format string, args ...any) *Refusal {
-	return &Refusal{Code: code, Status: status, Detail: fmt.Sprintf(format, args...)}
+func refuse(code refusal.Code, format string, args ...any) *Refusal {
+	return refusal.New(code, format, args...)
 }
 
 // ACL is what a hand-off needs of a Gateway session acting as the
@@ -233,12 +230,12 @@ func CheckSteps(g *grant.Grant, m *grant.Manifest) error {
 // (NOTHING_TO_HAND_OFF). Nothing is sent anywhere.
 func (e *Engine) Plan(m *grant.Manifest, stepID string) (*Plan, error) {
 	if !slices.Contains(e.cfg.Grant.Steps, stepID) {
-		return nil, refuse(CodeStepNotInGrant, 403,
+		return nil, refuse(CodeStepNotInGrant,
 			"step %q is not in this task's grant; nothing was sent; use a stepId from list_approved_documents", stepID)
 	}
 	st, ok := m.Steps[stepID]
 	if !ok {
-		return nil, refuse(CodeUnknownStep, 404, "the operator's manifest has no step %q; nothing was sent; do not retry", stepID)
+		return nil, refuse(CodeUnknownStep, "the operator's manifest has no step %q; nothing was sent; do not retry", stepID)
 	}
 	p := &Plan{StepID: stepID, Step: st, KeyDocument: map[string]string{}, TypeKey: map[string]string{}}
 	keys := map[string]bool{}
@@ -267,7 +264,7 @@ func (e *Engine) Plan(m *grant.Manifest, stepID string) (*Plan, error) {
 		}
 	}
 	if len(p.Sections) == 0 {
-		return nil, refuse(CodeNothingToHandOff, 403,
+		return nil, refuse(CodeNothingToHandOff,
 			"none of step %q's documents is in this task's grant; nothing was sent; do not retry", stepID)
 	}
 	p.Keys = slices.Sorted(maps.Keys(keys))
@@ -279,7 +276,7 @@ func (p *Plan) IsDelegator(actingAs string) bool { return actingAs != "" && acti
 
 // NotDelegator is the refusal for anyone but the step's from user.
 func NotDelegator(stepID string) error {
-	return refuse(CodeNotStepDelegator, 403,
+	return refuse(CodeNotStepDelegator,
 		"only the user who hands step %q may hand it off or close it; nothing was sent; do not retry", stepID)
 }
 
@@ -294,7 +291,7 @@ func (e *Engine) EndTime(p *Plan) (time.Time, error) {
 		end = e.cfg.Grant.NotAfter
 	}
 	if left := end.Sub(now); left < MinWindow {
-		return time.Time{}, refuse(CodeWindowTooShort, 403,
+		return time.Time{}, refuse(CodeWindowTooShort,
 			"step %q would be handed for %s, less than the %s minimum (the grant ends at %s); nothing was sent; ask the operator for a new grant",
 			p.StepID, left.Round(time.Second), MinWindow, e.cfg.Grant.NotAfter.UTC().Format(time.RFC3339))
 	}
@@ -439,7 +436,7 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 			}
 			made = made[:len(made)-1]
 			if isCode(err, api.CodeConflict) {
-				err = refuse(CodeRecipientHasEntry, 409,
+				err = refuse(CodeRecipientHasEntry,
 					"while step %q was being handed, the recipient was given access to a section it hands by someone else, not by this server; nothing was handed and that access was not changed; tell the operator",
 					p.StepID)
 			}
@@ -453,14 +450,14 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 	for _, row := range made {
 		entries, err := acl.ACLGet(ctx, row.TTag)
 		if err == nil && !grantedAsSent(entries, row) {
-			err = refuse(CodeHandOffNotVerified, 502,
+			err = refuse(CodeHandOffNotVerified,
 				"an entry of step %q did not read back as READ until %s with unlimited uses; every entry made that still read as granted was revoked and nothing is handed; tell the operator",
 				p.StepID, end.Format(time.RFC3339))
 		}
 		if err != nil {
 			var r *Refusal
 			if !errors.As(err, &r) {
-				err = refuse(CodeHandOffNotVerified, 502,
+				err = refuse(CodeHandOffNotVerified,
 					"an entry of step %q could not be read back; every entry made was revoked and nothing is handed; try again later", p.StepID)
 			}
 			return nil, e.undo(ctx, acl, made, err)
@@ -504,7 +501,7 @@ func (e *Engine) clearKey(ctx context.Context, acl ACL, p *Plan, k string, lefto
 			if o.Step == p.StepID {
 				who = "another user's open hand-off of this step"
 			}
-			return refuse(CodeRecipientHasEntry, 409,
+			return refuse(CodeRecipientHasEntry,
 				"the recipient of step %q already holds access to a section it hands, made by %s until %s; nothing was handed and that access was not changed; close that step first (close_step, or the operator's pdmcp close-step), or wait until then",
 				p.StepID, who, o.EndTime.UTC().Format(time.RFC3339))
 		}
@@ -512,7 +509,7 @@ func (e *Engine) clearKey(ctx context.Context, acl ACL, p *Plan, k string, lefto
 		// rule every close follows.
 		res, err := SettleRows(ctx, acl, e.cfg.Journal, []journal.HandOff{o})
 		if err != nil {
-			return refuse(CodeRecipientHasEntry, 409,
+			return refuse(CodeRecipientHasEntry,
 				"the recipient of step %q holds access to a section it hands from this server's earlier hand-off of step %q (lapsed, or changed since), which could not be closed now; nothing was handed; ask the operator to run pdmcp close-step --step %s",
 				p.StepID, o.Step, o.Step)
 		}
@@ -527,7 +524,7 @@ func (e *Engine) clearKey(ctx context.Context, acl ACL, p *Plan, k string, lefto
 		if leftoverAlone {
 			why = "changed by someone else since this server's earlier hand-off of this step granted it, so no longer this server's"
 		}
-		return refuse(CodeRecipientHasEntry, 409,
+		return refuse(CodeRecipientHasEntry,
 			"the recipient of step %q already holds access to a section it hands, %s; nothing was handed and that access was not changed; tell the operator",
 			p.StepID, why)
 	}
@@ -542,7 +539,7 @@ func (e *Engine) undo(ctx context.Context, acl ACL, made []journal.HandOff, caus
 	res, err := SettleRows(context.WithoutCancel(ctx), acl, e.cfg.Journal, made)
 	if err != nil {
 		e.cfg.Logger.Error("hand-off could not be undone", "err", err)
-		return refuse(CodeHandOffNotUndone, 502,
+		return refuse(CodeHandOffNotUndone,
 			"the hand-off failed and an entry it made could not be revoked; the server's journal keeps it: call close_step, or ask the operator to run pdmcp close-step")
 	}
 	if n := countReason(res, journal.ClosedLeftAlone); n > 0 {
@@ -589,7 +586,7 @@ func lockKeys(keys []string, systemID int64, principalID string) []journal.LockK
 func (e *Engine) lockOn(ctx context.Context, keys []journal.LockKey) (func(), error) {
 	unlock, err := e.cfg.Journal.LockHandOffs(ctx, keys, journal.LockOptions{OnWait: e.cfg.OnLockWait})
 	if errors.Is(err, journal.ErrLockBusy) {
-		return nil, refuse(CodeHandOffBusy, 409,
+		return nil, refuse(CodeHandOffBusy,
 			"another hand-off, close or save on the same section and recipient is still in progress; nothing was changed; try again in a minute")
 	}
 	return unlock, err
@@ -611,7 +608,7 @@ func (e *Engine) Close(ctx context.Context, acl ACL, caller string, p *Plan) (*R
 	if len(open) == 0 {
 		last := lastVerifiedBatch(rows)
 		if len(last) == 0 {
-			return nil, refuse(CodeStepNotOpen, 409,
+			return nil, refuse(CodeStepNotOpen,
 				"step %q is not handed off; nothing was sent; call hand_off first if the task needs it", p.StepID)
 		}
 		rec := p.receipt(last)
@@ -700,7 +697,7 @@ func (e *Engine) CheckSave(ctx context.Context, who Identity, documentID, fragme
 	}
 	if ok {
 		unlock()
-		return nil, refuse(CodeHandedOffReadOnly, 403,
+		return nil, refuse(CodeHandedOffReadOnly,
 			"section %q of %q was handed to this user read-only by step %q; it was not saved and nothing was sent; do not retry",
 			fragmentID, documentID, step)
 	}
