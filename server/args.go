@@ -34,7 +34,7 @@ func decodeArgs[In any](raw json.RawMessage, schema *jsonschema.Schema) (In, *Re
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
-		return in, refuse(CodeInvalidArgument, 400, "the arguments must be a JSON object; fix the call and try again")
+		return in, refuseCode(CodeInvalidArgument, "the arguments must be a JSON object; fix the call and try again")
 	}
 	var extra []string
 	for name := range fields {
@@ -44,22 +44,22 @@ func decodeArgs[In any](raw json.RawMessage, schema *jsonschema.Schema) (In, *Re
 	}
 	if len(extra) > 0 {
 		sort.Strings(extra)
-		return in, refuse(CodeUnexpectedArgument, 400,
+		return in, refuseCode(CodeUnexpectedArgument,
 			"argument %q is not declared by this tool and was not used; call again with only the declared arguments", extra[0])
 	}
 	for _, name := range schema.Required {
 		v, ok := fields[name]
 		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-			return in, refuse(CodeMissingArgument, 400, "argument %q is required; call again with it", name)
+			return in, refuseCode(CodeMissingArgument, "argument %q is required; call again with it", name)
 		}
 	}
 	for name, v := range fields {
 		if err := checkType(schema.Properties[name], v); err != nil {
-			return in, refuse(CodeInvalidArgument, 400, "argument %q %s; call again with a valid value", name, err.Error())
+			return in, refuseCode(CodeInvalidArgument, "argument %q %s; call again with a valid value", name, err.Error())
 		}
 	}
 	if err := json.Unmarshal(raw, &in); err != nil {
-		return in, refuse(CodeInvalidArgument, 400, "the arguments do not match the tool's input schema; call again with valid values")
+		return in, refuseCode(CodeInvalidArgument, "the arguments do not match the tool's input schema; call again with valid values")
 	}
 	return in, nil
 }

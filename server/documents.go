@@ -90,7 +90,7 @@ const maxCategoryBytes = 128
 
 func (s *Server) list(ctx context.Context, c *call, in listInput) (listOutput, error) {
 	if len(in.Category) > maxCategoryBytes {
-		return listOutput{}, refuse(CodeInvalidArgument, 400,
+		return listOutput{}, refuseCode(CodeInvalidArgument,
 			"argument \"category\" is %d bytes, over the %d-byte limit; call again with a category from the list, or without one",
 			len(in.Category), maxCategoryBytes)
 	}
@@ -226,7 +226,7 @@ func (s *Server) readTool() tool {
 func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, error) {
 	var zero readOutput
 	if !slices.Contains(s.cfg.Grant.Documents, in.DocumentID) {
-		return zero, refuse(CodeDocumentNotInGrant, 403,
+		return zero, refuseCode(CodeDocumentNotInGrant,
 			"document %q is not in this task's grant; nothing was sent; use an id from list_approved_documents", in.DocumentID)
 	}
 	// Only an id the grant names goes into the audit line: the argument is
@@ -238,26 +238,26 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 		return zero, err
 	}
 	if !ok {
-		return zero, refuse(CodeUnknownDocument, 404,
+		return zero, refuseCode(CodeUnknownDocument,
 			"the operator's manifest has no document %q; nothing was sent; do not retry", in.DocumentID)
 	}
 	c.line.Version = d.Version
 	if !d.Approved {
 		// The operator withdrew the approval after the grant was written:
 		// the manifest decides, before anything reaches the key server.
-		return zero, refuse(CodeDocumentNotApproved, 403,
+		return zero, refuseCode(CodeDocumentNotApproved,
 			"document %q is no longer approved by the operator; nothing was sent; do not retry", in.DocumentID)
 	}
 	if d.IsCompound() {
 		return s.readCompound(ctx, c, in.DocumentID, m, d)
 	}
 	if d.Size > MaxTextBytes {
-		return zero, refuse(CodeResultTooLarge, 413,
+		return zero, refuseCode(CodeResultTooLarge,
 			"document %q is %d bytes, over the %d-byte limit of one read; nothing was sent; do not retry",
 			in.DocumentID, d.Size, MaxTextBytes)
 	}
 	if !isTextType(d.ContentType) {
-		return zero, refuse(CodeNotText, 415,
+		return zero, refuseCode(CodeNotText,
 			"document %q is %s, not text; nothing was sent; this tool returns text only", in.DocumentID, d.ContentType)
 	}
 	iv, err := base64.StdEncoding.DecodeString(d.IV)
@@ -266,7 +266,7 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 	}
 	ct, err := s.root.ReadFile(filepath.FromSlash(d.Path))
 	if err != nil {
-		return zero, refuse(CodeCiphertextMissing, 500,
+		return zero, refuseCode(CodeCiphertextMissing,
 			"the stored ciphertext of %q cannot be read; nothing was sent; tell the operator", in.DocumentID)
 	}
 	sess, err := s.sessionFor(ctx, c, d.TTag)
@@ -281,15 +281,15 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 	c.line.KeyLink = digestOrEmpty(dec.Link)
 	sum := sha256.Sum256(pt)
 	if got := hex.EncodeToString(sum[:]); !strings.EqualFold(got, d.SHA256) {
-		return zero, refuse(CodeIntegrityMismatch, 502,
+		return zero, refuseCode(CodeIntegrityMismatch,
 			"the decrypted text of %q does not match the manifest's sha256; it was not returned; tell the operator", in.DocumentID)
 	}
 	if len(pt) > MaxTextBytes {
-		return zero, refuse(CodeResultTooLarge, 413, "document %q decrypted to %d bytes, over the %d-byte limit; do not retry",
+		return zero, refuseCode(CodeResultTooLarge, "document %q decrypted to %d bytes, over the %d-byte limit; do not retry",
 			in.DocumentID, len(pt), MaxTextBytes)
 	}
 	if !utf8.Valid(pt) {
-		return zero, refuse(CodeNotText, 415, "document %q is not UTF-8 text; it was not returned", in.DocumentID)
+		return zero, refuseCode(CodeNotText, "document %q is not UTF-8 text; it was not returned", in.DocumentID)
 	}
 	prov := provenance{DocumentID: in.DocumentID, Version: d.Version, SHA256: strings.ToLower(d.SHA256)}
 	return readOutput{

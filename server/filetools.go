@@ -27,7 +27,7 @@ import (
 // CodeAnswerLost refuses an encrypt_file whose earlier encrypt of the same
 // content may have created a key whose answer never arrived; it is never
 // sent again.
-const CodeAnswerLost = "ENCRYPT_ANSWER_LOST"
+const CodeAnswerLost = string(refusal.EncryptAnswerLost)
 
 // maxDecryptedNames bounds the -2, -3, ... names tried for an output.
 const maxDecryptedNames = 1000
@@ -354,7 +354,7 @@ func (s *Server) replayEncrypt(ctx context.Context, c *call, dir *os.Root, row j
 			ct, err := s.getCiphertext(row.CiphertextSHA256)
 			if err != nil {
 				s.log.Error("stored ciphertext unreadable", "err", err)
-				return zero, refuse(CodeCiphertextMissing, 500,
+				return zero, refuseCode(CodeCiphertextMissing,
 					"the envelope of %q is gone and the server's copy of its ciphertext cannot be read; nothing was sent and no key "+
 						"was made; report this to the operator", out.Path)
 			}
@@ -383,7 +383,7 @@ func answerLost(rel string, cause error) *Refusal {
 			detail += " (the Gateway call ended " + ae.Code + ")"
 		}
 	}
-	return refuse(CodeAnswerLost, 502, detail, rel)
+	return refuseCode(CodeAnswerLost, detail, rel)
 }
 
 // refusedBeforeWork reports an encrypt the Gateway or key server refused

@@ -24,15 +24,16 @@ import (
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/record"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // Codes of the section tools.
 const (
-	CodeNotCompound     = "NOT_COMPOUND"
-	CodeUnknownFragment = "UNKNOWN_FRAGMENT"
+	CodeNotCompound     = string(refusal.NotCompound)
+	CodeUnknownFragment = string(refusal.UnknownFragment)
 	// CodeInvalidFragmentText refuses a save whose text would change the
 	// document's structure beyond its own section (compound.CheckSectionText).
-	CodeInvalidFragmentText = "INVALID_FRAGMENT_TEXT"
+	CodeInvalidFragmentText = string(refusal.InvalidFragmentText)
 )
 
 // Section outcomes in a mixed view.
@@ -58,7 +59,7 @@ func (s *Server) compoundDoc(ctx context.Context, c *call, docID, fragID string)
 	var zd grant.Document
 	var zf grant.Fragment
 	if !slices.Contains(s.cfg.Grant.Documents, docID) {
-		return nil, zd, zf, refuse(CodeDocumentNotInGrant, 403,
+		return nil, zd, zf, refuseCode(CodeDocumentNotInGrant,
 			"document %q is not in this task's grant; nothing was sent; use an id from list_approved_documents", docID)
 	}
 	c.line.DocumentID = docID
@@ -68,21 +69,21 @@ func (s *Server) compoundDoc(ctx context.Context, c *call, docID, fragID string)
 		return nil, zd, zf, err
 	}
 	if !ok {
-		return nil, zd, zf, refuse(CodeUnknownDocument, 404,
+		return nil, zd, zf, refuseCode(CodeUnknownDocument,
 			"the operator's manifest has no document %q; nothing was sent; do not retry", docID)
 	}
 	c.line.Version = d.Version
 	if !d.Approved {
-		return nil, zd, zf, refuse(CodeDocumentNotApproved, 403,
+		return nil, zd, zf, refuseCode(CodeDocumentNotApproved,
 			"document %q is no longer approved by the operator; nothing was sent; do not retry", docID)
 	}
 	if !d.IsCompound() {
-		return nil, zd, zf, refuse(CodeNotCompound, 400,
+		return nil, zd, zf, refuseCode(CodeNotCompound,
 			"document %q is a single document with no sections; nothing was sent; use read_protected_document", docID)
 	}
 	f, ok := d.Fragment(fragID)
 	if !ok {
-		return nil, zd, zf, refuse(CodeUnknownFragment, 404,
+		return nil, zd, zf, refuseCode(CodeUnknownFragment,
 			"document %q has no section %q; nothing was sent; use a fragmentId from list_approved_documents", docID, fragID)
 	}
 	c.line.FragmentID = fragID
@@ -104,12 +105,12 @@ func compoundSize(skeleton int, d grant.Document) int64 {
 func (s *Server) loadSkeleton(docID string, d grant.Document) ([]byte, error) {
 	sk, err := s.root.ReadFile(filepath.FromSlash(d.Skeleton))
 	if err != nil {
-		return nil, refuse(CodeCiphertextMissing, 500,
+		return nil, refuseCode(CodeCiphertextMissing,
 			"the stored skeleton of %q cannot be read; nothing was sent; tell the operator", docID)
 	}
 	sum := sha256.Sum256(sk)
 	if d.SkeletonSHA256 != "" && !strings.EqualFold(hex.EncodeToString(sum[:]), d.SkeletonSHA256) {
-		return nil, refuse(CodeIntegrityMismatch, 502,
+		return nil, refuseCode(CodeIntegrityMismatch,
 			"the skeleton of %q does not match the manifest's sha256; nothing was sent; tell the operator", docID)
 	}
 	ids, err := compound.MarkerIDs(sk)
@@ -118,7 +119,7 @@ func (s *Server) loadSkeleton(docID string, d grant.Document) ([]byte, error) {
 		want = append(want, f.ID)
 	}
 	if err != nil || !slices.Equal(ids, want) {
-		return nil, refuse(CodeIntegrityMismatch, 502,
+		return nil, refuseCode(CodeIntegrityMismatch,
 			"the skeleton of %q does not mark the manifest's sections; nothing was sent; tell the operator", docID)
 	}
 	return sk, nil
@@ -132,7 +133,7 @@ func (s *Server) openFragment(ctx context.Context, sess Session, m *grant.Manife
 	}
 	ct, err := s.root.ReadFile(filepath.FromSlash(f.Path))
 	if err != nil {
-		return nil, "", refuse(CodeCiphertextMissing, 500,
+		return nil, "", refuseCode(CodeCiphertextMissing,
 			"the stored ciphertext of section %q of %q cannot be read; tell the operator", f.ID, docID)
 	}
 	dec, err := sess.DecryptWithLink(ctx, m.CompoundKeys[f.DataType], iv, ct)
@@ -141,11 +142,11 @@ func (s *Server) openFragment(ctx context.Context, sess Session, m *grant.Manife
 	}
 	sum := sha256.Sum256(dec.Plaintext)
 	if !strings.EqualFold(hex.EncodeToString(sum[:]), f.SHA256) {
-		return nil, "", refuse(CodeIntegrityMismatch, 502,
+		return nil, "", refuseCode(CodeIntegrityMismatch,
 			"the decrypted section %q of %q does not match the manifest's sha256; it was not returned; tell the operator", f.ID, docID)
 	}
 	if !utf8.Valid(dec.Plaintext) {
-		return nil, "", refuse(CodeNotText, 415, "section %q of %q is not UTF-8 text; it was not returned", f.ID, docID)
+		return nil, "", refuseCode(CodeNotText, "section %q of %q is not UTF-8 text; it was not returned", f.ID, docID)
 	}
 	return dec.Plaintext, dec.Link, nil
 }
@@ -177,11 +178,11 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 	// The refusals below name no length: the document's, less what the
 	// caller's mixed view shows, would be the withheld sections' length.
 	if d.Size > MaxTextBytes {
-		return zero, refuse(CodeResultTooLarge, 413, "document %q is over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
+		return zero, refuseCode(CodeResultTooLarge, "document %q is over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
 			docID, MaxTextBytes)
 	}
 	if !isTextType(d.ContentType) {
-		return zero, refuse(CodeNotText, 415,
+		return zero, refuseCode(CodeNotText,
 			"document %q is %s, not text; nothing was sent; this tool returns text only", docID, d.ContentType)
 	}
 	sk, err := s.loadSkeleton(docID, d)
@@ -189,7 +190,7 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 		return zero, err
 	}
 	if n := compoundSize(len(sk), d); n > MaxTextBytes {
-		return zero, refuse(CodeResultTooLarge, 413, "document %q's skeleton and sections are over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
+		return zero, refuseCode(CodeResultTooLarge, "document %q's skeleton and sections are over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
 			docID, MaxTextBytes)
 	}
 	sess, err := s.session(ctx, c)
@@ -226,11 +227,11 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 	sum := sha256.Sum256(out)
 	textSum := hex.EncodeToString(sum[:])
 	if complete && d.SHA256 != "" && !strings.EqualFold(textSum, d.SHA256) {
-		return zero, refuse(CodeIntegrityMismatch, 502,
+		return zero, refuseCode(CodeIntegrityMismatch,
 			"document %q reassembled does not match the manifest's sha256; it was not returned; tell the operator", docID)
 	}
 	if len(out) > MaxTextBytes {
-		return zero, refuse(CodeResultTooLarge, 413, "document %q's mixed view is %d bytes, over the %d-byte limit; read its sections with read_protected_fragment",
+		return zero, refuseCode(CodeResultTooLarge, "document %q's mixed view is %d bytes, over the %d-byte limit; read its sections with read_protected_fragment",
 			docID, len(out), MaxTextBytes)
 	}
 	prov := provenance{DocumentID: docID, Version: d.Version, SHA256: textSum}
@@ -302,7 +303,7 @@ func (s *Server) readFragment(ctx context.Context, c *call, in fragmentInput) (f
 	if f.Size > MaxTextBytes {
 		// No length: the key server has not decided yet whether this
 		// caller may read the section.
-		return zero, refuse(CodeResultTooLarge, 413, "section %q of %q is over the %d-byte limit; nothing was sent",
+		return zero, refuseCode(CodeResultTooLarge, "section %q of %q is over the %d-byte limit; nothing was sent",
 			f.ID, in.DocumentID, MaxTextBytes)
 	}
 	sess, err := s.session(ctx, c)
@@ -370,10 +371,10 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		return zero, err
 	}
 	if n := utf8.RuneCountInString(in.IdempotencyKey); n == 0 || n > 128 || !utf8.ValidString(in.IdempotencyKey) {
-		return zero, refuse(CodeInvalidArgument, 400, "idempotencyKey must be 1 to 128 characters; nothing was sent")
+		return zero, refuseCode(CodeInvalidArgument, "idempotencyKey must be 1 to 128 characters; nothing was sent")
 	}
 	if !utf8.ValidString(in.Text) {
-		return zero, refuse(CodeNotText, 415, "the text is not UTF-8; nothing was sent")
+		return zero, refuseCode(CodeNotText, "the text is not UTF-8; nothing was sent")
 	}
 	sk, err := s.loadSkeleton(in.DocumentID, d)
 	if err != nil {
@@ -382,7 +383,7 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 	if n := compoundSize(len(sk), d) - f.Size + int64(len(in.Text)); n > MaxTextBytes || len(in.Text) > MaxTextBytes {
 		// No length: less this text, it would be the other sections',
 		// some of which this caller may not read.
-		return zero, refuse(CodeResultTooLarge, 413,
+		return zero, refuseCode(CodeResultTooLarge,
 			"with this text document %q would be over the %d-byte limit of one read; nothing was sent; save a shorter section",
 			in.DocumentID, MaxTextBytes)
 	}
@@ -471,7 +472,7 @@ func sectionTextRefusal(docID, fragID string, err error) error {
 		return fmt.Errorf("check section text: %w", err)
 	}
 	if errors.Is(err, compound.ErrNotText) {
-		return refuse(CodeNotText, 415, "the new text of section %q of %q is not text: %s; nothing was sent", fragID, docID, re.Detail)
+		return refuseCode(CodeNotText, "the new text of section %q of %q is not text: %s; nothing was sent", fragID, docID, re.Detail)
 	}
 	why, shape := re.Detail, "one XML element of its own kind and nothing else"
 	if re.Form == compound.FormHL7 {
@@ -480,7 +481,7 @@ func sectionTextRefusal(docID, fragID string, err error) error {
 	if errors.Is(err, compound.ErrMarkerInSource) {
 		why = "it holds this server's fragment marker " + re.Detail
 	}
-	return refuse(CodeInvalidFragmentText, 422,
+	return refuseCode(CodeInvalidFragmentText,
 		"the new text of section %q of %q cannot replace it: %s; nothing was sent; save text that keeps the section %s",
 		fragID, docID, why, shape)
 }

@@ -9,28 +9,30 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/server/handoff"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
-// Codes this server (the adapter layer) refuses with. None of them sends
-// anything to the Gateway.
+// Codes this server (the adapter layer) refuses with: the catalogue's
+// (package refusal, which holds each one's status and hint), as strings.
+// None of them sends anything to the Gateway.
 const (
-	CodeToolNotInGrant      = "TOOL_NOT_IN_GRANT"
-	CodeUnexpectedArgument  = "UNEXPECTED_ARGUMENT"
-	CodeMissingArgument     = "MISSING_ARGUMENT"
-	CodeInvalidArgument     = "INVALID_ARGUMENT"
-	CodeDocumentNotInGrant  = "DOCUMENT_NOT_IN_GRANT"
-	CodeUnknownDocument     = "UNKNOWN_DOCUMENT"
-	CodeDocumentNotApproved = "DOCUMENT_NOT_APPROVED"
-	CodeDestinationNotGrant = "DESTINATION_NOT_IN_GRANT"
-	CodeUnknownDestination  = "UNKNOWN_DESTINATION"
-	CodeDestinationHasNoKey = "DESTINATION_HAS_NO_KEY"
-	CodeGrantExpired        = "GRANT_EXPIRED"
-	CodeResultTooLarge      = "RESULT_TOO_LARGE"
-	CodeNotText             = "NOT_TEXT"
-	CodeIdempotencyConflict = "IDEMPOTENCY_CONFLICT"
-	CodeIntegrityMismatch   = "INTEGRITY_MISMATCH"
-	CodeCiphertextMissing   = "CIPHERTEXT_UNAVAILABLE"
-	CodeInternal            = "INTERNAL_ERROR"
+	CodeToolNotInGrant      = string(refusal.ToolNotInGrant)
+	CodeUnexpectedArgument  = string(refusal.UnexpectedArgument)
+	CodeMissingArgument     = string(refusal.MissingArgument)
+	CodeInvalidArgument     = string(refusal.InvalidArgument)
+	CodeDocumentNotInGrant  = string(refusal.DocumentNotInGrant)
+	CodeUnknownDocument     = string(refusal.UnknownDocument)
+	CodeDocumentNotApproved = string(refusal.DocumentNotApproved)
+	CodeDestinationNotGrant = string(refusal.DestinationNotInGrant)
+	CodeUnknownDestination  = string(refusal.UnknownDestination)
+	CodeDestinationHasNoKey = string(refusal.DestinationHasNoKey)
+	CodeGrantExpired        = string(refusal.GrantExpired)
+	CodeResultTooLarge      = string(refusal.ResultTooLarge)
+	CodeNotText             = string(refusal.NotText)
+	CodeIdempotencyConflict = string(refusal.IdempotencyConflict)
+	CodeIntegrityMismatch   = string(refusal.IntegrityMismatch)
+	CodeCiphertextMissing   = string(refusal.CiphertextUnavailable)
+	CodeInternal            = string(refusal.Internal)
 )
 
 // Refusal is a decided "no", from whichever layer said it. It becomes a tool
@@ -49,7 +51,15 @@ func (r *Refusal) Error() string {
 	return fmt.Sprintf("%s refused %s: %s", r.Layer, r.Code, r.Detail)
 }
 
-// refuse builds an adapter refusal.
+// refuseCode builds an adapter refusal with the catalogue's status for
+// code.
+func refuseCode(code string, format string, args ...any) *Refusal {
+	return refuse(code, refusal.Code(code).Status(), format, args...)
+}
+
+// refuse builds an adapter refusal with a status given by hand; only
+// tool.go and http.go still call it (TestRefuseStatusesAreTheCatalogues
+// holds them to the catalogue), the rest use refuseCode.
 func refuse(code string, status int, format string, args ...any) *Refusal {
 	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: code, Status: status, Detail: fmt.Sprintf(format, args...)}
 }

@@ -88,7 +88,7 @@ func (l *liveSession) do(ctx context.Context, op func(Session) error) error {
 	l.replaced = true
 	l.mu.Unlock()
 	if l.s.cfg.Grant.Expired(l.s.cfg.Now()) {
-		return refuse(CodeGrantExpired, 403, "this task's grant ended at %s; ask the operator for a new grant",
+		return refuseCode(CodeGrantExpired, "this task's grant ended at %s; ask the operator for a new grant",
 			l.s.cfg.Grant.NotAfter.UTC().Format(time.RFC3339))
 	}
 	l.s.cfg.Sessions.Drop(ctx, l.c.caller, sess)

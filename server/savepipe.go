@@ -91,7 +91,7 @@ func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Rec
 	pts := job.placer.points()
 	res, err := s.cfg.Journal.Reserve(ctx, job.key, job.textSHA)
 	if errors.Is(err, journal.ErrIdempotencyConflict) {
-		return journal.Receipt{}, false, refuse(CodeIdempotencyConflict, 409,
+		return journal.Receipt{}, false, refuseCode(CodeIdempotencyConflict,
 			"idempotencyKey %q was already used for different text; nothing was sent; choose a new key for a new save", job.idem)
 	}
 	if err != nil {

@@ -55,7 +55,7 @@ func (s *Server) saveTool() tool {
 func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, error) {
 	var zero saveReceipt
 	if !slices.Contains(s.cfg.Grant.Destinations, in.DestinationID) {
-		return zero, refuse(CodeDestinationNotGrant, 403,
+		return zero, refuseCode(CodeDestinationNotGrant,
 			"destination %q is not in this task's grant; nothing was sent; use a destinationId from list_approved_documents",
 			in.DestinationID)
 	}
@@ -63,17 +63,17 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	m := s.currentManifest()
 	dest, ok := m.Destinations[in.DestinationID]
 	if !ok {
-		return zero, refuse(CodeUnknownDestination, 404, "the operator's manifest has no destination %q; nothing was sent", in.DestinationID)
+		return zero, refuseCode(CodeUnknownDestination, "the operator's manifest has no destination %q; nothing was sent", in.DestinationID)
 	}
 	if dest.TTag == "" {
-		return zero, refuse(CodeDestinationHasNoKey, 409,
+		return zero, refuseCode(CodeDestinationHasNoKey,
 			"destination %q has no key yet; nothing was sent; the operator must seed one", in.DestinationID)
 	}
 	if n := utf8.RuneCountInString(in.IdempotencyKey); n == 0 || n > 128 || !utf8.ValidString(in.IdempotencyKey) {
-		return zero, refuse(CodeInvalidArgument, 400, "idempotencyKey must be 1 to 128 characters; nothing was sent")
+		return zero, refuseCode(CodeInvalidArgument, "idempotencyKey must be 1 to 128 characters; nothing was sent")
 	}
 	if len(in.Text) > MaxTextBytes {
-		return zero, refuse(CodeResultTooLarge, 413, "the text is %d bytes, over the %d-byte limit; nothing was sent; save a shorter result",
+		return zero, refuseCode(CodeResultTooLarge, "the text is %d bytes, over the %d-byte limit; nothing was sent; save a shorter result",
 			len(in.Text), MaxTextBytes)
 	}
 	sum := sha256.Sum256([]byte(in.Text))

@@ -308,7 +308,7 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 			return next(ctx, method, req)
 		}
 		start := s.cfg.Now()
-		r := refuse(CodeToolNotInGrant, 403, "this task's grant does not allow the tool %q; use only the tools listed", p.Name)
+		r := refuseCode(CodeToolNotInGrant, "this task's grant does not allow the tool %q; use only the tools listed", p.Name)
 		s.writeAudit(audit.ToolCall{Tool: p.Name}, callerOf(req).ID, start, r, nil, nil)
 		return completeOn(req, r.result()), nil
 	}

@@ -55,14 +55,14 @@ func NewGrantSessions(m Minter, actingAs string, objects []string, notAfter time
 // (stdio).
 func (g *GrantSessions) Session(ctx context.Context, caller Caller) (Session, error) {
 	if caller.ID != "" {
-		return nil, refuse(CodeInternal, 500, "a stdio task serves one user only")
+		return nil, refuseCode(CodeInternal, "a stdio task serves one user only")
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
 	if !now.Before(g.notAfter) {
 		g.endLocked(ctx)
-		return nil, refuse(CodeGrantExpired, 403, "this task's grant has ended; nothing was sent; ask the operator for a new grant")
+		return nil, refuseCode(CodeGrantExpired, "this task's grant has ended; nothing was sent; ask the operator for a new grant")
 	}
 	if g.cur != nil && g.cur.Live() && g.cur.ExpiresAt().Sub(now) > refreshMargin {
 		return g.cur, nil
@@ -91,7 +91,7 @@ func (g *GrantSessions) Session(ctx context.Context, caller Caller) (Session, er
 // renewals. More than api.MaxObjects keys is refused GRANT_TOO_WIDE.
 func (g *GrantSessions) Widen(ctx context.Context, caller Caller, ttag string) (Session, error) {
 	if caller.ID != "" {
-		return nil, refuse(CodeInternal, 500, "a stdio task serves one user only")
+		return nil, refuseCode(CodeInternal, "a stdio task serves one user only")
 	}
 	g.mu.Lock()
 	if !slices.Contains(g.objects, ttag) {
@@ -111,7 +111,7 @@ func (g *GrantSessions) Widen(ctx context.Context, caller Caller, ttag string) (
 }
 
 func scopeFull(n int) *Refusal {
-	return refuse(grant.CodeGrantTooWide, 403,
+	return refuseCode(grant.CodeGrantTooWide,
 		"opening this envelope would make the task's session cover %d keys, over the limit of %d; nothing was decrypted; "+
 			"ask the operator for a new task (grant) to open more files", n, api.MaxObjects)
 }

@@ -4,8 +4,9 @@
 // of pdmcp, so server/files and server/handoff (and later server itself)
 // can share it. The codes' tables in docs/ are checked against it.
 //
-// Today it holds the file tools' codes (server/files) and the hand-off's
-// (server/handoff); the server's own codes still live in server/refusal.go.
+// It holds the server's own codes (server names them as its Code
+// constants), the file tools' (server/files) and the hand-off's
+// (server/handoff).
 package refusal
 
 import "fmt"
@@ -13,6 +14,34 @@ import "fmt"
 // Code names one kind of refusal; its status and hint come from the
 // catalogue.
 type Code string
+
+// The server's own codes (server; docs/operating.md, the section tools'
+// also in docs/compound.md, the file tools' in docs/files.md). None of
+// them sends anything to the Gateway.
+const (
+	ToolNotInGrant        Code = "TOOL_NOT_IN_GRANT"
+	UnexpectedArgument    Code = "UNEXPECTED_ARGUMENT"
+	MissingArgument       Code = "MISSING_ARGUMENT"
+	InvalidArgument       Code = "INVALID_ARGUMENT"
+	DocumentNotInGrant    Code = "DOCUMENT_NOT_IN_GRANT"
+	UnknownDocument       Code = "UNKNOWN_DOCUMENT"
+	DocumentNotApproved   Code = "DOCUMENT_NOT_APPROVED"
+	DestinationNotInGrant Code = "DESTINATION_NOT_IN_GRANT"
+	UnknownDestination    Code = "UNKNOWN_DESTINATION"
+	DestinationHasNoKey   Code = "DESTINATION_HAS_NO_KEY"
+	GrantExpired          Code = "GRANT_EXPIRED"
+	ResultTooLarge        Code = "RESULT_TOO_LARGE"
+	NotText               Code = "NOT_TEXT"
+	IdempotencyConflict   Code = "IDEMPOTENCY_CONFLICT"
+	IntegrityMismatch     Code = "INTEGRITY_MISMATCH"
+	CiphertextUnavailable Code = "CIPHERTEXT_UNAVAILABLE"
+	Internal              Code = "INTERNAL_ERROR"
+	NotCompound           Code = "NOT_COMPOUND"
+	UnknownFragment       Code = "UNKNOWN_FRAGMENT"
+	InvalidFragmentText   Code = "INVALID_FRAGMENT_TEXT"
+	EncryptAnswerLost     Code = "ENCRYPT_ANSWER_LOST"
+	GrantTooWide          Code = "GRANT_TOO_WIDE"
+)
 
 // The file tools' codes (server/files; docs/files.md). Each is decided
 // before anything is sent to the Gateway.
@@ -65,11 +94,34 @@ type Entry struct {
 	Doc string
 }
 
-// Catalogue returns every code this package knows, files' then
-// hand-off's. Each call returns a fresh slice.
+// Catalogue returns every code this package knows: the server's, the
+// file tools', the hand-off's. Each call returns a fresh slice.
 func Catalogue() []Entry {
-	const files, handoff = "files.md", "handoff.md"
+	const operating, files, handoff = "operating.md", "files.md", "handoff.md"
 	return []Entry{
+		{ToolNotInGrant, 403, "call only the tools the grant lists", operating},
+		{UnexpectedArgument, 400, "send only the arguments the tool's input schema declares", operating},
+		{MissingArgument, 400, "send every required argument", operating},
+		{InvalidArgument, 400, "send arguments of the types and lengths the input schema declares", operating},
+		{DocumentNotInGrant, 403, "use only the documents list_approved_documents names", operating},
+		{UnknownDocument, 404, "the operator's manifest lacks the document; ask the operator", operating},
+		{DocumentNotApproved, 403, "the operator withdrew the document; ask the operator", operating},
+		{DestinationNotInGrant, 403, "save only to a destination the grant names", operating},
+		{UnknownDestination, 404, "the operator's manifest lacks the destination; ask the operator", operating},
+		{DestinationHasNoKey, 409, "the destination has no key yet; the operator must seed one", operating},
+		{GrantExpired, 403, "the task's grant has ended; ask the operator for a new one", operating},
+		{ResultTooLarge, 413, "read or save less at once (64 KiB at most)", operating},
+		{NotText, 415, "only text documents can be read or saved", operating},
+		{IdempotencyConflict, 409, "use a new idempotencyKey for other text", operating},
+		{IntegrityMismatch, 502, "the stored document does not match its record; report it to the operator", operating},
+		{CiphertextUnavailable, 500, "the stored ciphertext cannot be read; report it to the operator", operating},
+		{Internal, 500, "the server failed; report it to the operator", operating},
+		{NotCompound, 400, "use the section tools on a compound document only", operating},
+		{UnknownFragment, 404, "name a section the document's view lists", operating},
+		{InvalidFragmentText, 422, "keep the section's text within its own section's structure", operating},
+		{EncryptAnswerLost, 502, "the earlier encrypt's answer was lost; it is never sent again; ask the operator", files},
+		{GrantTooWide, 403, "the session would cover more than 64 keys; ask the operator", files},
+
 		{PathEmpty, 400, "name a file inside the task's folder", files},
 		{PathForm, 400, "use a plain relative path with / or \\ separators", files},
 		{UNCOrDevice, 400, "use a path inside the task's folder, not a share or a device", files},

@@ -1,0 +1,106 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/refusal"
+)
+
+// serverCodes is every code constant this package refuses with, by name,
+// for the source checks below.
+func serverCodes() map[string]string {
+	return map[string]string{
+		"CodeToolNotInGrant": CodeToolNotInGrant, "CodeUnexpectedArgument": CodeUnexpectedArgument,
+		"CodeMissingArgument": CodeMissingArgument, "CodeInvalidArgument": CodeInvalidArgument,
+		"CodeDocumentNotInGrant": CodeDocumentNotInGrant, "CodeUnknownDocument": CodeUnknownDocument,
+		"CodeDocumentNotApproved": CodeDocumentNotApproved, "CodeDestinationNotGrant": CodeDestinationNotGrant,
+		"CodeUnknownDestination": CodeUnknownDestination, "CodeDestinationHasNoKey": CodeDestinationHasNoKey,
+		"CodeGrantExpired": CodeGrantExpired, "CodeResultTooLarge": CodeResultTooLarge, "CodeNotText": CodeNotText,
+		"CodeIdempotencyConflict": CodeIdempotencyConflict, "CodeIntegrityMismatch": CodeIntegrityMismatch,
+		"CodeCiphertextMissing": CodeCiphertextMissing, "CodeInternal": CodeInternal, "CodeAnswerLost": CodeAnswerLost,
+		"CodeNotCompound": CodeNotCompound, "CodeUnknownFragment": CodeUnknownFragment,
+		"CodeInvalidFragmentText": CodeInvalidFragmentText, "grant.CodeGrantTooWide": grant.CodeGrantTooWide,
+	}
+}
+
+// TestServerCodesAreCatalogued: every code this package refuses with has
+// a catalogue entry (refuseCode's status comes from it), and every code
+// passed to refuse or refuseCode in the source is one of them.
+func TestServerCodesAreCatalogued(t *testing.T) {
+	codes := serverCodes()
+	for name, code := range codes {
+		if _, ok := refusal.Lookup(refusal.Code(code)); !ok {
+			t.Errorf("%s (%s) is not in the refusal catalogue", name, code)
+		}
+	}
+	for _, c := range refuseCalls(t) {
+		if _, ok := codes[c.name]; !ok {
+			t.Errorf("%s refuses with %s: add it to serverCodes and the catalogue", c.at, c.name)
+		}
+	}
+}
+
+// TestRefuseStatusesAreTheCatalogues holds the refusals whose status is
+// still given by hand (refuse, in tool.go and http.go) to the catalogue:
+// one status per code.
+func TestRefuseStatusesAreTheCatalogues(t *testing.T) {
+	codes, n := serverCodes(), 0
+	for _, c := range refuseCalls(t) {
+		if c.status == 0 {
+			continue
+		}
+		n++
+		if want := refusal.Code(codes[c.name]).Status(); c.status != want {
+			t.Errorf("%s refuses %s with status %d; the catalogue says %d", c.at, c.name, c.status, want)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no refuse call with a status found: has the pattern changed?")
+	}
+}
+
+type refuseCall struct {
+	at, name string
+	status   int // 0 for refuseCode
+}
+
+var refuseCallRE = regexp.MustCompile(`\brefuse(?:Code)?\(((?:grant\.)?Code[A-Za-z]+)(?:, (\d+))?,`)
+
+// refuseCalls finds every refuse and refuseCode call with a constant code
+// in this package's source.
+func refuseCalls(t *testing.T) []refuseCall {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []refuseCall
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range refuseCallRE.FindAllStringSubmatch(line, -1) {
+				c := refuseCall{at: f + ":" + strconv.Itoa(i+1), name: m[1]}
+				if m[2] != "" {
+					c.status, _ = strconv.Atoi(m[2])
+				}
+				out = append(out, c)
+			}
+		}
+	}
+	if len(out) < 50 {
+		t.Fatalf("found %d refuse calls, expected over 50: has the pattern changed?", len(out))
+	}
+	return out
+}
