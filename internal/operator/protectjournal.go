@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"maps"
+	"os"
 	"slices"
 	"time"
 
