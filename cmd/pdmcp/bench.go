@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pdmcp/pdmcp/server/bench"
+	"github.com/pdmcp/pdmcp/internal/bench"
 )
 
 func newBenchCmd() *cobra.Command {

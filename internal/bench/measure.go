@@ -120,7 +120,7 @@ var testParts = []string{
 	"github.com/pdmcp/pdmcp/gateway/reference",
 	"github.com/pdmcp/pdmcp/auth/devidp",
 	"github.com/zitadel/",
-	"github.com/pdmcp/pdmcp/server/bench",
+	"github.com/pdmcp/pdmcp/internal/bench",
 	"go-sdk/mcp.(*ClientSession)",
 	"go-sdk/mcp.(*Client)",
 	"go-sdk/mcp.(*streamableClientConn)",

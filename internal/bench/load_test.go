@@ -24,7 +24,7 @@ import (
 // retryAfter. Meanwhile the reference Gateway's counters never show more
 // than 8 live scoped sessions. Run alone:
 //
-//	go test ./server/bench -run TestLoad
+//	go test ./internal/bench -run TestLoad
 func TestLoadFiftyUsersThroughEightCallers(t *testing.T) {
 	const users, callsEach, maxCallers = 50, 4, 8
 	ctx := context.Background()
