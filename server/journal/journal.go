@@ -56,13 +56,14 @@ var (
 // Journal is an open journal file.
 type Journal struct {
 	db *sql.DB
-	// reserveDB is the same file with synchronous=NORMAL, for Reserve
-	// only: a reservation survives a killed process (its WAL frames are in
-	// the OS's cache) and is made durable by the save's next commit, which
-	// fsyncs the WAL with it. A power cut can lose only a reservation that
-	// nothing followed: its save sent an encrypt at most (under an existing
-	// key, which creates nothing) and gave no receipt, so its retry starts
-	// over. That keeps one fsync off every save.
+	// reserveDB is the same file with synchronous=NORMAL, for a save's
+	// Reserve and Place only: both survive a killed process (their WAL
+	// frames are in the OS's cache) and are made durable by the save's
+	// CommitVersion, which fsyncs the WAL with them. A power cut can lose
+	// only steps of a save that gave no receipt: it sent an encrypt at
+	// most (under an existing key, which creates nothing), and a file it
+	// may have linked is a stray its retry skips. That keeps two fsyncs
+	// off every save.
 	reserveDB *sql.DB
 	path      string
 	// owner names this handle in the file rows it reserves or claims

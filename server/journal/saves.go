@@ -14,7 +14,7 @@ import (
 //
 //	Reserve          -> SaveReserved   ask the Gateway to encrypt
 //	RecordEncrypted  -> SaveEncrypted  choose the next version and its file
-//	Place            -> SavePlaced     write the file under a temporary name, fsync, link it to its name
+//	Place            -> SavePlaced     write the file under a temporary name, link it to its name, fsync it and its folder
 //	CommitVersion    -> SaveCommitted  the version is in the record (versions.go); return the receipt
 //
 // A retry after a crash calls Reserve again and reads the state it gets back:
@@ -251,12 +251,18 @@ func (j *Journal) Get(ctx context.Context, key SaveID) (Reservation, error) {
 // step reads the row, lets fn update it, and returns the row as it stands
 // after, all in one write transaction.
 func (j *Journal) step(ctx context.Context, key SaveID, fn func(*sql.Tx, saveIdent, Reservation) error) (Reservation, error) {
+	return j.stepOn(ctx, j.db, key, fn)
+}
+
+// stepOn is step on the connection pool db: j.db (fsynced at commit) or
+// j.reserveDB (not; see Journal.reserveDB).
+func (j *Journal) stepOn(ctx context.Context, db *sql.DB, key SaveID, fn func(*sql.Tx, saveIdent, Reservation) error) (Reservation, error) {
 	id, err := key.ident()
 	if err != nil {
 		return Reservation{}, err
 	}
 	var r Reservation
-	err = j.inTx(ctx, func(tx *sql.Tx) error {
+	err = inTxOn(ctx, db, func(tx *sql.Tx) error {
 		before, err := getSave(ctx, tx, id)
 		if err != nil {
 			return err

@@ -101,7 +101,13 @@ func (j *Journal) Place(ctx context.Context, key SaveID, enc *EncryptedPayload, 
 	if enc != nil && (len(enc.IV) == 0 || len(enc.Ciphertext) == 0 || enc.TTag == "") {
 		return Reservation{}, fmt.Errorf("journal: %w: an encrypted payload needs an IV, a ciphertext and a t-Tag", ErrInvalid)
 	}
-	return j.step(ctx, key, func(tx *sql.Tx, id saveIdent, r Reservation) error {
+	// Without an fsync of its own, as Reserve: a placement outlives a
+	// killed process, and the save's commit fsyncs the WAL with it. A power
+	// cut before that commit can lose only a placement no receipt was given
+	// for: its retry encrypts again under the destination's existing key
+	// (creating nothing) and skips a file left at the lost placement's name
+	// as a stray.
+	return j.stepOn(ctx, j.reserveDB, key, func(tx *sql.Tx, id saveIdent, r Reservation) error {
 		switch {
 		case r.State == SaveCommitted:
 			return fmt.Errorf("journal: save %s: %w: already committed", id, ErrOutOfOrder)
