@@ -31,6 +31,7 @@ import (
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
@@ -499,7 +500,7 @@ func (b *run) p2(ctx context.Context) error {
 		_ = os.Remove(name + ".pisoft")
 		var cerr error
 		t0 := time.Now()
-		p := heapPeak(func() { cerr = callOK(ctx, cs, "encrypt_file", map[string]any{"path": BigFile}) })
+		p := testutil.HeapPeak(func() { cerr = callOK(ctx, cs, "encrypt_file", map[string]any{"path": BigFile}) })
 		ft := time.Since(t0)
 		fileT += ft
 		fileP = max(fileP, p)
@@ -508,7 +509,7 @@ func (b *run) p2(ctx context.Context) error {
 			return cerr
 		}
 		t0 = time.Now()
-		p = heapPeak(func() { _, cerr = sess.Encrypt(ctx, gateway.EncryptInput{Plaintext: data}) })
+		p = testutil.HeapPeak(func() { _, cerr = sess.Encrypt(ctx, gateway.EncryptInput{Plaintext: data}) })
 		bt := time.Since(t0)
 		baseT += bt
 		timeRounds = append(timeRounds, float64(ft)/float64(bt))

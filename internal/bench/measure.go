@@ -75,44 +75,6 @@ func paced(ctx context.Context, users, calls int, rate float64, fn func(ctx cont
 	return lat, first
 }
 
-// heapPeak samples the live heap while fn runs and returns the most it
-// grew above where it started.
-func heapPeak(fn func()) uint64 {
-	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
-	base := read()
-	var (
-		mu   sync.Mutex
-		peak = base
-	)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(200 * time.Microsecond)
-		defer t.Stop()
-		for {
-			v := read()
-			mu.Lock()
-			peak = max(peak, v)
-			mu.Unlock()
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	fn()
-	close(stop)
-	<-done
-	if v := read(); v > peak {
-		peak = v
-	}
-	return peak - base
-}
-
 // testParts are the packages that run in this process only because the
 // benchmark puts them there: the reference Gateway, the development
 // provider and its OpenID library, and the benchmark's own clients.
