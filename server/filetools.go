@@ -248,7 +248,7 @@ func (s *Server) placeEnvelope(ctx context.Context, f *files.File, key journal.F
 // encryptSession is the caller's session with room in its scope for the
 // key this call makes, and a fresh IV. On failure nothing was sent and the
 // reservation goes.
-func (s *Server) encryptSession(ctx context.Context, c *call, key journal.FileKey) (Session, []byte, error) {
+func (s *Server) encryptSession(ctx context.Context, c *call, key journal.FileKey) (GatewaySession, []byte, error) {
 	sess, err := s.session(ctx, c)
 	if err == nil && len(sess.Objects()) >= api.MaxObjects {
 		// Each key this session mints joins its scope, which holds at
@@ -271,7 +271,7 @@ func (s *Server) encryptSession(ctx context.Context, c *call, key journal.FileKe
 // sendEncrypt sends the claimed encrypt. A refusal before any work
 // releases the reservation; any other failure, or an answer that is not a
 // new key, marks the answer lost: the content is never sent again.
-func (s *Server) sendEncrypt(ctx context.Context, c *call, key journal.FileKey, rel string, sess Session,
+func (s *Server) sendEncrypt(ctx context.Context, c *call, key journal.FileKey, rel string, sess GatewaySession,
 	req gateway.EncryptInput) (*gateway.EncryptResult, error) {
 	enc, err := sess.Encrypt(ctx, req)
 	if err != nil {

@@ -126,7 +126,7 @@ func (s *Server) loadSkeleton(docID string, d grant.Document) ([]byte, error) {
 }
 
 // openFragment decrypts one section and checks it against the manifest.
-func (s *Server) openFragment(ctx context.Context, sess Session, m *grant.Manifest, docID string, f grant.Fragment) ([]byte, string, error) {
+func (s *Server) openFragment(ctx context.Context, sess GatewaySession, m *grant.Manifest, docID string, f grant.Fragment) ([]byte, string, error) {
 	iv, err := base64.StdEncoding.DecodeString(f.IV)
 	if err != nil {
 		return nil, "", fmt.Errorf("manifest IV of %s/%s: %w", docID, f.ID, err)

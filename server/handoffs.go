@@ -86,7 +86,7 @@ func (s *Server) stepPlan(c *call, stepID string) (*handoff.Plan, error) {
 // delegatorSession is the caller's Gateway session, once it shows the
 // caller is the step's user. Over HTTP that is known only from the
 // session: minting it sends nothing to the crypto or key routes.
-func (s *Server) delegatorSession(ctx context.Context, c *call, p *handoff.Plan) (Session, error) {
+func (s *Server) delegatorSession(ctx context.Context, c *call, p *handoff.Plan) (GatewaySession, error) {
 	sess, err := s.session(ctx, c)
 	if err != nil {
 		return nil, err

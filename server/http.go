@@ -19,7 +19,6 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
-	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 )
 
@@ -30,106 +29,6 @@ const MaxRequestBytes = 1 << 20
 // newestProtocol is the first protocol revision without sessions; requests
 // that speak it are served by the stateless handler.
 const newestProtocol = "2026-07-28"
-
-// poolSessions gives each HTTP caller their own Gateway session, minted
-// from their exchanged token.
-type poolSessions struct {
-	pool *gateway.Pool
-	ex   *auth.Exchanger
-}
-
-func (p *poolSessions) Session(ctx context.Context, c Caller) (Session, error) {
-	if c.ID == "" || c.Credential.Caller == nil {
-		return nil, refuse(CodeInternal, 500, "no verified caller on this request")
-	}
-	sess, err := p.pool.Session(ctx, c.ID, p.subject(c))
-	if errors.Is(err, &api.Error{Code: api.CodeSubjectRefused}) {
-		// The Gateway would not take the exchanged token: do not present
-		// it again; the next call exchanges afresh.
-		p.ex.Forget(c.ID)
-	}
-	return sess, err
-}
-
-func (p *poolSessions) Widen(ctx context.Context, c Caller, ttag string) (Session, error) {
-	if c.ID == "" || c.Credential.Caller == nil {
-		return nil, refuse(CodeInternal, 500, "no verified caller on this request")
-	}
-	sess, err := p.pool.Widen(ctx, c.ID, p.subject(c), ttag)
-	var full *gateway.ScopeFullError
-	if errors.As(err, &full) {
-		return nil, scopeFull(full.Count)
-	}
-	if errors.Is(err, &api.Error{Code: api.CodeSubjectRefused}) {
-		p.ex.Forget(c.ID)
-	}
-	return sess, err
-}
-
-func (p *poolSessions) Acquire(ctx context.Context, c Caller) (Session, func(), error) {
-	if c.ID == "" || c.Credential.Caller == nil {
-		return nil, nil, refuse(CodeInternal, 500, "no verified caller on this request")
-	}
-	sess, release, err := p.pool.Acquire(ctx, c.ID, p.subject(c))
-	if err != nil {
-		return nil, nil, p.refusal(c, err)
-	}
-	return sess, release, nil
-}
-
-func (p *poolSessions) AcquireWidened(ctx context.Context, c Caller, ttag string) (Session, func(), error) {
-	if c.ID == "" || c.Credential.Caller == nil {
-		return nil, nil, refuse(CodeInternal, 500, "no verified caller on this request")
-	}
-	sess, release, err := p.pool.AcquireWidened(ctx, c.ID, p.subject(c), ttag)
-	if err != nil {
-		return nil, nil, p.refusal(c, err)
-	}
-	return sess, release, nil
-}
-
-// refusal maps what the pool refused with for a tool call.
-func (p *poolSessions) refusal(c Caller, err error) error {
-	var full *gateway.ScopeFullError
-	switch {
-	case errors.As(err, &full):
-		return scopeFull(full.Count)
-	case errors.Is(err, gateway.ErrPastNotAfter):
-		return refuse(CodeGrantExpired, 403, "this task's grant has ended; nothing was sent; ask the operator for a new grant")
-	case errors.Is(err, &api.Error{Code: api.CodeSubjectRefused}):
-		// The Gateway would not take the exchanged token: do not present
-		// it again; the next call exchanges afresh.
-		p.ex.Forget(c.ID)
-	}
-	return err
-}
-
-func (p *poolSessions) Drop(ctx context.Context, c Caller, dead Session) {
-	if s, ok := dead.(*gateway.Session); ok {
-		p.pool.Drop(ctx, c.ID, s)
-	}
-}
-
-func (p *poolSessions) subject(c Caller) gateway.SubjectSource {
-	return func(ctx context.Context) (gateway.SubjectToken, error) {
-		t, err := p.ex.Exchange(ctx, c.Credential.Caller, c.Credential.AccessToken())
-		if err != nil {
-			return gateway.SubjectToken{}, err
-		}
-		return gateway.SubjectToken{Token: t.AccessToken, Expiry: t.Expiry}, nil
-	}
-}
-
-// Current is the caller's pooled session, or nil when they hold none.
-func (p *poolSessions) Current(c Caller) Session {
-	if sess := p.pool.Current(c.ID); sess != nil {
-		return sess
-	}
-	return nil
-}
-
-func (p *poolSessions) End(ctx context.Context, c Caller) { p.pool.End(ctx, c.ID) }
-func (p *poolSessions) EndAll(ctx context.Context)        { p.pool.EndAll(ctx) }
 
 // HTTPHandler is the whole HTTPS surface: the MCP endpoint behind the
 // token check, and the protected-resource metadata.
@@ -149,7 +48,7 @@ func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifi
 		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, SessionTimeout: SessionIdleTimeout,
 		JSONResponse: !srv.mayAskHost(),
 	})
-	sessions := newMCPSessions(srv.MCP(), cfg.MaxSessionsPerUser, cfg.MaxSessions, func(r *http.Request, user string) {
+	sessions := newMCPSessionLimiter(srv.MCP(), cfg.MaxSessionsPerUser, cfg.MaxSessions, func(r *http.Request, user string) {
 		// The token was good; the session it named is another user's.
 		m.AuthRefused(string(auth.ClassSessionMismatch), http.StatusForbidden)
 		if err := a.Write(audit.AuthRefused{Class: string(auth.ClassSessionMismatch), Reason: auth.ReasonSessionUserMismatch,
@@ -377,7 +276,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	sessions := &poolSessions{pool: pool, ex: ex}
+	sessions := NewPooledSessions(pool, ex)
 	defer sessions.EndAll(context.WithoutCancel(ctx))
 	srv, metrics, err := d.server(ctx, &o, sessions, pool.Len, "http")
 	if err != nil {

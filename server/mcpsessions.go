@@ -24,13 +24,13 @@ const (
 // before 2026-07-28).
 const sessionHeader = "Mcp-Session-Id"
 
-// mcpSessions keeps the stateful handler's MCP sessions within bounds: at
+// mcpSessionLimiter keeps the stateful handler's MCP sessions within bounds: at
 // most perUser for one verified user and total for everyone. When a new
 // session needs room, the least recently used idle session (no request in
 // flight) goes first: the user's own when the user is at their bound, anyone's
 // when the server is at its bound. It also refuses, with its own audit
 // class, a request that names another user's session.
-type mcpSessions struct {
+type mcpSessionLimiter struct {
 	perUser, total int
 	srv            *mcp.Server
 	onMismatch     func(r *http.Request, user string)
@@ -50,19 +50,19 @@ type mcpSession struct {
 	busy     int // requests in flight
 }
 
-func newMCPSessions(srv *mcp.Server, perUser, total int, onMismatch func(*http.Request, string)) *mcpSessions {
+func newMCPSessionLimiter(srv *mcp.Server, perUser, total int, onMismatch func(*http.Request, string)) *mcpSessionLimiter {
 	if perUser < 1 {
 		perUser = DefaultMaxSessionsPerUser
 	}
 	if total < 1 {
 		total = DefaultMaxSessions
 	}
-	return &mcpSessions{perUser: perUser, total: total, srv: srv, onMismatch: onMismatch,
+	return &mcpSessionLimiter{perUser: perUser, total: total, srv: srv, onMismatch: onMismatch,
 		byID: map[string]*mcpSession{}, pending: map[string]int{}}
 }
 
 // Len is how many MCP sessions are live.
-func (t *mcpSessions) Len() int {
+func (t *mcpSessionLimiter) Len() int {
 	t.prune()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -70,7 +70,7 @@ func (t *mcpSessions) Len() int {
 }
 
 // wrap puts next (the stateful go-sdk handler) behind the bounds.
-func (t *mcpSessions) wrap(next http.Handler) http.Handler {
+func (t *mcpSessionLimiter) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user := ""
 		if ti := sdkauth.TokenInfoFromContext(r.Context()); ti != nil {
@@ -113,7 +113,7 @@ func (t *mcpSessions) wrap(next http.Handler) http.Handler {
 // begin marks a request on session id in flight; known is false for an id
 // this server does not track (the go-sdk answers it), mine is false when
 // the session belongs to another user.
-func (t *mcpSessions) begin(id, user string, busy bool) (known, mine bool) {
+func (t *mcpSessionLimiter) begin(id, user string, busy bool) (known, mine bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.byID[id]
@@ -131,7 +131,7 @@ func (t *mcpSessions) begin(id, user string, busy bool) (known, mine bool) {
 	return true, true
 }
 
-func (t *mcpSessions) end(id string) {
+func (t *mcpSessionLimiter) end(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s := t.byID[id]; s != nil {
@@ -141,7 +141,7 @@ func (t *mcpSessions) end(id string) {
 	}
 }
 
-func (t *mcpSessions) forget(id string) {
+func (t *mcpSessionLimiter) forget(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.byID, id)
@@ -151,7 +151,7 @@ func (t *mcpSessions) forget(id string) {
 // used idle sessions as needed, and holds the place until settle. It
 // returns 0, or the status to refuse with when every session in the way
 // is busy: 429 when it is the user's own bound, 503 the server's.
-func (t *mcpSessions) reserve(user string) int {
+func (t *mcpSessionLimiter) reserve(user string) int {
 	t.prune()
 	var evict []string
 	defer func() {
@@ -189,7 +189,7 @@ func (t *mcpSessions) reserve(user string) int {
 
 // settle ends a reservation: the session the request opened, if it is
 // live, is tracked from now on.
-func (t *mcpSessions) settle(user, id string) {
+func (t *mcpSessionLimiter) settle(user, id string) {
 	live := id != "" && t.find(id) != nil
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -203,7 +203,7 @@ func (t *mcpSessions) settle(user, id string) {
 	}
 }
 
-func (t *mcpSessions) lruIdle(match func(*mcpSession) bool) *mcpSession {
+func (t *mcpSessionLimiter) lruIdle(match func(*mcpSession) bool) *mcpSession {
 	var best *mcpSession
 	for _, s := range t.byID {
 		if s.busy == 0 && match(s) && (best == nil || s.lastUse < best.lastUse) {
@@ -215,7 +215,7 @@ func (t *mcpSessions) lruIdle(match func(*mcpSession) bool) *mcpSession {
 
 // prune forgets sessions the go-sdk has ended (idle timeout, a failed
 // initialize, DELETE).
-func (t *mcpSessions) prune() {
+func (t *mcpSessionLimiter) prune() {
 	live := map[string]bool{}
 	for ss := range t.srv.Sessions() {
 		live[ss.ID()] = true
@@ -229,7 +229,7 @@ func (t *mcpSessions) prune() {
 	}
 }
 
-func (t *mcpSessions) find(id string) *mcp.ServerSession {
+func (t *mcpSessionLimiter) find(id string) *mcp.ServerSession {
 	for ss := range t.srv.Sessions() {
 		if ss.ID() == id {
 			return ss
@@ -240,7 +240,7 @@ func (t *mcpSessions) find(id string) *mcp.ServerSession {
 
 // close ends session id; its host gets 404 on its next request and starts
 // a new session.
-func (t *mcpSessions) close(id string) {
+func (t *mcpSessionLimiter) close(id string) {
 	if ss := t.find(id); ss != nil {
 		_ = ss.Close()
 	}

@@ -22,7 +22,7 @@ func BenchmarkIdleMCPSession(b *testing.B) {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{SessionTimeout: SessionIdleTimeout})
 	// Bounds above b.N: nothing is evicted while measuring.
-	tracked := newMCPSessions(srv, b.N+1, b.N+1, func(*http.Request, string) {})
+	tracked := newMCPSessionLimiter(srv, b.N+1, b.N+1, func(*http.Request, string) {})
 	ts := httptest.NewTLSServer(tracked.wrap(h))
 	defer ts.Close()
 	client := ts.Client()

@@ -12,7 +12,7 @@ import (
 // 429 at the user's own bound and 503 at the server's.
 func TestReserveRefusesWhenEveryoneInTheWayIsBusy(t *testing.T) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: Name, Version: "test"}, nil)
-	tr := newMCPSessions(srv, 1, 2, func(*http.Request, string) {})
+	tr := newMCPSessionLimiter(srv, 1, 2, func(*http.Request, string) {})
 	tr.byID["a1"] = &mcpSession{id: "a1", user: "alice", busy: 1}
 	if got := tr.reserve("alice"); got != http.StatusTooManyRequests {
 		t.Fatalf("alice at her bound, her session busy: %d, want 429", got)

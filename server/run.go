@@ -145,7 +145,7 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 
 // server builds the MCP server, and starts the operations endpoints when
 // they are asked for.
-func (d *deps) server(ctx context.Context, o *Options, sessions Sessions, live func() int, transport string) (*Server, *Metrics, error) {
+func (d *deps) server(ctx context.Context, o *Options, sessions GatewaySessions, live func() int, transport string) (*Server, *Metrics, error) {
 	var m *Metrics
 	if o.OpsAddr != "" {
 		m = NewMetrics(live)

@@ -42,9 +42,9 @@ import (
 // Name is the implementation name a host sees at initialize.
 const Name = "pdmcp"
 
-// Session is one live Gateway session acting for one user: what a tool call
-// needs of it.
-type Session interface {
+// GatewaySession is one live Gateway session acting for one user: what a
+// tool call needs of it.
+type GatewaySession interface {
 	Encrypt(ctx context.Context, in gateway.EncryptInput) (*gateway.EncryptResult, error)
 	DecryptWithLink(ctx context.Context, ttag string, iv, ciphertext []byte) (*gateway.DecryptResult, error)
 	ActingAs() string
@@ -73,24 +73,23 @@ type Caller struct {
 	Credential auth.Credential
 }
 
-// Sessions hands out the Gateway session for a caller, and ends sessions:
-// one caller's after an internal failure, everyone's when the grant ends.
-type Sessions interface {
-	Session(ctx context.Context, c Caller) (Session, error)
-	// Widen returns the caller's session covering ttag too: the one they
+// GatewaySessions hands a tool call the caller's Gateway session, and ends
+// sessions: one caller's after an internal failure, everyone's when the
+// grant ends. GrantSessions (stdio) and PooledSessions (HTTP) are the two.
+type GatewaySessions interface {
+	// Acquire returns the caller's session for a tool call, and
+	// AcquireWidened the caller's session covering ttag too: the one they
 	// hold if it does, else a new one minted wider after the old one is
-	// revoked, so the caller holds one session. Past api.MaxObjects keys
-	// it refuses GRANT_TOO_WIDE.
-	Widen(ctx context.Context, c Caller, ttag string) (Session, error)
-	// Acquire is Session, and AcquireWidened Widen, for a tool call: the
-	// caller counts as busy until release is called (once), and a busy
-	// caller's session is never ended to make room for another caller.
-	Acquire(ctx context.Context, c Caller) (sess Session, release func(), err error)
-	AcquireWidened(ctx context.Context, c Caller, ttag string) (sess Session, release func(), err error)
+	// revoked, so the caller holds one session; past api.MaxObjects keys
+	// it refuses GRANT_TOO_WIDE. The caller counts as busy until release
+	// is called (once), and a busy caller's session is never ended to make
+	// room for another caller.
+	Acquire(ctx context.Context, c Caller) (sess GatewaySession, release func(), err error)
+	AcquireWidened(ctx context.Context, c Caller, ttag string) (sess GatewaySession, release func(), err error)
 	// Drop forgets dead, a session of the caller's that the Gateway no
 	// longer knows, if it is still the one held: the next call mints a
 	// new one covering the same keys.
-	Drop(ctx context.Context, c Caller, dead Session)
+	Drop(ctx context.Context, c Caller, dead GatewaySession)
 	End(ctx context.Context, c Caller)
 	EndAll(ctx context.Context)
 }
@@ -102,7 +101,7 @@ type Config struct {
 	ManifestPath string
 	Journal      *journal.Journal
 	Audit        *audit.Log
-	Sessions     Sessions
+	Sessions     GatewaySessions
 	Version      string
 	RunID        string
 	Now          func() time.Time
@@ -391,7 +390,7 @@ func sameFile(fi, seen os.FileInfo) bool {
 // widened to it when the operator put the document under a key the server
 // did not start with (the grant names the document; the manifest, read
 // again, names its key).
-func (s *Server) sessionFor(ctx context.Context, c *call, ttag string) (Session, error) {
+func (s *Server) sessionFor(ctx context.Context, c *call, ttag string) (GatewaySession, error) {
 	if s.startKeys[ttag] {
 		return s.session(ctx, c)
 	}

@@ -27,7 +27,7 @@ type tool struct {
 // and what its audit line records.
 type call struct {
 	caller  Caller
-	session Session
+	session GatewaySession
 	// releases end the call's hold on the sessions it acquired.
 	releases []func()
 	line     audit.ToolCall
@@ -143,7 +143,7 @@ func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Ti
 }
 
 // writeAudit writes one tool-call line. r is nil for a call that succeeded.
-func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time, r *Refusal, rec *gateway.Recorder, sess Session) {
+func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time, r *Refusal, rec *gateway.Recorder, sess GatewaySession) {
 	defer trace.StartRegion(context.Background(), TraceAuditRegion).End()
 	line.RunID = s.cfg.RunID
 	line.GrantID = s.cfg.Grant.ID
@@ -196,20 +196,20 @@ func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time,
 // now without minting one.
 type sessionPeeker interface {
 	// Current is the caller's live session, or nil when there is none.
-	Current(c Caller) Session
+	Current(c Caller) GatewaySession
 }
 
 // session gets the caller's Gateway session for this call, held busy
 // until the call ends, and remembers it for the audit line. The session
 // returned replaces itself once if the Gateway says it no longer knows it
-// (see liveSession).
-func (s *Server) session(ctx context.Context, c *call) (Session, error) {
-	return s.liveSession(ctx, c, "")
+// (see retryingSession).
+func (s *Server) session(ctx context.Context, c *call) (GatewaySession, error) {
+	return s.retryingSession(ctx, c, "")
 }
 
-// widenedSession is session covering ttag too (Sessions.Widen).
-func (s *Server) widenedSession(ctx context.Context, c *call, ttag string) (Session, error) {
-	return s.liveSession(ctx, c, ttag)
+// widenedSession is session covering ttag too (GatewaySessions.AcquireWidened).
+func (s *Server) widenedSession(ctx context.Context, c *call, ttag string) (GatewaySession, error) {
+	return s.retryingSession(ctx, c, ttag)
 }
 
 // callerOf is the verified caller of an HTTP request; the empty Caller over

@@ -9,7 +9,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 )
 
-// liveSession is the Session a tool call works with. When the Gateway
+// retryingSession is the GatewaySession a tool call works with. When the Gateway
 // answers one of its requests that it no longer knows the session
 // (SESSION_MISSING after a Gateway restart, SESSION_REVOKED by an operator,
 // SESSION_EXPIRED), the session is dropped, a new one acquired (minted
@@ -18,32 +18,32 @@ import (
 // nothing at the Gateway. One replacement per call; a second such refusal
 // stands. The audit line then says sessionReplaced, and names the new
 // session.
-type liveSession struct {
+type retryingSession struct {
 	s     *Server
 	c     *call
 	widen string // the t-Tag the session was widened to, if any
 
 	mu       sync.Mutex
-	cur      Session
+	cur      GatewaySession
 	replaced bool
 }
 
-// liveSession acquires the caller's session (widened to ttag when it is not
+// retryingSession acquires the caller's session (widened to ttag when it is not
 // empty) for this call.
-func (s *Server) liveSession(ctx context.Context, c *call, ttag string) (Session, error) {
+func (s *Server) retryingSession(ctx context.Context, c *call, ttag string) (GatewaySession, error) {
 	sess, err := s.acquire(ctx, c, ttag)
 	if err != nil {
 		return nil, err
 	}
-	l := &liveSession{s: s, c: c, widen: ttag, cur: sess}
+	l := &retryingSession{s: s, c: c, widen: ttag, cur: sess}
 	c.session = l
 	return l, nil
 }
 
 // acquire gets the caller's session and records its release on the call.
-func (s *Server) acquire(ctx context.Context, c *call, ttag string) (Session, error) {
+func (s *Server) acquire(ctx context.Context, c *call, ttag string) (GatewaySession, error) {
 	var (
-		sess    Session
+		sess    GatewaySession
 		release func()
 		err     error
 	)
@@ -67,14 +67,14 @@ func (c *call) releaseSessions() {
 	c.releases = nil
 }
 
-func (l *liveSession) current() Session {
+func (l *retryingSession) current() GatewaySession {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.cur
 }
 
 // do runs op on the current session, replacing it once as the type says.
-func (l *liveSession) do(ctx context.Context, op func(Session) error) error {
+func (l *retryingSession) do(ctx context.Context, op func(GatewaySession) error) error {
 	sess := l.current()
 	err := op(sess)
 	if !gateway.IsSessionGone(err) {
@@ -111,32 +111,32 @@ func refusalCode(err error) string {
 	return r.Code
 }
 
-func (l *liveSession) Encrypt(ctx context.Context, in gateway.EncryptInput) (out *gateway.EncryptResult, err error) {
-	err = l.do(ctx, func(s Session) (err error) { out, err = s.Encrypt(ctx, in); return err })
+func (l *retryingSession) Encrypt(ctx context.Context, in gateway.EncryptInput) (out *gateway.EncryptResult, err error) {
+	err = l.do(ctx, func(s GatewaySession) (err error) { out, err = s.Encrypt(ctx, in); return err })
 	return out, err
 }
 
-func (l *liveSession) DecryptWithLink(ctx context.Context, ttag string, iv, ct []byte) (out *gateway.DecryptResult, err error) {
-	err = l.do(ctx, func(s Session) (err error) { out, err = s.DecryptWithLink(ctx, ttag, iv, ct); return err })
+func (l *retryingSession) DecryptWithLink(ctx context.Context, ttag string, iv, ct []byte) (out *gateway.DecryptResult, err error) {
+	err = l.do(ctx, func(s GatewaySession) (err error) { out, err = s.DecryptWithLink(ctx, ttag, iv, ct); return err })
 	return out, err
 }
 
-func (l *liveSession) ACLGet(ctx context.Context, ttag string) (out []api.ACLEntry, err error) {
-	err = l.do(ctx, func(s Session) (err error) { out, err = s.ACLGet(ctx, ttag); return err })
+func (l *retryingSession) ACLGet(ctx context.Context, ttag string) (out []api.ACLEntry, err error) {
+	err = l.do(ctx, func(s GatewaySession) (err error) { out, err = s.ACLGet(ctx, ttag); return err })
 	return out, err
 }
 
-func (l *liveSession) ACLGrant(ctx context.Context, g api.ACLGrantRequest) error {
-	return l.do(ctx, func(s Session) error { return s.ACLGrant(ctx, g) })
+func (l *retryingSession) ACLGrant(ctx context.Context, g api.ACLGrantRequest) error {
+	return l.do(ctx, func(s GatewaySession) error { return s.ACLGrant(ctx, g) })
 }
 
-func (l *liveSession) ACLRevoke(ctx context.Context, r api.ACLRevokeRequest) error {
-	return l.do(ctx, func(s Session) error { return s.ACLRevoke(ctx, r) })
+func (l *retryingSession) ACLRevoke(ctx context.Context, r api.ACLRevokeRequest) error {
+	return l.do(ctx, func(s GatewaySession) error { return s.ACLRevoke(ctx, r) })
 }
 
-func (l *liveSession) ActingAs() string     { return l.current().ActingAs() }
-func (l *liveSession) JKT() string          { return l.current().JKT() }
-func (l *liveSession) HandleDigest() string { return l.current().HandleDigest() }
-func (l *liveSession) Objects() []string    { return l.current().Objects() }
-func (l *liveSession) SystemID() int64      { return l.current().SystemID() }
-func (l *liveSession) PrincipalID() string  { return l.current().PrincipalID() }
+func (l *retryingSession) ActingAs() string     { return l.current().ActingAs() }
+func (l *retryingSession) JKT() string          { return l.current().JKT() }
+func (l *retryingSession) HandleDigest() string { return l.current().HandleDigest() }
+func (l *retryingSession) Objects() []string    { return l.current().Objects() }
+func (l *retryingSession) SystemID() int64      { return l.current().SystemID() }
+func (l *retryingSession) PrincipalID() string  { return l.current().PrincipalID() }

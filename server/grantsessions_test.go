@@ -39,11 +39,11 @@ func TestGrantSessionsRenewBeforeFiveMinutes(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	gs := server.NewGrantSessions(c, agent.Name, []string{"tag-a"}, clk.Now().Add(time.Hour), clk.Now, nil)
 
-	s1, err := gs.Session(ctx, server.Caller{})
+	s1, err := acquire(ctx, gs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := gs.Session(ctx, server.Caller{})
+	again, _ := acquire(ctx, gs)
 	if again.JKT() != s1.JKT() {
 		t.Fatal("a live session was replaced")
 	}
@@ -52,7 +52,7 @@ func TestGrantSessionsRenewBeforeFiveMinutes(t *testing.T) {
 	}
 	clk.Add(api.MaxScopedTTL - 20*time.Second)
 	revokes := env.Gateway.Count(api.RouteRevoke)
-	s2, err := gs.Session(ctx, server.Caller{})
+	s2, err := acquire(ctx, gs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 	notAfter := time.Now().Add(40 * time.Second)
 	clk := &clock{now: time.Now()}
 	gs := server.NewGrantSessions(c, agent.Name, []string{"tag-a"}, notAfter, clk.Now, nil)
-	s, err := gs.Session(ctx, server.Caller{})
+	s, err := acquire(ctx, gs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 	}
 	clk.Add(41 * time.Second)
 	mints := env.Gateway.Count(api.RouteScoped)
-	_, err = gs.Session(ctx, server.Caller{})
+	_, err = acquire(ctx, gs)
 	var r *server.Refusal
 	if !errors.As(err, &r) || r.Code != server.CodeGrantExpired {
 		t.Fatalf("after the grant: %v", err)
@@ -108,7 +108,7 @@ func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 	}
 }
 
-// Widen revokes the task's session before minting the wider one (the task
+// AcquireWidened revokes the task's session before minting the wider one (the task
 // holds one), keeps the key for renewals, and refuses past 64 keys with the
 // count and without minting.
 func TestGrantSessionsWiden(t *testing.T) {
@@ -123,16 +123,16 @@ func TestGrantSessionsWiden(t *testing.T) {
 	}
 	gs := server.NewGrantSessions(c, agent.Name, objects, time.Now().Add(time.Hour), nil, nil)
 	t.Cleanup(func() { gs.EndAll(ctx) })
-	first, err := gs.Session(ctx, server.Caller{})
+	first, err := acquire(ctx, gs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A key already covered: the same session.
-	same, err := gs.Widen(ctx, server.Caller{}, "tag-00")
+	same, err := acquireWidened(ctx, gs, "tag-00")
 	if err != nil || same != first {
 		t.Fatalf("Widen to a covered key: %v, same session %v", err, same == first)
 	}
-	wider, err := gs.Widen(ctx, server.Caller{}, "minted-here")
+	wider, err := acquireWidened(ctx, gs, "minted-here")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestGrantSessionsWiden(t *testing.T) {
 		t.Fatalf("the wider session covers %v", wider.(*gateway.Session).Objects())
 	}
 	mints := env.Gateway.Count(api.RouteScoped)
-	_, err = gs.Widen(ctx, server.Caller{}, "one-too-many")
+	_, err = acquireWidened(ctx, gs, "one-too-many")
 	var r *server.Refusal
 	if !errors.As(err, &r) || r.Code != "GRANT_TOO_WIDE" || !strings.Contains(r.Detail, "65") {
 		t.Fatalf("Widen past 64 keys: %v", err)
@@ -151,7 +151,28 @@ func TestGrantSessionsWiden(t *testing.T) {
 	if n := env.Gateway.Count(api.RouteScoped) - mints; n != 0 {
 		t.Fatalf("a refused widen minted %d sessions", n)
 	}
-	if cur, err := gs.Session(ctx, server.Caller{}); err != nil || cur != wider {
+	if cur, err := acquire(ctx, gs); err != nil || cur != wider {
 		t.Fatalf("after the refused widen the task's session changed: %v", err)
 	}
+}
+
+// acquire is the task's session, as a tool call gets it (over stdio there
+// is nothing to release).
+func acquire(ctx context.Context, gs *server.GrantSessions) (server.GatewaySession, error) {
+	s, release, err := gs.Acquire(ctx, server.Caller{})
+	if err != nil {
+		return nil, err
+	}
+	release()
+	return s, nil
+}
+
+// acquireWidened is the task's session covering ttag too.
+func acquireWidened(ctx context.Context, gs *server.GrantSessions, ttag string) (server.GatewaySession, error) {
+	s, release, err := gs.AcquireWidened(ctx, server.Caller{}, ttag)
+	if err != nil {
+		return nil, err
+	}
+	release()
+	return s, nil
 }

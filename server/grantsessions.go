@@ -50,10 +50,10 @@ func NewGrantSessions(m Minter, actingAs string, objects []string, notAfter time
 	return &GrantSessions{minter: m, actingAs: actingAs, objects: objects, notAfter: notAfter, now: now, log: log}
 }
 
-// Session returns the live session, minting a fresh one when there is none
+// session returns the live session, minting a fresh one when there is none
 // or the current one is near its end. The caller must be the empty Caller
 // (stdio).
-func (g *GrantSessions) Session(ctx context.Context, caller Caller) (Session, error) {
+func (g *GrantSessions) session(ctx context.Context, caller Caller) (GatewaySession, error) {
 	if caller.ID != "" {
 		return nil, refuseCode(CodeInternal, "a stdio task serves one user only")
 	}
@@ -85,11 +85,11 @@ func (g *GrantSessions) Session(ctx context.Context, caller Caller) (Session, er
 	return next, nil
 }
 
-// Widen returns the task's session covering ttag too. When the live
+// widen returns the task's session covering ttag too. When the live
 // session does not cover it, that session is revoked first and a new one
 // minted over the task's keys and ttag; the task keeps ttag for later
 // renewals. More than api.MaxObjects keys is refused GRANT_TOO_WIDE.
-func (g *GrantSessions) Widen(ctx context.Context, caller Caller, ttag string) (Session, error) {
+func (g *GrantSessions) widen(ctx context.Context, caller Caller, ttag string) (GatewaySession, error) {
 	if caller.ID != "" {
 		return nil, refuseCode(CodeInternal, "a stdio task serves one user only")
 	}
@@ -107,7 +107,7 @@ func (g *GrantSessions) Widen(ctx context.Context, caller Caller, ttag string) (
 		g.endLocked(ctx)
 	}
 	g.mu.Unlock()
-	return g.Session(ctx, caller)
+	return g.session(ctx, caller)
 }
 
 func scopeFull(n int) *Refusal {
@@ -118,7 +118,7 @@ func scopeFull(n int) *Refusal {
 
 // Current is the live session, or nil when there is none or one is being
 // minted or revoked right now (it never waits on the Gateway).
-func (g *GrantSessions) Current(caller Caller) Session {
+func (g *GrantSessions) Current(caller Caller) GatewaySession {
 	if caller.ID != "" || !g.mu.TryLock() {
 		return nil
 	}
@@ -129,19 +129,19 @@ func (g *GrantSessions) Current(caller Caller) Session {
 	return g.cur
 }
 
-// Acquire is Session; over stdio there is one caller and nothing to
+// Acquire is session; over stdio there is one caller and nothing to
 // release.
-func (g *GrantSessions) Acquire(ctx context.Context, caller Caller) (Session, func(), error) {
-	s, err := g.Session(ctx, caller)
+func (g *GrantSessions) Acquire(ctx context.Context, caller Caller) (GatewaySession, func(), error) {
+	s, err := g.session(ctx, caller)
 	if err != nil {
 		return nil, nil, err
 	}
 	return s, func() {}, nil
 }
 
-// AcquireWidened is Widen, with nothing to release.
-func (g *GrantSessions) AcquireWidened(ctx context.Context, caller Caller, ttag string) (Session, func(), error) {
-	s, err := g.Widen(ctx, caller, ttag)
+// AcquireWidened is widen, with nothing to release.
+func (g *GrantSessions) AcquireWidened(ctx context.Context, caller Caller, ttag string) (GatewaySession, func(), error) {
+	s, err := g.widen(ctx, caller, ttag)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -151,10 +151,10 @@ func (g *GrantSessions) AcquireWidened(ctx context.Context, caller Caller, ttag 
 // Drop forgets dead if it is still the current session: the Gateway no
 // longer knows it, so nothing is sent; its holder key is destroyed. The
 // next call mints a new one over the task's keys (widened ones included).
-func (g *GrantSessions) Drop(_ context.Context, _ Caller, dead Session) {
+func (g *GrantSessions) Drop(_ context.Context, _ Caller, dead GatewaySession) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.cur == nil || Session(g.cur) != dead {
+	if g.cur == nil || GatewaySession(g.cur) != dead {
 		return
 	}
 	g.cur.Discard()
