@@ -12,7 +12,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
-	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 )
 
@@ -123,7 +123,7 @@ func hostileSuite(t *testing.T, hs *httpStack, other, otherPW, goodTool string, 
 				if p.Type == "string" {
 					// Just under the request bound: the tool, not the
 					// transport, must refuse it.
-					res, err = call(map[string]any{name: strings.Repeat("A", server.MaxRequestBytes-4096)})
+					res, err = call(map[string]any{name: strings.Repeat("A", serve.MaxRequestBytes-4096)})
 					if err == nil && !res.IsError {
 						t.Errorf("an oversized %s was served", name)
 					} else if err == nil {
@@ -184,7 +184,7 @@ func hostileSuite(t *testing.T, hs *httpStack, other, otherPW, goodTool string, 
 		{"deep nesting", call(`{"name":"list_approved_documents","arguments":{"category":` +
 			strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}}`)},
 		{"over the body bound", call(`{"name":"list_approved_documents","arguments":{"category":"` +
-			strings.Repeat("B", server.MaxRequestBytes) + `"}}`)},
+			strings.Repeat("B", serve.MaxRequestBytes) + `"}}`)},
 	} {
 		status, b := post(tc.body)
 		// A clear error: an HTTP error status, or a JSON-RPC error, or a

@@ -31,6 +31,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
+	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 )
@@ -57,7 +58,7 @@ type httpStack struct {
 	// httpExtra is appended to mcp-http.json's members (",\"name\":value").
 	httpExtra string
 	manifst   string
-	// gatewayTimeout, when set, is server.Options.GatewayTimeout.
+	// gatewayTimeout, when set, is serve.Options.GatewayTimeout.
 	gatewayTimeout time.Duration
 }
 
@@ -170,7 +171,7 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 	hs.cancel, hs.done = cancel, make(chan error, 1)
 	ready := make(chan string, 1)
 	go func() {
-		hs.done <- server.Run(runCtx, server.Options{ConfigPath: cfgPath, ManifestPath: hs.manifst, GrantPath: grantPath,
+		hs.done <- serve.Run(runCtx, serve.Options{ConfigPath: cfgPath, ManifestPath: hs.manifst, GrantPath: grantPath,
 			AuditPath: hs.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln, GatewayTimeout: hs.gatewayTimeout,
 			OpsAddr: "127.0.0.1:0", OpsReady: func(u string) { hs.opsURL = u },
 			Logger: slogTo(hs.stderr), Ready: func(u string) { ready <- u }})
@@ -178,7 +179,7 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 	select {
 	case hs.url = <-ready:
 	case err := <-hs.done:
-		t.Fatalf("server.Run: %v", err)
+		t.Fatalf("serve.Run: %v", err)
 	}
 	t.Cleanup(hs.stop)
 	return hs
@@ -443,8 +444,8 @@ func TestHTTPOriginAndHost(t *testing.T) {
 		t.Errorf("foreign Host: %d, want 403", got)
 	}
 	if got := do(func(r *http.Request) {
-		r.Body = io.NopCloser(bytes.NewReader(make([]byte, server.MaxRequestBytes+1)))
-		r.ContentLength = server.MaxRequestBytes + 1
+		r.Body = io.NopCloser(bytes.NewReader(make([]byte, serve.MaxRequestBytes+1)))
+		r.ContentLength = serve.MaxRequestBytes + 1
 	}); got != 413 {
 		t.Errorf("oversized body: %d, want 413", got)
 	}

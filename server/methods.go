@@ -8,6 +8,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// NewestProtocol is the first protocol revision without MCP sessions: the
+// serving edge answers requests that speak it statelessly, and every result
+// on it carries resultType (completeOn).
+const NewestProtocol = "2026-07-28"
+
 // undeclared reports whether method belongs to a capability pdmcp does not
 // declare at initialize or server/discover: it offers tools only, so
 // prompts, resources (and their templates and subscriptions) and
@@ -33,7 +38,7 @@ func methodNotFound(method string) error {
 // revision has no resultType, and gets none, as from the SDK.
 func completeOn(req mcp.Request, res *mcp.CallToolResult) *mcp.CallToolResult {
 	if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
-		if p := ss.InitializeParams(); p != nil && p.ProtocolVersion < newestProtocol {
+		if p := ss.InitializeParams(); p != nil && p.ProtocolVersion < NewestProtocol {
 			return res
 		}
 	}

@@ -1,6 +1,8 @@
 // Package server is pdmcp's MCP surface: one mcp.Server built from a task
 // grant, the tools the grant allows and nothing else, the refusal type, and
-// the transports. It decides what the grant allows (the adapter layer) and
+// the Gateway-session sources tools draw on (GrantSessions over stdio,
+// PooledSessions over HTTP). Package internal/serve runs it over a
+// transport. It decides what the grant allows (the adapter layer) and
 // asks the Gateway, through package gateway, for everything else.
 //
 // How a tool refuses: a handler built with newTool returns a *Refusal (made
@@ -94,6 +96,12 @@ type GatewaySessions interface {
 	EndAll(ctx context.Context)
 }
 
+// CallMetrics is told of each tool call as its audit line is written: the
+// serving edge's metrics.
+type CallMetrics interface {
+	ToolCall(line audit.ToolCall, reqs []gateway.Request)
+}
+
 // Config is what a server is built from.
 type Config struct {
 	Grant        *grant.Grant
@@ -106,8 +114,11 @@ type Config struct {
 	RunID        string
 	Now          func() time.Time
 	Logger       *slog.Logger
+	// SDKLogger, when set, is the go-sdk's logger (the serving edge lowers
+	// its records of client protocol mistakes); Logger otherwise.
+	SDKLogger *slog.Logger
 	// Metrics, when set, counts calls and Gateway latency.
-	Metrics *Metrics
+	Metrics CallMetrics
 	// CrashPoint, when set, is called at each named step of a save, a
 	// section save, encrypt_file, a hand-off, and between a file tool's
 	// path checks and its open (the points are listed in
@@ -183,6 +194,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.SDKLogger == nil {
+		cfg.SDKLogger = cfg.Logger
+	}
 	if err := grant.Validate(cfg.Grant, cfg.Manifest); err != nil {
 		return nil, err
 	}
@@ -221,7 +235,7 @@ func New(cfg Config) (*Server, error) {
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: Name, Title: "Protected documents", Version: cfg.Version},
 		&mcp.ServerOptions{
 			Instructions: s.instructions(),
-			Logger:       sdkLogger(cfg.Logger),
+			Logger:       cfg.SDKLogger,
 		})
 	registered := map[string]bool{}
 	for _, t := range s.tools() {
@@ -314,7 +328,7 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 func (s *Server) auditClient(p *mcp.InitializeParams, caller string) {
-	line := audit.Client{RunID: s.cfg.RunID, Caller: callerDigest(caller), TS: s.cfg.Now().UTC(), ProtocolVersion: p.ProtocolVersion}
+	line := audit.Client{RunID: s.cfg.RunID, Caller: CallerDigest(caller), TS: s.cfg.Now().UTC(), ProtocolVersion: p.ProtocolVersion}
 	if p.ClientInfo != nil {
 		line.Name, line.Version = p.ClientInfo.Name, p.ClientInfo.Version
 	}
@@ -324,10 +338,10 @@ func (s *Server) auditClient(p *mcp.InitializeParams, caller string) {
 	}
 }
 
-// callerDigest names an HTTP user (issuer|subject) where a line must not
+// CallerDigest names an HTTP user (issuer|subject) where a line must not
 // carry the id: audit.Digest12 of it, the digest the session pool logs
 // callers by. Empty over stdio.
-func callerDigest(id string) string {
+func CallerDigest(id string) string {
 	if id == "" {
 		return ""
 	}

@@ -180,7 +180,9 @@ func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time,
 			}
 		}
 	}
-	s.cfg.Metrics.toolCall(line, reqs)
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.ToolCall(line, reqs)
+	}
 	if err := s.cfg.Audit.Write(line); err != nil {
 		// A refused call's tool name is the model's text: only names this
 		// build knows reach the log.

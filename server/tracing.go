@@ -1,38 +1,10 @@
 package server
 
-import (
-	"net/http"
-	"runtime/trace"
-)
-
-// Names of the runtime/trace annotations a read is broken down by (pdmcp
-// bench --trace): each HTTP request to the MCP endpoint is a task, with
-// the protocol revision it spoke logged in it; the tool's run, the audit
-// line's write, and (package gateway) each Gateway request are regions on
-// the goroutines that run them.
+// Names of the runtime/trace regions a read is broken down by (pdmcp bench
+// --trace): the tool's run and the audit line's write are regions on the
+// goroutine that runs them, beside (package gateway) each Gateway request
+// and (package serve) each HTTP request's task.
 const (
-	TraceRequestTask   = "pdmcp.request"
-	TraceProtocolLog   = "pdmcp.protocol"
-	TraceToolRegion    = "pdmcp.tool"
-	TraceAuditRegion   = "pdmcp.audit"
-	traceProtocolUnset = "none"
+	TraceToolRegion  = "pdmcp.tool"
+	TraceAuditRegion = "pdmcp.audit"
 )
-
-// traced makes each request a trace task while a trace is being recorded;
-// otherwise it costs one check.
-func traced(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !trace.IsEnabled() {
-			next.ServeHTTP(w, r)
-			return
-		}
-		ctx, task := trace.NewTask(r.Context(), TraceRequestTask)
-		defer task.End()
-		v := r.Header.Get("Mcp-Protocol-Version")
-		if v == "" {
-			v = traceProtocolUnset
-		}
-		trace.Log(ctx, TraceProtocolLog, v)
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}

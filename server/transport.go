@@ -2,7 +2,7 @@ package server
 
 import "github.com/pdmcp/pdmcp/grant"
 
-// mayAskHost reports whether a call may send the host a request of its own
+// MayAskHost reports whether a call may send the host a request of its own
 // while it runs: hand_off's confirmation, which reaches a host on a
 // revision before 2026-07-28 as an elicitation/create request on the
 // call's stream. Only then does a session with MCP sessions answer over an
@@ -10,4 +10,4 @@ import "github.com/pdmcp/pdmcp/grant"
 // body (no stream to frame, flush and parse). Without sessions (2026-07-28)
 // the server never sends a request (the confirmation is an input request in
 // the result), so every answer is JSON.
-func (s *Server) mayAskHost() bool { return s.allowed[grant.ToolHandOff] }
+func (s *Server) MayAskHost() bool { return s.allowed[grant.ToolHandOff] }

@@ -25,7 +25,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/devstack"
 	"github.com/pdmcp/pdmcp/internal/operator"
-	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/internal/serve"
 )
 
 // The files under deploy/ are what an operator copies. These tests hold
@@ -620,7 +620,7 @@ func checkUnit(data []byte) error {
 		p.add("unit: no UnsetEnvironment=")
 	}
 	for _, name := range unset {
-		if server.CheckEnvironment([]string{name + "=x"}) == nil {
+		if serve.CheckEnvironment([]string{name + "=x"}) == nil {
 			p.add("unit: UnsetEnvironment names %s, which is no model credential the server refuses", name)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/internal/serve"
 )
 
 // crashEnv names the test hook that kills the server at one step of a save
@@ -15,7 +15,7 @@ import (
 const crashEnv = "PDMCP_TEST_KILL_AT"
 
 func newServeCmd() *cobra.Command {
-	var o server.Options
+	var o serve.Options
 	var transport string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -34,7 +34,7 @@ func newServeCmd() *cobra.Command {
 			o.Environ = os.Environ()
 			o.Logger = newLogger()
 			o.CrashPoint = killAtHook()
-			return server.Run(cmd.Context(), o)
+			return serve.Run(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()

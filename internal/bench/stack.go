@@ -28,7 +28,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/devstack"
 	"github.com/pdmcp/pdmcp/internal/operator"
-	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/internal/serve"
 )
 
 // DocumentID is the 4 KiB document the read figures use.
@@ -61,7 +61,7 @@ type StackOptions struct {
 	Users      int
 	MaxCallers int
 	// NonDurableJournal opens pdmcp's journal without fsync (see
-	// server.Options.NonDurableJournalForBenchmarks).
+	// serve.Options.NonDurableJournalForBenchmarks).
 	NonDurableJournal bool
 	// BigFile writes the 16,777,215-byte file in the file root.
 	BigFile bool
@@ -369,7 +369,7 @@ func (st *Stack) startPDMCP(ctx context.Context) error {
 	st.cancel, st.runDone = cancel, make(chan error, 1)
 	ready := make(chan string, 1)
 	go func() {
-		st.runDone <- server.Run(runCtx, server.Options{ConfigPath: filepath.Join(dir, "config.json"),
+		st.runDone <- serve.Run(runCtx, serve.Options{ConfigPath: filepath.Join(dir, "config.json"),
 			ManifestPath: filepath.Join(data, "manifest.json"), GrantPath: filepath.Join(data, "grant.json"),
 			AuditPath: filepath.Join(data, "audit.jsonl"), HTTPConfigPath: cfgPath, Version: "bench", Listener: ln,
 			NonDurableJournalForBenchmarks: st.o.NonDurableJournal,

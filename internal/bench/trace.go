@@ -17,6 +17,7 @@ import (
 	xtrace "golang.org/x/exp/trace"
 
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/server"
 )
 
@@ -153,7 +154,7 @@ func (st *traceState) event(ev xtrace.Event) {
 	t := ev.Time()
 	switch ev.Kind() {
 	case xtrace.EventTaskBegin:
-		if tk := ev.Task(); tk.Type == server.TraceRequestTask {
+		if tk := ev.Task(); tk.Type == serve.TraceRequestTask {
 			st.requests[tk.ID] = &request{id: tk.ID, g: ev.Goroutine(), interval: interval{start: t}}
 		}
 	case xtrace.EventTaskEnd:
@@ -161,7 +162,7 @@ func (st *traceState) event(ev xtrace.Event) {
 			q.end = t
 		}
 	case xtrace.EventLog:
-		if l := ev.Log(); l.Category == server.TraceProtocolLog {
+		if l := ev.Log(); l.Category == serve.TraceProtocolLog {
 			if q := st.requests[l.Task]; q != nil {
 				q.protocol = l.Message
 			}

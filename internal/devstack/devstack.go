@@ -35,7 +35,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
-	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/internal/serve"
 )
 
 // ServerName is the name hosts are told to give this server.
@@ -237,7 +237,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	info.MCPURL = fmt.Sprintf("https://127.0.0.1:%d/mcp", info.Ports.MCP)
-	return server.Run(ctx, server.Options{
+	return serve.Run(ctx, serve.Options{
 		ConfigPath: info.ServiceConfig, ManifestPath: info.Manifest, GrantPath: info.Grant, AuditPath: info.Audit,
 		HTTPConfigPath: info.HTTPConfig, Version: o.Version, Environ: nil, Logger: o.Logger.With("component", "mcp"),
 		Ready: func(string) {

@@ -35,6 +35,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
+	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/server"
 )
 
@@ -196,14 +197,14 @@ func newStack(t *testing.T) *stack {
 	s.cancel, s.done = cancel, make(chan error, 1)
 	ready := make(chan string, 1)
 	go func() {
-		s.done <- server.Run(runCtx, server.Options{ConfigPath: cfgPath, ManifestPath: manifest, GrantPath: grantPath,
+		s.done <- serve.Run(runCtx, serve.Options{ConfigPath: cfgPath, ManifestPath: manifest, GrantPath: grantPath,
 			AuditPath: s.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln,
 			Logger: slogTo(s.log), Ready: func(u string) { ready <- u }})
 	}()
 	select {
 	case s.mcpURL = <-ready:
 	case err := <-s.done:
-		t.Fatalf("server.Run: %v", err)
+		t.Fatalf("serve.Run: %v", err)
 	}
 	t.Cleanup(s.stop)
 	return s

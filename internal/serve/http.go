@@ -1,4 +1,4 @@
-package server
+package serve
 
 import (
 	"bytes"
@@ -20,15 +20,12 @@ import (
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
 )
 
 // MaxRequestBytes bounds one HTTP request body: a save's text is at most
 // 64 KiB, so 1 MiB leaves room for JSON escaping and nothing else.
 const MaxRequestBytes = 1 << 20
-
-// newestProtocol is the first protocol revision without sessions; requests
-// that speak it are served by the stateless handler.
-const newestProtocol = "2026-07-28"
 
 // HTTPHandler is the whole HTTPS surface: the MCP endpoint behind the
 // token check, and the protected-resource metadata.
@@ -40,19 +37,19 @@ type HTTPHandler struct {
 // NewHTTPHandler builds the handler for srv as cfg describes. A browser
 // request from any origin but the served resource's own is refused; m may
 // be nil (no metrics).
-func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifier, a *audit.Log, m *Metrics, log *slog.Logger) *HTTPHandler {
+func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifier, a *audit.Log, m *Metrics, log *slog.Logger) *HTTPHandler {
 	getServer := func(*http.Request) *mcp.Server { return srv.MCP() }
 	// A call's single answer goes back as one JSON body, not an SSE
 	// stream (see mayAskHost for when a session keeps the stream).
 	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, SessionTimeout: SessionIdleTimeout,
-		JSONResponse: !srv.mayAskHost(),
+		JSONResponse: !srv.MayAskHost(),
 	})
 	sessions := newMCPSessionLimiter(srv.MCP(), cfg.MaxSessionsPerUser, cfg.MaxSessions, func(r *http.Request, user string) {
 		// The token was good; the session it named is another user's.
 		m.AuthRefused(string(auth.ClassSessionMismatch), http.StatusForbidden)
 		if err := a.Write(audit.AuthRefused{Class: string(auth.ClassSessionMismatch), Reason: auth.ReasonSessionUserMismatch,
-			Status: http.StatusForbidden, Caller: callerDigest(user), Method: r.Method, Path: r.URL.Path, TS: time.Now()}); err != nil {
+			Status: http.StatusForbidden, Caller: server.CallerDigest(user), Method: r.Method, Path: r.URL.Path, TS: time.Now()}); err != nil {
 			log.Error("audit write failed", "event", "auth-refused", "err", err)
 		}
 	})
@@ -64,7 +61,7 @@ func NewHTTPHandler(srv *Server, cfg *auth.HTTPConfig, verifier auth.TokenVerifi
 	mcpHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Protocol 2026-07-28 has no sessions and is served statelessly;
 		// earlier revisions keep their session, bound to the verified user.
-		if v := r.Header.Get("Mcp-Protocol-Version"); v >= newestProtocol {
+		if v := r.Header.Get("Mcp-Protocol-Version"); v >= server.NewestProtocol {
 			stateless.ServeHTTP(w, r)
 			return
 		}
@@ -276,7 +273,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	sessions := NewPooledSessions(pool, ex)
+	sessions := server.NewPooledSessions(pool, ex)
 	defer sessions.EndAll(context.WithoutCancel(ctx))
 	srv, metrics, err := d.server(ctx, &o, sessions, pool.Len, "http")
 	if err != nil {

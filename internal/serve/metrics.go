@@ -1,4 +1,4 @@
-package server
+package serve
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
 )
 
 // Metrics counts what the server does, for Prometheus. It has its own
@@ -70,8 +71,9 @@ func (m *Metrics) MCPSessions(n func() int) {
 	}, func() float64 { return float64(n()) }))
 }
 
-// toolCall records one tool call's outcome and its Gateway requests.
-func (m *Metrics) toolCall(line audit.ToolCall, reqs []gateway.Request) {
+// ToolCall records one tool call's outcome and its Gateway requests
+// (server.CallMetrics).
+func (m *Metrics) ToolCall(line audit.ToolCall, reqs []gateway.Request) {
 	if m == nil {
 		return
 	}
@@ -109,7 +111,7 @@ func OpsHandler(m *Metrics, version, transport string) http.Handler {
 	started := time.Now()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": Name, "version": version,
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": server.Name, "version": version,
 			"transport": transport, "uptimeSeconds": int(time.Since(started).Seconds())})
 	})
 	if m != nil {

@@ -1,4 +1,4 @@
-package server
+package serve
 
 import (
 	"io"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/server"
 )
 
 // BenchmarkIdleMCPSession opens b.N MCP sessions over TLS that are never
@@ -16,9 +18,9 @@ import (
 // idle session holds, heap and stacks ("bytes/session") and what the default bound of
 // DefaultMaxSessions would hold in all ("MiB-at-bound"). Run:
 //
-//	go test -run X -bench IdleMCPSession -benchtime 2000x ./server/
+//	go test -run X -bench IdleMCPSession -benchtime 2000x ./internal/serve/
 func BenchmarkIdleMCPSession(b *testing.B) {
-	srv := mcp.NewServer(&mcp.Implementation{Name: Name, Version: "bench"}, nil)
+	srv := mcp.NewServer(&mcp.Implementation{Name: server.Name, Version: "bench"}, nil)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{SessionTimeout: SessionIdleTimeout})
 	// Bounds above b.N: nothing is evicted while measuring.

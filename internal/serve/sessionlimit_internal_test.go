@@ -1,17 +1,19 @@
-package server
+package serve
 
 import (
 	"net/http"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/server"
 )
 
 // TestReserveRefusesWhenEveryoneInTheWayIsBusy: a session with a request in
 // flight is never ended to make room; the new session is refused instead,
 // 429 at the user's own bound and 503 at the server's.
 func TestReserveRefusesWhenEveryoneInTheWayIsBusy(t *testing.T) {
-	srv := mcp.NewServer(&mcp.Implementation{Name: Name, Version: "test"}, nil)
+	srv := mcp.NewServer(&mcp.Implementation{Name: server.Name, Version: "test"}, nil)
 	tr := newMCPSessionLimiter(srv, 1, 2, func(*http.Request, string) {})
 	tr.byID["a1"] = &mcpSession{id: "a1", user: "alice", busy: 1}
 	if got := tr.reserve("alice"); got != http.StatusTooManyRequests {

@@ -1,4 +1,4 @@
-package server_test
+package serve_test
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
-	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/internal/serve"
 )
 
 // TestHTTPStartRefusals: serve --transport http refuses, before serving, a
@@ -90,7 +90,7 @@ func TestHTTPStartRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
-			err := server.Run(ctx, server.Options{ConfigPath: cfgPath, ManifestPath: manifest, GrantPath: tc.grant,
+			err := serve.Run(ctx, serve.Options{ConfigPath: cfgPath, ManifestPath: manifest, GrantPath: tc.grant,
 				AuditPath: filepath.Join(dir, "audit.jsonl"), HTTPConfigPath: tc.httpConfig})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want a refusal naming %q", err, tc.want)
@@ -132,7 +132,7 @@ func TestStartRefusesUnapprovedDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.Gateway.ResetCounts()
-	err = server.Run(ctx, server.Options{ConfigPath: cfgPath, ManifestPath: manifest, GrantPath: grantPath,
+	err = serve.Run(ctx, serve.Options{ConfigPath: cfgPath, ManifestPath: manifest, GrantPath: grantPath,
 		AuditPath: filepath.Join(dir, "audit.jsonl")})
 	if !errors.Is(err, grant.ErrNotApproved) || !strings.Contains(err.Error(), `"proposal-equinox"`) {
 		t.Fatalf("got %v, want a refusal naming proposal-equinox as not approved", err)

@@ -1,4 +1,16 @@
-package server
+// Package serve is pdmcp's serving edge: `pdmcp serve`'s Run, which opens
+// the grant, manifest, journal, audit log and the Gateway service session
+// and serves one server.Server over stdio or over Streamable HTTP on TLS;
+// the HTTP handler in front of the MCP endpoint (Host and Origin checks,
+// body bounds, JSON-RPC shape, the token check, the MCP session limiter);
+// the operations endpoints (health and Prometheus metrics); the go-sdk's
+// logger; and the environment check a start refuses model credentials by.
+//
+// It uses only package server's exported API. It lives at internal/serve,
+// not under server/, because it imports server: every package under
+// server/ is one server imports (tools' parts), so the tree shows
+// cmd/pdmcp -> internal/serve -> server.
+package serve
 
 import (
 	"context"
@@ -16,6 +28,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
+	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
@@ -145,7 +158,7 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 
 // server builds the MCP server, and starts the operations endpoints when
 // they are asked for.
-func (d *deps) server(ctx context.Context, o *Options, sessions GatewaySessions, live func() int, transport string) (*Server, *Metrics, error) {
+func (d *deps) server(ctx context.Context, o *Options, sessions server.GatewaySessions, live func() int, transport string) (*server.Server, *Metrics, error) {
 	var m *Metrics
 	if o.OpsAddr != "" {
 		m = NewMetrics(live)
@@ -159,12 +172,16 @@ func (d *deps) server(ctx context.Context, o *Options, sessions GatewaySessions,
 		}
 	}
 	d.runID = newRunID()
-	srv, err := New(Config{
+	cfg := server.Config{
 		Grant: d.grant, Manifest: d.manifest, ManifestPath: o.ManifestPath, Journal: d.journal, Audit: d.audit,
 		Sessions: sessions, Version: o.Version, RunID: d.runID, Now: o.Now, Logger: o.Logger, CrashPoint: o.CrashPoint,
-		Metrics: m, ClockOffset: d.client.ClockOffset, Revoker: d.client,
+		SDKLogger: sdkLogger(o.Logger), ClockOffset: d.client.ClockOffset, Revoker: d.client,
 		NonDurableForBenchmarks: o.NonDurableJournalForBenchmarks,
-	})
+	}
+	if m != nil {
+		cfg.Metrics = m
+	}
+	srv, err := server.New(cfg)
 	if err == nil {
 		d.writeAudit(o, audit.Startup{RunID: d.runID, ProgramVersion: o.Version, Transport: transport, GrantID: d.grant.ID,
 			TS: o.Now().UTC()})
@@ -194,7 +211,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer d.close()
-	sessions := NewGrantSessions(d.client, d.grant.LocalUser, grant.Keys(d.grant, d.manifest), d.grant.NotAfter, o.Now, o.Logger)
+	sessions := server.NewGrantSessions(d.client, d.grant.LocalUser, grant.Keys(d.grant, d.manifest), d.grant.NotAfter, o.Now, o.Logger)
 	defer sessions.EndAll(context.WithoutCancel(ctx))
 	srv, _, err := d.server(ctx, &o, sessions, sessions.Len, "stdio")
 	if err != nil {
