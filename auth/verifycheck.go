@@ -12,19 +12,55 @@ import (
 	"github.com/lestrrat-go/jwx/v2/jwt"
 )
 
-// verify makes every check of Verify. It also returns the key (id and
-// algorithm) the token verified under, for the cache.
+// verify makes every check of Verify, in the order the Verifier's doc
+// gives them; the first that fails decides the refusal. It also returns the
+// key (id and algorithm) the token verified under, for the cache.
 func (v *Verifier) verify(ctx context.Context, token string) (*Caller, verifiedToken, error) {
-	var key verifiedToken
-	c, err := v.check(ctx, token, &key)
+	hdr, err := v.checkHeader(token)
 	if err != nil {
 		return nil, verifiedToken{}, err
 	}
-	return c, key, nil
+	used := verifiedToken{kid: hdr.KeyID(), alg: hdr.Algorithm().String()}
+	payload, err := v.checkSignature(ctx, token, used.kid, used.alg)
+	if err != nil {
+		return nil, verifiedToken{}, err
+	}
+	claims, extra, err := readClaims(payload)
+	if err != nil {
+		return nil, verifiedToken{}, err
+	}
+	if err := v.checkIssuer(claims); err != nil {
+		return nil, verifiedToken{}, err
+	}
+	if err := checkAccessTokenShape(hdr.Type(), extra.Typ, extra.Azp, extra.Nonce != nil); err != nil {
+		return nil, verifiedToken{}, err
+	}
+	if err := v.checkTimes(claims); err != nil {
+		return nil, verifiedToken{}, err
+	}
+	if err := v.checkAudience(claims); err != nil {
+		return nil, verifiedToken{}, err
+	}
+	sub := claims.Subject()
+	if sub == "" {
+		return nil, verifiedToken{}, refuse(ClassClaimMissing, ReasonSubjectMissing)
+	}
+	client, err := v.checkClient(extra)
+	if err != nil {
+		return nil, verifiedToken{}, err
+	}
+	scopes, err := v.checkScopes(extra)
+	if err != nil {
+		return nil, verifiedToken{}, err
+	}
+	return &Caller{Issuer: claims.Issuer(), Subject: sub, ClientID: client, Scopes: scopes, Expiry: claims.Expiration()},
+		used, nil
 }
 
-// check makes every check of Verify, and names the verifying key in key.
-func (v *Verifier) check(ctx context.Context, token string, used *verifiedToken) (*Caller, error) {
+// checkHeader checks the token's form and its protected header: a compact
+// JWS of one signature, an allowed alg, no critical or b64 parameter, and
+// a kid of bounded length. It returns the header.
+func (v *Verifier) checkHeader(token string) (jws.Headers, error) {
 	if token == "" {
 		return nil, refuse(ClassNoToken, ReasonNoToken)
 	}
@@ -35,20 +71,9 @@ func (v *Verifier) check(ctx context.Context, token string, used *verifiedToken)
 	if err != nil {
 		return nil, err
 	}
-	// The alg is judged from the raw header, before the JWS library sees
-	// it, so "none" in any spelling is refused as such and never parsed.
-	var h struct {
-		Alg *string `json:"alg"`
-	}
-	if err := json.Unmarshal(rawHeader, &h); err != nil {
-		return nil, refuse(ClassMalformed, ReasonBadHeader)
-	}
-	if h.Alg == nil || *h.Alg == "" || strings.EqualFold(*h.Alg, "none") {
-		return nil, refuse(ClassInvalid, ReasonAlgNone)
-	}
-	alg := *h.Alg
-	if !slices.Contains(v.algs, alg) {
-		return nil, refuse(ClassInvalid, ReasonAlgNotAllowed)
+	alg, err := v.checkRawAlg(rawHeader)
+	if err != nil {
+		return nil, err
 	}
 	msg, err := jws.Parse([]byte(token), jws.WithCompact())
 	if err != nil || len(msg.Signatures()) != 1 {
@@ -72,7 +97,30 @@ func (v *Verifier) check(ctx context.Context, token string, used *verifiedToken)
 	if len(kid) > maxKeyIDBytes {
 		return nil, refuse(ClassMalformed, ReasonBadHeader)
 	}
+	return hdr, nil
+}
 
+// checkRawAlg judges the alg from the raw header, before the JWS library
+// sees it, so "none" in any spelling is refused as such and never parsed.
+func (v *Verifier) checkRawAlg(rawHeader []byte) (string, error) {
+	var h struct {
+		Alg *string `json:"alg"`
+	}
+	if err := json.Unmarshal(rawHeader, &h); err != nil {
+		return "", refuse(ClassMalformed, ReasonBadHeader)
+	}
+	if h.Alg == nil || *h.Alg == "" || strings.EqualFold(*h.Alg, "none") {
+		return "", refuse(ClassInvalid, ReasonAlgNone)
+	}
+	if !slices.Contains(v.algs, *h.Alg) {
+		return "", refuse(ClassInvalid, ReasonAlgNotAllowed)
+	}
+	return *h.Alg, nil
+}
+
+// checkSignature verifies the token under the provider's key kid (fetched
+// if need be) and returns the signed payload.
+func (v *Verifier) checkSignature(ctx context.Context, token, kid, alg string) ([]byte, error) {
 	key, err := v.keyFor(ctx, kid, alg)
 	if err != nil {
 		return nil, err
@@ -81,78 +129,95 @@ func (v *Verifier) check(ctx context.Context, token string, used *verifiedToken)
 	if err != nil {
 		return nil, refuse(ClassBadSignature, ReasonSignatureInvalid)
 	}
-	used.kid, used.alg = kid, alg
+	return payload, nil
+}
 
+// tokenExtras are the payload's claims the JWT library does not type.
+type tokenExtras struct {
+	Typ      *string          `json:"typ"`
+	Azp      string           `json:"azp"`
+	ClientID string           `json:"client_id"`
+	Nonce    *json.RawMessage `json:"nonce"`
+	Scope    *string          `json:"scope"`
+	Scp      json.RawMessage  `json:"scp"`
+}
+
+// readClaims reads the verified payload's registered claims and extras.
+func readClaims(payload []byte) (jwt.Token, *tokenExtras, error) {
 	// RFC 7519 §2: exp, nbf and iat are NumericDates, JSON numbers. The
 	// JWT library would also read a string of digits; a provider that
 	// signs one is not followed, and the token is refused.
 	if err := checkNumericDates(payload); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-
 	claims := jwt.New()
 	if err := json.Unmarshal(payload, claims); err != nil {
-		return nil, refuse(ClassMalformed, ReasonBadClaims)
+		return nil, nil, refuse(ClassMalformed, ReasonBadClaims)
 	}
-	var extra struct {
-		Typ      *string          `json:"typ"`
-		Azp      string           `json:"azp"`
-		ClientID string           `json:"client_id"`
-		Nonce    *json.RawMessage `json:"nonce"`
-		Scope    *string          `json:"scope"`
-		Scp      json.RawMessage  `json:"scp"`
-	}
+	var extra tokenExtras
 	if err := json.Unmarshal(payload, &extra); err != nil {
-		return nil, refuse(ClassMalformed, ReasonBadClaims)
+		return nil, nil, refuse(ClassMalformed, ReasonBadClaims)
 	}
+	return claims, &extra, nil
+}
 
+func (v *Verifier) checkIssuer(claims jwt.Token) error {
 	switch iss := claims.Issuer(); {
 	case iss == "":
-		return nil, refuse(ClassClaimMissing, ReasonIssuerMissing)
+		return refuse(ClassClaimMissing, ReasonIssuerMissing)
 	case iss != v.provider.Issuer():
-		return nil, refuse(ClassWrongIssuer, ReasonIssuerMismatch)
+		return refuse(ClassWrongIssuer, ReasonIssuerMismatch)
 	}
+	return nil
+}
 
-	if err := checkAccessTokenShape(hdr.Type(), extra.Typ, extra.Azp, extra.Nonce != nil); err != nil {
-		return nil, err
-	}
-
+// checkTimes requires exp, not past, and nbf and iat, when present, not in
+// the future; each with the clock skew.
+func (v *Verifier) checkTimes(claims jwt.Token) error {
 	now := v.now()
 	exp := claims.Expiration()
 	switch {
 	case exp.IsZero():
-		return nil, refuse(ClassClaimMissing, ReasonExpiryMissing)
+		return refuse(ClassClaimMissing, ReasonExpiryMissing)
 	case !now.Before(exp.Add(v.skew)):
-		return nil, refuse(ClassExpired, ReasonExpired)
+		return refuse(ClassExpired, ReasonExpired)
 	}
 	if nbf := claims.NotBefore(); !nbf.IsZero() && now.Add(v.skew).Before(nbf) {
-		return nil, refuse(ClassNotYetValid, ReasonNotYetValid)
+		return refuse(ClassNotYetValid, ReasonNotYetValid)
 	}
 	if iat := claims.IssuedAt(); !iat.IsZero() && now.Add(v.skew).Before(iat) {
-		return nil, refuse(ClassNotYetValid, ReasonIssuedInFuture)
+		return refuse(ClassNotYetValid, ReasonIssuedInFuture)
 	}
+	return nil
+}
 
+func (v *Verifier) checkAudience(claims jwt.Token) error {
 	aud := claims.Audience()
 	switch {
 	case len(aud) == 0:
-		return nil, refuse(ClassWrongAudience, ReasonAudienceMissing)
+		return refuse(ClassWrongAudience, ReasonAudienceMissing)
 	case !slices.Contains(aud, v.audience):
-		return nil, refuse(ClassWrongAudience, ReasonAudienceMismatch)
+		return refuse(ClassWrongAudience, ReasonAudienceMismatch)
 	}
+	return nil
+}
 
-	sub := claims.Subject()
-	if sub == "" {
-		return nil, refuse(ClassClaimMissing, ReasonSubjectMissing)
-	}
-
+// checkClient returns the token's client (client_id, or azp when it has
+// none), refused when AllowedClients are set and do not name it.
+func (v *Verifier) checkClient(extra *tokenExtras) (string, error) {
 	client := extra.ClientID
 	if client == "" {
 		client = extra.Azp
 	}
 	if len(v.clients) > 0 && !slices.Contains(v.clients, client) {
-		return nil, refuse(ClassClientNotAllowed, ReasonClientNotAllowed)
+		return "", refuse(ClassClientNotAllowed, ReasonClientNotAllowed)
 	}
+	return client, nil
+}
 
+// checkScopes returns the token's scopes, refused when one required is
+// missing.
+func (v *Verifier) checkScopes(extra *tokenExtras) ([]string, error) {
 	scopes, ok := parseScopes(extra.Scope, extra.Scp)
 	if !ok {
 		return nil, refuse(ClassMalformed, ReasonBadClaims)
@@ -162,8 +227,7 @@ func (v *Verifier) check(ctx context.Context, token string, used *verifiedToken)
 			return nil, refuse(ClassInsufficientScope, ReasonScopeMissing)
 		}
 	}
-
-	return &Caller{Issuer: claims.Issuer(), Subject: sub, ClientID: client, Scopes: scopes, Expiry: exp}, nil
+	return scopes, nil
 }
 
 // checkNumericDates refuses a payload whose exp, nbf or iat is present and
