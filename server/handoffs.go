@@ -71,7 +71,7 @@ func (s *Server) closeStepTool() tool {
 // names it.
 func (s *Server) stepPlan(c *call, stepID string) (*handoff.Plan, error) {
 	p, err := s.handoffs.Plan(s.currentManifest(), stepID)
-	if p != nil || !isCode(err, handoff.CodeStepNotInGrant) {
+	if p != nil || !isCode(err, refusal.StepNotInGrant) {
 		c.line.StepID = stepID
 	}
 	if err != nil {
@@ -198,7 +198,7 @@ func (s *Server) confirm(ctx context.Context, c *call, p *handoff.Plan, end time
 	}
 	if !canElicit(c.mcp) {
 		c.line.Confirmation = audit.ConfirmUnavailable
-		return end, &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable,
+		return end, &refusal.Refusal{Code: refusal.ConfirmationUnavailable,
 			Detail: fmt.Sprintf("step %q must be confirmed by the user, and this host cannot ask (it did not declare MCP elicitation); nothing was sent; use a host that can, or ask the operator", p.StepID)}
 	}
 	if !answersInputRequests(c.mcp) {
@@ -242,7 +242,7 @@ func (s *Server) confirm(ctx context.Context, c *call, p *handoff.Plan, end time
 func (s *Server) confirmAnswer(c *call, p *handoff.Plan, res *mcp.ElicitResult) error {
 	if res == nil {
 		c.line.Confirmation = audit.ConfirmUnavailable
-		return &handoff.Refusal{Code: handoff.CodeConfirmationUnavailable,
+		return &refusal.Refusal{Code: refusal.ConfirmationUnavailable,
 			Detail: fmt.Sprintf("the host did not answer the confirmation of step %q; nothing was sent; try again, or ask the operator", p.StepID)}
 	}
 	switch {
@@ -254,7 +254,7 @@ func (s *Server) confirmAnswer(c *call, p *handoff.Plan, res *mcp.ElicitResult) 
 	default:
 		c.line.Confirmation = audit.ConfirmDeclined
 	}
-	return &handoff.Refusal{Code: handoff.CodeConfirmationDeclined,
+	return &refusal.Refusal{Code: refusal.ConfirmationDeclined,
 		Detail: fmt.Sprintf("the user did not confirm step %q; nothing was sent; do not retry unless the user asks", p.StepID)}
 }
 
@@ -369,6 +369,6 @@ func (s *Server) RevokeHandOffs(ctx context.Context) {
 }
 
 func isCode(err error, code refusal.Code) bool {
-	r, ok := err.(*handoff.Refusal)
+	r, ok := err.(*refusal.Refusal)
 	return ok && r.Code == code
 }

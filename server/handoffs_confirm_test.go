@@ -9,8 +9,8 @@ import (
 
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server"
-	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 var accepted = mcp.InputResponseMap{"confirm-hand-off": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}}
@@ -105,7 +105,7 @@ func TestConfirmationBefore20260728IsAskedDuringTheCall(t *testing.T) {
 	before := keyRouteCounts(f.env.Gateway)
 	res := rawHandOff(t, f, handofftest.StepReferral, accepted, "")
 	r, ok := server.RefusalOf(res)
-	if !res.IsError || !ok || r.Code != string(handoff.CodeConfirmationDeclined) || asked != 1 {
+	if !res.IsError || !ok || r.Code != string(refusal.ConfirmationDeclined) || asked != 1 {
 		t.Fatalf("an answer sent with the call: %+v (asked %d times)", res, asked)
 	}
 	if after := keyRouteCounts(f.env.Gateway); !mapsEqual(before, after) {

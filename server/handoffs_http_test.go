@@ -15,8 +15,8 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
-	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // withSteps serves the hand-off world instead of the seed's documents:
@@ -66,7 +66,7 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	// who he is, with nothing sent to the crypto or key routes.
 	before := keyRouteCounts(hs.env.Gateway)
 	m, isErr := callOn(t, bob, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
-	if !isErr || m["code"] != string(handoff.CodeNotStepDelegator) || m["layer"] != "adapter" {
+	if !isErr || m["code"] != string(refusal.NotStepDelegator) || m["layer"] != "adapter" {
 		t.Fatalf("bob's hand_off: %v", m)
 	}
 	if after := keyRouteCounts(hs.env.Gateway); !mapsEqual(before, after) {
@@ -107,7 +107,7 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	m, isErr = callOn(t, bob, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
 		"fragmentId": "problems", "text": `<section><text>changed by the doctor</text></section>`,
 		"idempotencyKey": "bob-1"})
-	if !isErr || m["layer"] != "adapter" || m["code"] != string(handoff.CodeHandedOffReadOnly) {
+	if !isErr || m["layer"] != "adapter" || m["code"] != string(refusal.HandedOffReadOnly) {
 		t.Fatalf("bob's save of a handed section: %v", m)
 	}
 	if after := keyRouteCounts(hs.env.Gateway); !mapsEqual(before, after) {
@@ -130,7 +130,7 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 		t.Errorf("bob's list shows alice's hand-off open: %v", l)
 	}
 	if m, isErr := callOn(t, bob, "close_step", map[string]any{"stepId": handofftest.StepReferral}); !isErr ||
-		m["code"] != string(handoff.CodeNotStepDelegator) {
+		m["code"] != string(refusal.NotStepDelegator) {
 		t.Fatalf("bob's close_step: %v", m)
 	}
 
@@ -190,13 +190,13 @@ func TestHTTPHandOffConfirmation(t *testing.T) {
 	args := map[string]any{"stepId": handofftest.StepReferral}
 
 	before := keyRouteCounts(hs.env.Gateway)
-	if m, isErr := callOn(t, connect("", nil), "hand_off", args); !isErr || m["code"] != string(handoff.CodeConfirmationUnavailable) {
+	if m, isErr := callOn(t, connect("", nil), "hand_off", args); !isErr || m["code"] != string(refusal.ConfirmationUnavailable) {
 		t.Fatalf("without elicitation: %v", m)
 	}
 	decline := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 		return &mcp.ElicitResult{Action: "decline"}, nil
 	}
-	if m, isErr := callOn(t, connect("", decline), "hand_off", args); !isErr || m["code"] != string(handoff.CodeConfirmationDeclined) {
+	if m, isErr := callOn(t, connect("", decline), "hand_off", args); !isErr || m["code"] != string(refusal.ConfirmationDeclined) {
 		t.Fatalf("declined: %v", m)
 	}
 	if after := keyRouteCounts(hs.env.Gateway); !mapsEqual(before, after) {

@@ -15,9 +15,9 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server"
-	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // stepProblems hands only problems (one of referral's keys) from the
@@ -108,7 +108,7 @@ func TestHandOffGrantConflictIsRecipientHasEntry(t *testing.T) {
 	f = newStepFixture(t, o)
 	revokes := f.env.Gateway.Count(api.RouteACLRevoke)
 	m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
-	if !isErr || m["code"] != string(handoff.CodeRecipientHasEntry) || m["layer"] != "adapter" {
+	if !isErr || m["code"] != string(refusal.RecipientHasEntry) || m["layer"] != "adapter" {
 		t.Fatalf("hand_off with an entry appearing before the grant: %v", m)
 	}
 	if n := f.env.Gateway.Count(api.RouteACLRevoke) - revokes; n != 0 {
@@ -168,7 +168,7 @@ func TestConcurrentHandOffsSharingAKey(t *testing.T) {
 	if isErr {
 		t.Fatalf("the first hand_off: %v (the second: %v)", first, second)
 	}
-	if second["code"] != string(handoff.CodeRecipientHasEntry) || !strings.Contains(fmt.Sprint(second["detail"]), `step "referral"`) {
+	if second["code"] != string(refusal.RecipientHasEntry) || !strings.Contains(fmt.Sprint(second["detail"]), `step "referral"`) {
 		t.Fatalf("the second hand_off: %v", second)
 	}
 	for _, dt := range []string{"allergies", "medications", "problems"} {
@@ -192,7 +192,7 @@ func TestRecipientHasEntryNamesTheStep(t *testing.T) {
 	}
 	m, isErr := f.call(t, "hand_off", map[string]any{"stepId": stepProblems})
 	detail := fmt.Sprint(m["detail"])
-	if !isErr || m["code"] != string(handoff.CodeRecipientHasEntry) || strings.Contains(detail, "not made by this server") ||
+	if !isErr || m["code"] != string(refusal.RecipientHasEntry) || strings.Contains(detail, "not made by this server") ||
 		!strings.Contains(detail, `step "referral"`) {
 		t.Fatalf("got %v", m)
 	}
@@ -266,7 +266,7 @@ func TestReadOnlyHoldsByIdentity(t *testing.T) {
 			res, isErr := callOn(t, doctor, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
 				"fragmentId": "problems", "text": "<section><text>changed by the doctor</text></section>",
 				"idempotencyKey": "doc-" + strings.ReplaceAll(name, " ", "-")})
-			if !isErr || res["code"] != string(handoff.CodeHandedOffReadOnly) || res["layer"] != "adapter" {
+			if !isErr || res["code"] != string(refusal.HandedOffReadOnly) || res["layer"] != "adapter" {
 				t.Fatalf("the doctor's save: %v", res)
 			}
 			if after := keyRouteCounts(f.env.Gateway); !mapsEqual(before, after) {

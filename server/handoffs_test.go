@@ -19,9 +19,9 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server"
-	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // stepFixture is a server over a manifest with a compound document and
@@ -232,29 +232,29 @@ func TestHandOffAdapterRefusalsSendNothing(t *testing.T) {
 		args map[string]any
 		code string
 	}{
-		{"step not in grant", stepOptions{}, "hand_off", map[string]any{"stepId": "elsewhere"}, string(handoff.CodeStepNotInGrant)},
-		{"close of a step not in grant", stepOptions{}, "close_step", map[string]any{"stepId": "elsewhere"}, string(handoff.CodeStepNotInGrant)},
+		{"step not in grant", stepOptions{}, "hand_off", map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
+		{"close of a step not in grant", stepOptions{}, "close_step", map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
 		{"undeclared argument", stepOptions{}, "hand_off", map[string]any{"stepId": handofftest.StepReferral, "to": "x"}, server.CodeUnexpectedArgument},
 		{"not the delegator (stdio)", stepOptions{user: func(w *handofftest.World) string { return w.Doctor.Name }},
-			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(handoff.CodeNotStepDelegator)},
+			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator)},
 		{"close by another user", stepOptions{user: func(w *handofftest.World) string { return w.Doctor.Name }},
-			"close_step", map[string]any{"stepId": handofftest.StepReferral}, string(handoff.CodeNotStepDelegator)},
+			"close_step", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator)},
 		{"nothing to hand off", stepOptions{mutate: func(g *grant.Grant) { g.Documents = []string{handofftest.PlainDocID} }},
-			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(handoff.CodeNothingToHandOff)},
+			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NothingToHandOff)},
 		{"window too short", stepOptions{mutate: func(g *grant.Grant) { g.NotAfter = time.Now().Add(time.Hour).Truncate(time.Second) },
 			now: func() time.Time { return time.Now().Truncate(time.Second).Add(time.Hour - 3*time.Second) }},
-			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(handoff.CodeWindowTooShort)},
-		{"step not open", stepOptions{}, "close_step", map[string]any{"stepId": handofftest.StepReferral}, string(handoff.CodeStepNotOpen)},
+			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.WindowTooShort)},
+		{"step not open", stepOptions{}, "close_step", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.StepNotOpen)},
 		{"confirmation unavailable", stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit}, noElict: true},
-			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(handoff.CodeConfirmationUnavailable)},
+			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationUnavailable)},
 		{"confirmation declined", stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit},
 			elicit: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 				return &mcp.ElicitResult{Action: "decline"}, nil
-			}}, "hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(handoff.CodeConfirmationDeclined)},
+			}}, "hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined)},
 		{"confirmation unticked", stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit},
 			elicit: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirm": false}}, nil
-			}}, "hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(handoff.CodeConfirmationDeclined)},
+			}}, "hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -338,13 +338,13 @@ func TestHandOffDeclineIsAudited(t *testing.T) {
 			return &mcp.ElicitResult{Action: "cancel"}, nil
 		}})
 	before := f.env.Gateway.Count(api.RouteACLGet)
-	if m, _ := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); m["code"] != string(handoff.CodeConfirmationDeclined) {
+	if m, _ := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); m["code"] != string(refusal.ConfirmationDeclined) {
 		t.Fatalf("cancelled: %v", m)
 	}
 	if f.env.Gateway.Count(api.RouteACLGet) != before {
 		t.Fatal("an ACL request was sent after a cancelled confirmation")
 	}
-	if line := f.lastAudit(t, "hand_off"); line["confirmation"] != "cancelled" || line["code"] != string(handoff.CodeConfirmationDeclined) {
+	if line := f.lastAudit(t, "hand_off"); line["confirmation"] != "cancelled" || line["code"] != string(refusal.ConfirmationDeclined) {
 		t.Errorf("audit line %v", line)
 	}
 }

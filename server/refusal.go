@@ -8,7 +8,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
-	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
@@ -73,7 +72,7 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 	if errors.As(err, &own) {
 		return own, false
 	}
-	var step *handoff.Refusal
+	var step *refusal.Refusal
 	if errors.As(err, &step) {
 		return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: string(step.Code), Status: step.Status(), Detail: step.Detail}, false
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // Close closes every open entry of the caller's hand-off of the step,
@@ -24,7 +25,7 @@ func (e *Engine) Close(ctx context.Context, acl ACL, caller string, p *Plan) (*R
 	if len(open) == 0 {
 		last := lastVerifiedBatch(rows)
 		if len(last) == 0 {
-			return nil, refuse(CodeStepNotOpen,
+			return nil, refusal.New(refusal.StepNotOpen,
 				"step %q is not handed off; nothing was sent; call hand_off first if the task needs it", p.StepID)
 		}
 		rec := p.receipt(last)

@@ -9,6 +9,9 @@
 // It never decides who may read a section: the key server does, for the
 // user whose session grants the entry. It only ever changes entries it made
 // and journalled.
+//
+// What it refuses it returns as a *refusal.Refusal with a code of the one
+// catalogue (package server/refusal), which holds each code's status.
 package handoff
 
 import (
@@ -30,38 +33,6 @@ import (
 // MinWindow is the shortest window a hand-off is made for: less than this
 // left and the entry could lapse before the recipient's first read.
 const MinWindow = 4 * time.Second
-
-// Codes of the refusals this package decides (the adapter layer): the
-// catalogue's (package refusal), which holds each one's status.
-const (
-	CodeStepNotInGrant          = refusal.StepNotInGrant
-	CodeUnknownStep             = refusal.UnknownStep
-	CodeConfirmationUnavailable = refusal.ConfirmationUnavailable
-	CodeConfirmationDeclined    = refusal.ConfirmationDeclined
-	CodeNotStepDelegator        = refusal.NotStepDelegator
-	CodeNothingToHandOff        = refusal.NothingToHandOff
-	CodeWindowTooShort          = refusal.WindowTooShort
-	CodeRecipientHasEntry       = refusal.RecipientHasEntry
-	CodeHandOffNotVerified      = refusal.HandOffNotVerified
-	CodeStepNotOpen             = refusal.StepNotOpen
-	CodeHandedOffReadOnly       = refusal.HandedOffReadOnly
-	// CodeHandOffNotUndone: a hand-off failed part way and an entry it made
-	// could not be revoked; the journal still names it, so close_step or
-	// `pdmcp close-step` can.
-	CodeHandOffNotUndone = refusal.HandOffNotUndone
-	// CodeHandOffBusy: another hand-off, close or save on the same key and
-	// recipient held it for longer than a call waits.
-	CodeHandOffBusy = refusal.HandOffBusy
-)
-
-// Refusal is a "no" this package decided: a catalogue code, whose status
-// it carries, and a sentence. The server renders it as an adapter-layer
-// refusal.
-type Refusal = refusal.Refusal
-
-func refuse(code refusal.Code, format string, args ...any) *Refusal {
-	return refusal.New(code, format, args...)
-}
 
 // ACL is what a hand-off needs of a Gateway session acting as the
 // delegating user; *gateway.Session is one.
@@ -214,12 +185,12 @@ func CheckSteps(g *grant.Grant, m *grant.Manifest) error {
 // (NOTHING_TO_HAND_OFF). Nothing is sent anywhere.
 func (e *Engine) Plan(m *grant.Manifest, stepID string) (*Plan, error) {
 	if !slices.Contains(e.cfg.Grant.Steps, stepID) {
-		return nil, refuse(CodeStepNotInGrant,
+		return nil, refusal.New(refusal.StepNotInGrant,
 			"step %q is not in this task's grant; nothing was sent; use a stepId from list_approved_documents", stepID)
 	}
 	st, ok := m.Steps[stepID]
 	if !ok {
-		return nil, refuse(CodeUnknownStep, "the operator's manifest has no step %q; nothing was sent; do not retry", stepID)
+		return nil, refusal.New(refusal.UnknownStep, "the operator's manifest has no step %q; nothing was sent; do not retry", stepID)
 	}
 	p := &Plan{StepID: stepID, Step: st, KeyDocument: map[string]string{}, TypeKey: map[string]string{}}
 	keys := map[string]bool{}
@@ -248,7 +219,7 @@ func (e *Engine) Plan(m *grant.Manifest, stepID string) (*Plan, error) {
 		}
 	}
 	if len(p.Sections) == 0 {
-		return nil, refuse(CodeNothingToHandOff,
+		return nil, refusal.New(refusal.NothingToHandOff,
 			"none of step %q's documents is in this task's grant; nothing was sent; do not retry", stepID)
 	}
 	p.Keys = slices.Sorted(maps.Keys(keys))
@@ -260,7 +231,7 @@ func (p *Plan) IsDelegator(actingAs string) bool { return actingAs != "" && acti
 
 // NotDelegator is the refusal for anyone but the step's from user.
 func NotDelegator(stepID string) error {
-	return refuse(CodeNotStepDelegator,
+	return refusal.New(refusal.NotStepDelegator,
 		"only the user who hands step %q may hand it off or close it; nothing was sent; do not retry", stepID)
 }
 
@@ -275,7 +246,7 @@ func (e *Engine) EndTime(p *Plan) (time.Time, error) {
 		end = e.cfg.Grant.NotAfter
 	}
 	if left := end.Sub(now); left < MinWindow {
-		return time.Time{}, refuse(CodeWindowTooShort,
+		return time.Time{}, refusal.New(refusal.WindowTooShort,
 			"step %q would be handed for %s, less than the %s minimum (the grant ends at %s); nothing was sent; ask the operator for a new grant",
 			p.StepID, left.Round(time.Second), MinWindow, e.cfg.Grant.NotAfter.UTC().Format(time.RFC3339))
 	}

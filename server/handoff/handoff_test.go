@@ -18,6 +18,7 @@ import (
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 type rig struct {
@@ -98,7 +99,7 @@ func codeOf(err error) string {
 	if errors.As(err, &ae) {
 		return ae.Layer + "/" + ae.Code
 	}
-	var r *handoff.Refusal
+	var r *refusal.Refusal
 	if errors.As(err, &r) {
 		return "adapter/" + string(r.Code)
 	}
@@ -232,7 +233,7 @@ func TestRecipientEntryIsNeverTouched(t *testing.T) {
 	}
 	before := r.env.Gateway.Counts()
 	_, err := r.handOff(t, r.patient, handofftest.StepReferral)
-	if codeOf(err) != "adapter/"+string(handoff.CodeRecipientHasEntry) {
+	if codeOf(err) != "adapter/"+string(refusal.RecipientHasEntry) {
 		t.Fatalf("got %v, want RECIPIENT_HAS_ENTRY", err)
 	}
 	after := r.env.Gateway.Counts()
@@ -277,7 +278,7 @@ func TestEntryChangedBeforeReadBackIsUndone(t *testing.T) {
 		}
 	}
 	_, err := r.handOff(t, r.patient, handofftest.StepReferral)
-	if codeOf(err) != "adapter/"+string(handoff.CodeHandOffNotVerified) {
+	if codeOf(err) != "adapter/"+string(refusal.HandOffNotVerified) {
 		t.Fatalf("got %v, want HANDOFF_NOT_VERIFIED", err)
 	}
 	// The widened entry is no longer what this server granted: it is left
@@ -346,10 +347,10 @@ func TestPlanAndWindowRefusals(t *testing.T) {
 		step string
 		code string
 	}{
-		{"not in grant", nil, r.m, "other", string(handoff.CodeStepNotInGrant)},
-		{"not in manifest", nil, m, handofftest.StepByNurse, string(handoff.CodeUnknownStep)},
+		{"not in grant", nil, r.m, "other", string(refusal.StepNotInGrant)},
+		{"not in manifest", nil, m, handofftest.StepByNurse, string(refusal.UnknownStep)},
 		{"no document of the step in the grant", func(g *grant.Grant) { g.Documents = []string{handofftest.PlainDocID} }, r.m,
-			handofftest.StepReferral, string(handoff.CodeNothingToHandOff)},
+			handofftest.StepReferral, string(refusal.NothingToHandOff)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -373,7 +374,7 @@ func TestPlanAndWindowRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.EndTime(p); codeOf(err) != "adapter/"+string(handoff.CodeWindowTooShort) {
+	if _, err := e.EndTime(p); codeOf(err) != "adapter/"+string(refusal.WindowTooShort) {
 		t.Fatalf("got %v, want WINDOW_TOO_SHORT", err)
 	}
 	// The end is the grant's when it comes before the window's, moved by
@@ -394,7 +395,7 @@ func TestCloseStepNotOpen(t *testing.T) {
 	r := newRig(t, handofftest.Options{}, time.Hour)
 	before := r.env.Gateway.Counts()
 	_, err := r.e.Close(context.Background(), r.patient, "", r.plan(t, handofftest.StepReferral))
-	if codeOf(err) != "adapter/"+string(handoff.CodeStepNotOpen) {
+	if codeOf(err) != "adapter/"+string(refusal.StepNotOpen) {
 		t.Fatalf("got %v, want STEP_NOT_OPEN", err)
 	}
 	if after := r.env.Gateway.Counts(); !maps.Equal(before, after) {
@@ -469,7 +470,7 @@ func TestReadOnly(t *testing.T) {
 		t.Error("the patient is not the recipient")
 	}
 	_, err := r.e.CheckSave(ctx, doctor, handofftest.DocID, "problems", r.w.Keys["problems"])
-	if codeOf(err) != "adapter/"+string(handoff.CodeHandedOffReadOnly) {
+	if codeOf(err) != "adapter/"+string(refusal.HandedOffReadOnly) {
 		t.Fatalf("doctor saving problems: %v", err)
 	}
 	release, err := r.e.CheckSave(ctx, patient, handofftest.DocID, "problems", r.w.Keys["problems"])

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 func (e *Engine) lock(step, caller string) func() {
@@ -33,7 +34,7 @@ func lockKeys(keys []string, systemID int64, principalID string) []journal.LockK
 func (e *Engine) lockOn(ctx context.Context, keys []journal.LockKey) (func(), error) {
 	unlock, err := e.cfg.Journal.LockHandOffs(ctx, keys, journal.LockOptions{OnWait: e.cfg.OnLockWait})
 	if errors.Is(err, journal.ErrLockBusy) {
-		return nil, refuse(CodeHandOffBusy,
+		return nil, refusal.New(refusal.HandOffBusy,
 			"another hand-off, close or save on the same section and recipient is still in progress; nothing was changed; try again in a minute")
 	}
 	return unlock, err

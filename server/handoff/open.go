@@ -11,6 +11,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // HandOff grants the step's recipient READ on each of the plan's keys,
@@ -99,7 +100,7 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 			}
 			made = made[:len(made)-1]
 			if isCode(err, api.CodeConflict) {
-				err = refuse(CodeRecipientHasEntry,
+				err = refusal.New(refusal.RecipientHasEntry,
 					"while step %q was being handed, the recipient was given access to a section it hands by someone else, not by this server; nothing was handed and that access was not changed; tell the operator",
 					p.StepID)
 			}
@@ -113,14 +114,14 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 	for _, row := range made {
 		entries, err := acl.ACLGet(ctx, row.TTag)
 		if err == nil && !grantedAsSent(entries, row) {
-			err = refuse(CodeHandOffNotVerified,
+			err = refusal.New(refusal.HandOffNotVerified,
 				"an entry of step %q did not read back as READ until %s with unlimited uses; every entry made that still read as granted was revoked and nothing is handed; tell the operator",
 				p.StepID, end.Format(time.RFC3339))
 		}
 		if err != nil {
-			var r *Refusal
+			var r *refusal.Refusal
 			if !errors.As(err, &r) {
-				err = refuse(CodeHandOffNotVerified,
+				err = refusal.New(refusal.HandOffNotVerified,
 					"an entry of step %q could not be read back; every entry made was revoked and nothing is handed; try again later", p.StepID)
 			}
 			return nil, e.undo(ctx, acl, made, err)
@@ -164,7 +165,7 @@ func (e *Engine) clearKey(ctx context.Context, acl ACL, p *Plan, k string, lefto
 			if o.Step == p.StepID {
 				who = "another user's open hand-off of this step"
 			}
-			return refuse(CodeRecipientHasEntry,
+			return refusal.New(refusal.RecipientHasEntry,
 				"the recipient of step %q already holds access to a section it hands, made by %s until %s; nothing was handed and that access was not changed; close that step first (close_step, or the operator's pdmcp close-step), or wait until then",
 				p.StepID, who, o.EndTime.UTC().Format(time.RFC3339))
 		}
@@ -172,7 +173,7 @@ func (e *Engine) clearKey(ctx context.Context, acl ACL, p *Plan, k string, lefto
 		// rule every close follows.
 		res, err := SettleRows(ctx, acl, e.cfg.Journal, []journal.HandOff{o})
 		if err != nil {
-			return refuse(CodeRecipientHasEntry,
+			return refusal.New(refusal.RecipientHasEntry,
 				"the recipient of step %q holds access to a section it hands from this server's earlier hand-off of step %q (lapsed, or changed since), which could not be closed now; nothing was handed; ask the operator to run pdmcp close-step --step %s",
 				p.StepID, o.Step, o.Step)
 		}
@@ -187,7 +188,7 @@ func (e *Engine) clearKey(ctx context.Context, acl ACL, p *Plan, k string, lefto
 		if leftoverAlone {
 			why = "changed by someone else since this server's earlier hand-off of this step granted it, so no longer this server's"
 		}
-		return refuse(CodeRecipientHasEntry,
+		return refusal.New(refusal.RecipientHasEntry,
 			"the recipient of step %q already holds access to a section it hands, %s; nothing was handed and that access was not changed; tell the operator",
 			p.StepID, why)
 	}
@@ -202,7 +203,7 @@ func (e *Engine) undo(ctx context.Context, acl ACL, made []journal.HandOff, caus
 	res, err := SettleRows(context.WithoutCancel(ctx), acl, e.cfg.Journal, made)
 	if err != nil {
 		e.cfg.Logger.Error("hand-off could not be undone", "err", err)
-		return refuse(CodeHandOffNotUndone,
+		return refusal.New(refusal.HandOffNotUndone,
 			"the hand-off failed and an entry it made could not be revoked; the server's journal keeps it: call close_step, or ask the operator to run pdmcp close-step")
 	}
 	if n := countReason(res, journal.ClosedLeftAlone); n > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // ReadOnly reports whether who is, on the key ttag, the recipient of an
@@ -60,7 +61,7 @@ func (e *Engine) CheckSave(ctx context.Context, who Identity, documentID, fragme
 	}
 	if ok {
 		unlock()
-		return nil, refuse(CodeHandedOffReadOnly,
+		return nil, refusal.New(refusal.HandedOffReadOnly,
 			"section %q of %q was handed to this user read-only by step %q; it was not saved and nothing was sent; do not retry",
 			fragmentID, documentID, step)
 	}
