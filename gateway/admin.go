@@ -13,11 +13,14 @@ import (
 type Admin struct {
 	c              *Client
 	user, password string
+	principalRoutes
 }
 
 // Admin returns the admin routes under these credentials.
 func (c *Client) Admin(user, password string) *Admin {
-	return &Admin{c: c, user: user, password: password}
+	a := &Admin{c: c, user: user, password: password}
+	a.principalRoutes = a.call
+	return a
 }
 
 // String names the admin without its password.
@@ -43,46 +46,10 @@ func (a *Admin) RegisterService(ctx context.Context, r api.RegisterServiceReques
 	return &out, nil
 }
 
-// CreatePrincipal creates a principal.
-func (a *Admin) CreatePrincipal(ctx context.Context, p api.PrincipalRequest) (*api.Principal, error) {
-	var out api.Principal
-	if err := a.call(ctx, api.RouteAdminCreatePrincipal, p, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// DeletePrincipal deletes a principal by name.
-func (a *Admin) DeletePrincipal(ctx context.Context, name string) error {
-	var out api.OKResponse
-	return a.call(ctx, api.RouteAdminDeletePrincipal, api.PrincipalRequest{Name: name}, &out)
-}
-
-// GetPrincipal reads a principal by name.
-func (a *Admin) GetPrincipal(ctx context.Context, name string) (*api.Principal, error) {
-	var out api.Principal
-	if err := a.call(ctx, api.RouteAdminGetPrincipal, api.PrincipalRequest{Name: name}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
 // BindProvider binds an OpenID provider to a service.
 func (a *Admin) BindProvider(ctx context.Context, b api.BindProviderRequest) error {
 	var out api.OKResponse
 	return a.call(ctx, api.RouteAdminBindProvider, b, &out)
-}
-
-// MapIdentity maps a provider's (issuer, subject) to a principal.
-func (a *Admin) MapIdentity(ctx context.Context, m api.MapIdentityRequest) error {
-	var out api.OKResponse
-	return a.call(ctx, api.RouteAdminMapIdentity, m, &out)
-}
-
-// UnmapIdentity removes such a mapping.
-func (a *Admin) UnmapIdentity(ctx context.Context, m api.MapIdentityRequest) error {
-	var out api.OKResponse
-	return a.call(ctx, api.RouteAdminUnmapIdentity, m, &out)
 }
 
 // RevokeSessions revokes every live scoped session acting as principal, or

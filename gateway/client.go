@@ -72,6 +72,9 @@ type Client struct {
 
 	mu  sync.Mutex
 	svc *serviceSession
+
+	// The principal and identity routes, on the service session.
+	principalRoutes
 }
 
 // serviceSession is the service's own session with the Gateway.
@@ -102,6 +105,7 @@ func New(cfg Config) (*Client, error) {
 		prefix:   cfg.Prefix,
 		signLock: make(chan struct{}, 1),
 	}
+	c.principalRoutes = c.serviceCall
 	if c.timeout < 0 {
 		return nil, fmt.Errorf("gateway timeout %s is negative", cfg.Timeout)
 	}
