@@ -25,13 +25,32 @@ func ttagInScope(s *scopedSession, ttag string) *api.Error {
 	return nil
 }
 
-func (g *Gateway) aclGet(ctx context.Context, c *call) (any, error) {
-	var req api.TTagRequest
-	if err := c.decode(&req); err != nil {
+// decodeInScope decodes the body into v, then refuses an empty t-Tag or
+// one outside the session's scope; ttag points at v's t-Tag.
+func (c *call) decodeInScope(v any, ttag *string) error {
+	if err := c.decode(v); err != nil {
+		return err
+	}
+	if e := ttagInScope(c.scoped, *ttag); e != nil {
+		return e
+	}
+	return nil
+}
+
+// changeACL runs op, a change of a key's access list or life, under the
+// ACL role, and answers OK.
+func (g *Gateway) changeACL(ctx context.Context, c *call, op keyOp) (any, error) {
+	op.role = api.RoleACL
+	if err := g.runKeyOp(ctx, c.scoped, c.now, op); err != nil {
 		return nil, err
 	}
-	if e := ttagInScope(c.scoped, req.TTag); e != nil {
-		return nil, e
+	return api.OKResponse{OK: true}, nil
+}
+
+func (g *Gateway) aclGet(ctx context.Context, c *call) (any, error) {
+	var req api.TTagRequest
+	if err := c.decodeInScope(&req, &req.TTag); err != nil {
+		return nil, err
 	}
 	ans := api.ACLGetResponse{TTag: req.TTag, Entries: []api.ACLEntry{}}
 	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: OpACLGet, ttag: req.TTag, needs: needAnyRight,
@@ -106,17 +125,14 @@ func ownerOnly() *api.Error {
 
 func (g *Gateway) aclGrant(ctx context.Context, c *call) (any, error) {
 	var req api.ACLGrantRequest
-	if err := c.decode(&req); err != nil {
+	if err := c.decodeInScope(&req, &req.TTag); err != nil {
 		return nil, err
-	}
-	if e := ttagInScope(c.scoped, req.TTag); e != nil {
-		return nil, e
 	}
 	entry, e := checkGrant(&req, c.now)
 	if e != nil {
 		return nil, e
 	}
-	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: OpACLGrant, ttag: req.TTag, role: api.RoleACL, needs: needWrite,
+	return g.changeACL(ctx, c, keyOp{op: OpACLGrant, ttag: req.TTag, needs: needWrite,
 		do: func(tx *sql.Tx, d *decision) error {
 			if entry.has(api.RightOwner) && !d.entry.has(api.RightOwner) {
 				return ownerOnly()
@@ -133,25 +149,18 @@ func (g *Gateway) aclGrant(ctx context.Context, c *call) (any, error) {
 			}
 			return err
 		}})
-	if err != nil {
-		return nil, err
-	}
-	return api.OKResponse{OK: true}, nil
 }
 
 func (g *Gateway) aclUpdate(ctx context.Context, c *call) (any, error) {
 	var req api.ACLGrantRequest
-	if err := c.decode(&req); err != nil {
+	if err := c.decodeInScope(&req, &req.TTag); err != nil {
 		return nil, err
-	}
-	if e := ttagInScope(c.scoped, req.TTag); e != nil {
-		return nil, e
 	}
 	entry, e := checkGrant(&req, c.now)
 	if e != nil {
 		return nil, e
 	}
-	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: OpACLUpdate, ttag: req.TTag, role: api.RoleACL, needs: needWrite,
+	return g.changeACL(ctx, c, keyOp{op: OpACLUpdate, ttag: req.TTag, needs: needWrite,
 		do: func(tx *sql.Tx, d *decision) error {
 			old, err := g.store.entry(ctx, tx, req.TTag, entry.SystemID, entry.PrincipalID)
 			if errors.Is(err, errNotFound) {
@@ -166,24 +175,17 @@ func (g *Gateway) aclUpdate(ctx context.Context, c *call) (any, error) {
 			}
 			return g.store.updateEntry(ctx, tx, req.TTag, entry)
 		}})
-	if err != nil {
-		return nil, err
-	}
-	return api.OKResponse{OK: true}, nil
 }
 
 func (g *Gateway) aclRevoke(ctx context.Context, c *call) (any, error) {
 	var req api.ACLRevokeRequest
-	if err := c.decode(&req); err != nil {
+	if err := c.decodeInScope(&req, &req.TTag); err != nil {
 		return nil, err
-	}
-	if e := ttagInScope(c.scoped, req.TTag); e != nil {
-		return nil, e
 	}
 	if req.SystemID == 0 || req.PrincipalID == "" {
 		return nil, badRequest("systemId and principalId name the entry to revoke; send both")
 	}
-	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: OpACLRevoke, ttag: req.TTag, role: api.RoleACL, needs: needWrite,
+	return g.changeACL(ctx, c, keyOp{op: OpACLRevoke, ttag: req.TTag, needs: needWrite,
 		do: func(tx *sql.Tx, d *decision) error {
 			old, err := g.store.entry(ctx, tx, req.TTag, req.SystemID, req.PrincipalID)
 			if errors.Is(err, errNotFound) {
@@ -198,10 +200,6 @@ func (g *Gateway) aclRevoke(ctx context.Context, c *call) (any, error) {
 			}
 			return g.store.deleteEntry(ctx, tx, req.TTag, req.SystemID, req.PrincipalID)
 		}})
-	if err != nil {
-		return nil, err
-	}
-	return api.OKResponse{OK: true}, nil
 }
 
 func (g *Gateway) keyExpire(ctx context.Context, c *call) (any, error) {
@@ -219,16 +217,9 @@ func (g *Gateway) keyRemove(ctx context.Context, c *call) (any, error) {
 func (g *Gateway) keyLifecycle(ctx context.Context, c *call, op string, onExpired bool,
 	apply func(ctx context.Context, tx *sql.Tx, ttag string) error) (any, error) {
 	var req api.TTagRequest
-	if err := c.decode(&req); err != nil {
+	if err := c.decodeInScope(&req, &req.TTag); err != nil {
 		return nil, err
 	}
-	if e := ttagInScope(c.scoped, req.TTag); e != nil {
-		return nil, e
-	}
-	err := g.runKeyOp(ctx, c.scoped, c.now, keyOp{op: op, ttag: req.TTag, role: api.RoleACL, needs: needOwner,
+	return g.changeACL(ctx, c, keyOp{op: op, ttag: req.TTag, needs: needOwner,
 		onExpired: onExpired, do: func(tx *sql.Tx, _ *decision) error { return apply(ctx, tx, req.TTag) }})
-	if err != nil {
-		return nil, err
-	}
-	return api.OKResponse{OK: true}, nil
 }

@@ -99,14 +99,26 @@ func (g *Gateway) runKeyOp(ctx context.Context, s *scopedSession, now time.Time,
 			}
 		}
 		refusal = e
-		row.Outcome, row.Code = OutcomeOK, ""
-		if e != nil {
-			row.Outcome, row.Code = OutcomeFailed, e.Code
-		}
-		return g.store.insertAudit(ctx, tx, row)
+		return g.keepAudit(ctx, tx, row, e)
 	})
+	return keyServerAnswer(op.op, err, refusal)
+}
+
+// keepAudit records row in tx with the outcome of the decision: OK, or
+// FAILED with the refusal's code.
+func (g *Gateway) keepAudit(ctx context.Context, tx *sql.Tx, row AuditRow, refusal *api.Error) error {
+	row.Outcome, row.Code = OutcomeOK, ""
+	if refusal != nil {
+		row.Outcome, row.Code = OutcomeFailed, refusal.Code
+	}
+	return g.store.insertAudit(ctx, tx, row)
+}
+
+// keyServerAnswer is the end of a key-server transaction for op: its
+// failure, if it failed; else the refusal it decided, if any.
+func keyServerAnswer(op string, err error, refusal *api.Error) error {
 	if err != nil {
-		return fmt.Errorf("key server %s: %w", op.op, err)
+		return fmt.Errorf("key server %s: %w", op, err)
 	}
 	if refusal != nil {
 		return refusal
@@ -212,17 +224,10 @@ func (g *Gateway) mintKey(ctx context.Context, s *scopedSession, now time.Time, 
 			minted = k
 		}
 		refusal = e
-		row.Outcome, row.Code = OutcomeOK, ""
-		if e != nil {
-			row.Outcome, row.Code = OutcomeFailed, e.Code
-		}
-		return g.store.insertAudit(ctx, tx, row)
+		return g.keepAudit(ctx, tx, row, e)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("key server mint: %w", err)
-	}
-	if refusal != nil {
-		return nil, refusal
+	if err := keyServerAnswer(OpMint, err, refusal); err != nil {
+		return nil, err
 	}
 	return minted, nil
 }
