@@ -193,14 +193,18 @@ func (g *Gateway) createPrincipal(ctx context.Context, c *call) (any, error) {
 	return apiPrincipal(p), nil
 }
 
-// namedPrincipal is the principal a principal route names, inside the
-// caller's reach.
-func (g *Gateway) namedPrincipal(ctx context.Context, c *call, name string) (*principal, error) {
-	sv, err := g.principalService(ctx, c, name)
+// namedPrincipal is the principal a principal route's body names, inside
+// the caller's reach.
+func (g *Gateway) namedPrincipal(ctx context.Context, c *call) (*principal, error) {
+	var req api.PrincipalRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	sv, err := g.principalService(ctx, c, req.Name)
 	if err != nil {
 		return nil, err
 	}
-	p, err := g.store.principalByName(ctx, g.store.db, name)
+	p, err := g.store.principalByName(ctx, g.store.db, req.Name)
 	if errors.Is(err, errNotFound) || (err == nil && p.ServiceID != sv.ID) {
 		return nil, notFound("there is no principal with this name; create it first")
 	}
@@ -208,11 +212,7 @@ func (g *Gateway) namedPrincipal(ctx context.Context, c *call, name string) (*pr
 }
 
 func (g *Gateway) getPrincipal(ctx context.Context, c *call) (any, error) {
-	var req api.PrincipalRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	p, err := g.namedPrincipal(ctx, c, req.Name)
+	p, err := g.namedPrincipal(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -220,11 +220,7 @@ func (g *Gateway) getPrincipal(ctx context.Context, c *call) (any, error) {
 }
 
 func (g *Gateway) deletePrincipal(ctx context.Context, c *call) (any, error) {
-	var req api.PrincipalRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	p, err := g.namedPrincipal(ctx, c, req.Name)
+	p, err := g.namedPrincipal(ctx, c)
 	if err != nil {
 		return nil, err
 	}
