@@ -78,6 +78,20 @@ func (g *Gateway) aclGet(ctx context.Context, c *call) (any, error) {
 	return ans, nil
 }
 
+// decodeGrant reads a grant or update body, in scope, and the entry it
+// asks for, valid, before anything is asked of the key server.
+func (c *call) decodeGrant() (*api.ACLGrantRequest, *aclEntry, error) {
+	var req api.ACLGrantRequest
+	if err := c.decodeInScope(&req, &req.TTag); err != nil {
+		return nil, nil, err
+	}
+	entry, e := checkGrant(&req, c.now)
+	if e != nil {
+		return nil, nil, e
+	}
+	return &req, entry, nil
+}
+
 // checkGrant validates a grant or update body before anything is asked.
 func checkGrant(req *api.ACLGrantRequest, now time.Time) (*aclEntry, *api.Error) {
 	if req.SystemID == 0 || req.PrincipalID == "" {
@@ -124,13 +138,9 @@ func ownerOnly() *api.Error {
 }
 
 func (g *Gateway) aclGrant(ctx context.Context, c *call) (any, error) {
-	var req api.ACLGrantRequest
-	if err := c.decodeInScope(&req, &req.TTag); err != nil {
+	req, entry, err := c.decodeGrant()
+	if err != nil {
 		return nil, err
-	}
-	entry, e := checkGrant(&req, c.now)
-	if e != nil {
-		return nil, e
 	}
 	return g.changeACL(ctx, c, keyOp{op: OpACLGrant, ttag: req.TTag, needs: needWrite,
 		do: func(tx *sql.Tx, d *decision) error {
@@ -152,13 +162,9 @@ func (g *Gateway) aclGrant(ctx context.Context, c *call) (any, error) {
 }
 
 func (g *Gateway) aclUpdate(ctx context.Context, c *call) (any, error) {
-	var req api.ACLGrantRequest
-	if err := c.decodeInScope(&req, &req.TTag); err != nil {
+	req, entry, err := c.decodeGrant()
+	if err != nil {
 		return nil, err
-	}
-	entry, e := checkGrant(&req, c.now)
-	if e != nil {
-		return nil, e
 	}
 	return g.changeACL(ctx, c, keyOp{op: OpACLUpdate, ttag: req.TTag, needs: needWrite,
 		do: func(tx *sql.Tx, d *decision) error {
