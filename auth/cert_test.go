@@ -1,8 +1,6 @@
 package auth
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -13,39 +11,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
-// testCA is a certificate authority made for a test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "pdmcp test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key}
-}
+// newTestCA is a certificate authority made for a test.
+func newTestCA(t *testing.T) *testutil.CA { return testutil.NewCA(t, "pdmcp test CA") }
 
 // serverTemplate is a fit server certificate: CA:FALSE, serverAuth,
 // IP:127.0.0.1.
@@ -65,19 +36,17 @@ func serverTemplate() *x509.Certificate {
 
 // issue writes tmpl signed by ca (or by its own key when ca is nil) to a
 // PEM file and returns its path.
-func issue(t *testing.T, ca *testCA, tmpl *x509.Certificate) string {
+func issue(t *testing.T, ca *testutil.CA, tmpl *x509.Certificate) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent, signer := tmpl, key
+	var der []byte
 	if ca != nil {
-		parent, signer = ca.cert, ca.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatal(err)
+		der, _ = ca.Sign(t, tmpl)
+	} else {
+		key := testutil.NewKey(t)
+		var err error
+		if der, err = x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key); err != nil {
+			t.Fatal(err)
+		}
 	}
 	path := filepath.Join(t.TempDir(), "server.pem")
 	writePEM(t, path, "CERTIFICATE", der, 0o644)
@@ -89,7 +58,7 @@ func issue(t *testing.T, ca *testCA, tmpl *x509.Certificate) string {
 func writeForeignCA(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "foreign-ca.pem")
-	writePEM(t, path, "CERTIFICATE", newTestCA(t).cert.Raw, 0o644)
+	writePEM(t, path, "CERTIFICATE", newTestCA(t).Cert.Raw, 0o644)
 	return path
 }
 
@@ -103,7 +72,7 @@ func TestCheckServerCertificate(t *testing.T) {
 		{"issued by a CA, CA:FALSE, serverAuth, IP:127.0.0.1", func() string { return issue(t, ca, serverTemplate()) }, nil},
 		{"the CA itself", func() string {
 			p := filepath.Join(t.TempDir(), "ca.pem")
-			writePEM(t, p, "CERTIFICATE", ca.cert.Raw, 0o644)
+			writePEM(t, p, "CERTIFICATE", ca.Cert.Raw, 0o644)
 			return p
 		}, []string{"CA certificate (basicConstraints CA:TRUE)", "self-signed", "serverAuth", "IP:127.0.0.1"}},
 		{"a CA issued by the CA", func() string {

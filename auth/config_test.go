@@ -22,7 +22,7 @@ func configDir(t *testing.T, edit func(m map[string]any)) string {
 	}
 	dir := t.TempDir()
 	ca := newTestCA(t)
-	writePEM(t, filepath.Join(dir, "idp-ca.pem"), "CERTIFICATE", ca.cert.Raw, 0o644)
+	writePEM(t, filepath.Join(dir, "idp-ca.pem"), "CERTIFICATE", ca.Cert.Raw, 0o644)
 	for name, content := range map[string]string{"mcp-tls.pem": "cert", "mcp-tls.key": "key"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)

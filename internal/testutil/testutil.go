@@ -1,7 +1,8 @@
 // Package testutil holds the helpers that the tests of several packages
 // share, so each is written (and fixed) once: a log sink safe to read while
-// others write it, and the live-heap probe the memory benchmarks use. It
-// has no dependencies outside the standard library and no state of its own.
+// others write it, the live-heap probe the memory benchmarks use, a clock
+// moved by hand, and a certificate authority made for one test. It has no
+// dependencies outside the standard library and no state of its own.
 package testutil
 
 import (

@@ -1,10 +1,15 @@
 package testutil
 
 import (
+	"crypto/ecdsa"
+	"crypto/x509"
 	"fmt"
+	"math/big"
+	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestLogBufferConcurrent writes from many goroutines while reading (run
@@ -50,5 +55,50 @@ func TestHeapPeakSeesALiveAllocation(t *testing.T) {
 	}
 	if keep[size-1] != 1 {
 		t.Fatal("unreachable")
+	}
+}
+
+// TestClockMovesOnlyByHand: Now reads the start until Advance or Set.
+func TestClockMovesOnlyByHand(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c := NewClock(start)
+	if got := c.Now(); !got.Equal(start) {
+		t.Fatalf("Now %v, want %v", got, start)
+	}
+	c.Advance(90 * time.Second)
+	if got := c.Now(); !got.Equal(start.Add(90 * time.Second)) {
+		t.Fatalf("after Advance: %v", got)
+	}
+	c.Set(start)
+	if got := c.Now(); !got.Equal(start) {
+		t.Fatalf("after Set: %v", got)
+	}
+}
+
+// TestCASignsWhatItsPoolVerifies: a certificate Sign issued verifies
+// against a pool of the CA alone, for server auth on 127.0.0.1.
+func TestCASignsWhatItsPoolVerifies(t *testing.T) {
+	ca := NewCA(t, "testutil CA")
+	if !ca.Cert.IsCA || ca.Cert.Subject.CommonName != "testutil CA" {
+		t.Fatalf("CA certificate: IsCA %v, CN %q", ca.Cert.IsCA, ca.Cert.Subject.CommonName)
+	}
+	der, key := ca.Sign(t, &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(time.Minute),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	})
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !leaf.PublicKey.(*ecdsa.PublicKey).Equal(&key.PublicKey) {
+		t.Fatal("the certificate is not for the returned key")
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "127.0.0.1"}); err != nil {
+		t.Fatalf("verify against the CA: %v", err)
 	}
 }
