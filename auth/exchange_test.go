@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 const (
@@ -26,7 +27,7 @@ const (
 // each exchange request and answers with a numbered token.
 type exchangeFixture struct {
 	p     *testProvider
-	clock *testClock
+	clock *testutil.Clock
 	x     *Exchanger
 
 	mu       sync.Mutex

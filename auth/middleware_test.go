@@ -17,6 +17,8 @@ import (
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // resourceFixture is a resource server over real TLS on 127.0.0.1 whose
@@ -49,7 +51,7 @@ func newResourceFixture(t *testing.T, inner http.Handler) *resourceFixture {
 	f := &resourceFixture{verifierFixture: newVerifierFixture(t)}
 	// The verifier here uses the wall clock: the SDK's own check behind
 	// the middleware does too.
-	f.clock = &testClock{now: time.Now()}
+	f.clock = testutil.NewClock(time.Now())
 	v, err := NewVerifier(VerifierConfig{
 		Provider: f.p.provider(t), Audience: testAudience, AllowedAlgs: []string{"RS256", "ES256"},
 		RequiredScopes: []string{"openid"}, JWKSRefreshMin: time.Minute,

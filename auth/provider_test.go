@@ -22,6 +22,8 @@ import (
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // testProvider is a small OpenID provider over real TLS on 127.0.0.1:
@@ -209,27 +211,9 @@ func b64JSON(t *testing.T, v any) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// testClock is a clock tests move by hand.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock {
-	return &testClock{now: time.Now().Truncate(time.Second)}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// newTestClock is a clock tests move by hand, at the real time to the
+// second.
+func newTestClock() *testutil.Clock { return testutil.NewClock(time.Now().Truncate(time.Second)) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -15,6 +15,8 @@ import (
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 const (
@@ -28,7 +30,7 @@ type verifierFixture struct {
 	p     *testProvider
 	rsa   *testKey
 	ec    *testKey
-	clock *testClock
+	clock *testutil.Clock
 	v     *Verifier
 }
 

@@ -1,7 +1,6 @@
 package devidp
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -12,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,8 @@ import (
 	"github.com/lestrrat-go/jwx/v2/jws"
 	"github.com/lestrrat-go/jwx/v2/jwt"
 	"golang.org/x/oauth2"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 const (
@@ -27,52 +27,19 @@ const (
 	alicePassword = "alice-password"
 )
 
-// testClock is a settable clock. It starts at the real time because the op
-// library checks a subject token's expiry against the real clock too.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newTestClock() *testClock { return &testClock{t: time.Now().Truncate(time.Second)} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// newTestClock is a clock tests move by hand. It starts at the real time
+// because the op library checks a subject token's expiry against the real
+// clock too.
+func newTestClock() *testutil.Clock { return testutil.NewClock(time.Now().Truncate(time.Second)) }
 
 // env is a provider served over TLS on 127.0.0.1.
 type env struct {
 	p        *Provider
 	srv      *httptest.Server
-	clock    *testClock
+	clock    *testutil.Clock
 	client   *http.Client // trusts the server, follows redirects
 	noFollow *http.Client
-	logs     *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs     *testutil.LogBuffer
 }
 
 func testUsers() []User {
@@ -87,7 +54,7 @@ func startEnv(t *testing.T, path string, mutate func(*Config)) *env {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(nil)
 	clock := newTestClock()
-	logs := &syncBuffer{}
+	logs := &testutil.LogBuffer{}
 	cfg := Config{
 		Issuer:              "https://" + srv.Listener.Addr().String() + path,
 		Users:               testUsers(),

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/oauth2"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // refresh redeems a refresh token as the host client (a public client: its
@@ -215,7 +217,7 @@ func startRestartable(t *testing.T) *restartable {
 		r.current.Load().ServeHTTP(w, req)
 	}))
 	clock := newTestClock()
-	logs := &syncBuffer{}
+	logs := &testutil.LogBuffer{}
 	r.cfg = Config{Issuer: "https://" + srv.Listener.Addr().String(), Users: testUsers(), AdapterClientSecret: "adapter-secret",
 		Now: clock.Now, StateDir: filepath.Join(t.TempDir(), "idp"),
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))}

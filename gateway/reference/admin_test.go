@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 func TestAdminAuthRefused(t *testing.T) {
@@ -173,7 +174,7 @@ func TestPrincipals(t *testing.T) {
 
 func TestPlainHTTP(t *testing.T) {
 	for _, allow := range []bool{false, true} {
-		e := &env{t: t, clock: &fakeClock{}, dbPath: filepath.Join(t.TempDir(), "g.sqlite")}
+		e := &env{t: t, clock: testutil.NewClock(time.Time{}), dbPath: filepath.Join(t.TempDir(), "g.sqlite")}
 		gw, err := Open(context.Background(), Config{DBPath: e.dbPath, AdminUser: testAdminUser,
 			AdminPassword: testAdminPassword, AllowHTTPLoopback: allow})
 		if err != nil {
@@ -182,7 +183,7 @@ func TestPlainHTTP(t *testing.T) {
 		e.gw = gw
 		e.srv = httptest.NewServer(gw) // plain HTTP on 127.0.0.1
 		t.Cleanup(e.stop)
-		e.clock.t = time.Now()
+		e.clock.Set(time.Now())
 		keys := newServiceKeys(t)
 		refusal := e.admin(api.RouteAdminRegisterService, api.RegisterServiceRequest{Name: "plain", Certificate: keys.certPEM,
 			SenderJWK: keys.sender.PublicJWK(), AllowScoped: true}, &keys.reg)

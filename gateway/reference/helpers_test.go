@@ -16,12 +16,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 const (
@@ -29,30 +29,13 @@ const (
 	testAdminPassword = "correct horse battery staple"
 )
 
-// fakeClock is the Gateway's clock and the clients' in these tests: it
-// moves only when a test moves it.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // env is a reference Gateway over real HTTPS on 127.0.0.1, with its
 // SQLite file in a temporary folder.
 type env struct {
-	t      *testing.T
-	clock  *fakeClock
+	t *testing.T
+	// clock is the Gateway's clock and the clients' in these tests: it
+	// moves only when a test moves it.
+	clock  *testutil.Clock
 	dbPath string
 	cfg    Config
 	gw     *Gateway
@@ -65,7 +48,7 @@ func newEnv(t *testing.T) *env {
 
 func newEnvWith(t *testing.T, adjust func(*Config)) *env {
 	t.Helper()
-	e := &env{t: t, clock: &fakeClock{t: time.Now().UTC().Truncate(time.Second)},
+	e := &env{t: t, clock: testutil.NewClock(time.Now().UTC().Truncate(time.Second)),
 		dbPath: filepath.Join(t.TempDir(), "gateway.sqlite")}
 	e.cfg = Config{DBPath: e.dbPath, AdminUser: testAdminUser, AdminPassword: testAdminPassword, Now: e.clock.Now}
 	adjust(&e.cfg)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 const (
@@ -29,7 +30,7 @@ const (
 // JWKS of the keys it publishes.
 type testIdP struct {
 	t      *testing.T
-	clock  *fakeClock
+	clock  *testutil.Clock
 	srv    *httptest.Server
 	issuer string
 	caPEM  string
@@ -41,7 +42,7 @@ type testIdP struct {
 	issuerSuffix string
 }
 
-func newTestIdP(t *testing.T, clock *fakeClock) *testIdP {
+func newTestIdP(t *testing.T, clock *testutil.Clock) *testIdP {
 	t.Helper()
 	p := &testIdP{t: t, clock: clock, published: map[string]jwk.Key{}}
 	mux := http.NewServeMux()
