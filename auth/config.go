@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -289,17 +288,11 @@ func (c *HTTPConfig) NewExchanger(p *Provider) (*Exchanger, error) {
 // checkIssuer requires an https URL without query or fragment: the
 // discovery document is found under it and tokens must name it exactly.
 func checkIssuer(raw string) error {
-	if raw == "" {
-		return errors.New("missing")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
+	if err := checkHTTPS(raw); err != nil {
 		return err
 	}
-	if u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("%q is not an https URL", raw)
-	}
-	if u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(raw, "?#") {
+	// A query or a fragment, even an empty one, is a "?" or a "#".
+	if strings.ContainsAny(raw, "?#") {
 		return fmt.Errorf("%q has a query or fragment", raw)
 	}
 	return nil
