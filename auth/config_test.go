@@ -107,6 +107,14 @@ func TestLoadHTTPConfig(t *testing.T) {
 }
 
 func TestLoadHTTPConfigRefuses(t *testing.T) {
+	// chmod is a prepare that sets the mode of the folder's file name.
+	chmod := func(name string, mode os.FileMode) func(*testing.T, string) {
+		return func(t *testing.T, dir string) {
+			if err := os.Chmod(filepath.Join(dir, name), mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	tests := []struct {
 		name string
 		edit func(m map[string]any)
@@ -135,41 +143,13 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 		{"alg unknown", func(m map[string]any) { sub(m, "provider")["allowedAlgs"] = []string{"RS1"} }, nil, `allowedAlgs names "RS1"`},
 		{"no algs", func(m map[string]any) { sub(m, "provider")["allowedAlgs"] = []string{} }, nil, "allowedAlgs is empty"},
 		{"negative refresh", func(m map[string]any) { sub(m, "provider")["jwksRefreshMinSeconds"] = -1 }, nil, "jwksRefreshMinSeconds is -1"},
-		{"secret file readable by group", nil, func(t *testing.T, dir string) {
-			if err := os.Chmod(filepath.Join(dir, "mcp-adapter-client-secret"), 0o640); err != nil {
-				t.Fatal(err)
-			}
-		}, "has mode 0640"},
-		{"secret file readable by all", nil, func(t *testing.T, dir string) {
-			if err := os.Chmod(filepath.Join(dir, "mcp-adapter-client-secret"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}, "has mode 0644: group and others must have no access"},
-		{"TLS key readable by others", nil, func(t *testing.T, dir string) {
-			if err := os.Chmod(filepath.Join(dir, "mcp-tls.key"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}, "tls.key"},
-		{"TLS key writable by group", nil, func(t *testing.T, dir string) {
-			if err := os.Chmod(filepath.Join(dir, "mcp-tls.key"), 0o620); err != nil {
-				t.Fatal(err)
-			}
-		}, "has mode 0620: group and others must have no access"},
-		{"provider CA file writable by group", nil, func(t *testing.T, dir string) {
-			if err := os.Chmod(filepath.Join(dir, "idp-ca.pem"), 0o664); err != nil {
-				t.Fatal(err)
-			}
-		}, "idp-ca.pem has mode 0664: group and others must not be able to write it"},
-		{"config writable by group", nil, func(t *testing.T, dir string) {
-			if err := os.Chmod(filepath.Join(dir, "mcp-http.json"), 0o664); err != nil {
-				t.Fatal(err)
-			}
-		}, "mcp-http.json has mode 0664: group and others must not be able to write it"},
-		{"config writable by others", nil, func(t *testing.T, dir string) {
-			if err := os.Chmod(filepath.Join(dir, "mcp-http.json"), 0o646); err != nil {
-				t.Fatal(err)
-			}
-		}, "has mode 0646"},
+		{"secret file readable by group", nil, chmod("mcp-adapter-client-secret", 0o640), "has mode 0640"},
+		{"secret file readable by all", nil, chmod("mcp-adapter-client-secret", 0o644), "has mode 0644: group and others must have no access"},
+		{"TLS key readable by others", nil, chmod("mcp-tls.key", 0o644), "tls.key"},
+		{"TLS key writable by group", nil, chmod("mcp-tls.key", 0o620), "has mode 0620: group and others must have no access"},
+		{"provider CA file writable by group", nil, chmod("idp-ca.pem", 0o664), "idp-ca.pem has mode 0664: group and others must not be able to write it"},
+		{"config writable by group", nil, chmod("mcp-http.json", 0o664), "mcp-http.json has mode 0664: group and others must not be able to write it"},
+		{"config writable by others", nil, chmod("mcp-http.json", 0o646), "has mode 0646"},
 		{"secret file through a symbolic link", nil, func(t *testing.T, dir string) {
 			secret := filepath.Join(dir, "mcp-adapter-client-secret")
 			if err := os.Rename(secret, secret+".real"); err != nil {
