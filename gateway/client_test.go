@@ -771,11 +771,7 @@ func TestScopedSession(t *testing.T) {
 
 func TestRevokeOfSessionGatewayAlreadyEnded(t *testing.T) {
 	g := newFakeGateway(t)
-	c := g.client(t)
-	s, err := c.Mint(t.Context(), MintRequest{ActingAs: "xa.test.alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := g.aliceSession(t)
 	g.set(func(g *fakeGateway) {
 		for _, sc := range g.scoped {
 			sc.revoked = true

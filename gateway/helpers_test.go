@@ -163,6 +163,17 @@ func (g *fakeGateway) client(t *testing.T) *Client {
 	return c
 }
 
+// aliceSession is a session acting as xa.test.alice, minted on a new
+// client.
+func (g *fakeGateway) aliceSession(t *testing.T) *Session {
+	t.Helper()
+	s, err := g.client(t).Mint(t.Context(), MintRequest{ActingAs: "xa.test.alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func (g *fakeGateway) set(f func(g *fakeGateway)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -328,9 +339,8 @@ func (g *fakeGateway) serve(w http.ResponseWriter, r *http.Request) {
 		if !decode(w, r, &req) {
 			return
 		}
-		pt, err := base64.StdEncoding.DecodeString(req.Plaintext)
-		if err != nil {
-			refuse(w, http.StatusBadRequest, api.LayerGateway, api.CodeBadRequest)
+		pt, ok := decodeBase64(w, req.Plaintext)
+		if !ok {
 			return
 		}
 		resp := api.EncryptResponse{TTag: req.TTag, IV: req.IV, Link: "link-1"}
@@ -348,9 +358,8 @@ func (g *fakeGateway) serve(w http.ResponseWriter, r *http.Request) {
 		if !decode(w, r, &req) {
 			return
 		}
-		ct, err := base64.StdEncoding.DecodeString(req.Ciphertext)
-		if err != nil {
-			refuse(w, http.StatusBadRequest, api.LayerGateway, api.CodeBadRequest)
+		ct, ok := decodeBase64(w, req.Ciphertext)
+		if !ok {
 			return
 		}
 		writeJSON(w, http.StatusOK, api.DecryptResponse{Plaintext: base64.StdEncoding.EncodeToString(toyCipher(ct)), Link: "link-1"})
@@ -380,6 +389,17 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// decodeBase64 decodes a base64 field, refused as a bad request when it
+// is not base64.
+func decodeBase64(w http.ResponseWriter, field string) ([]byte, bool) {
+	b, err := base64.StdEncoding.DecodeString(field)
+	if err != nil {
+		refuse(w, http.StatusBadRequest, api.LayerGateway, api.CodeBadRequest)
+		return nil, false
+	}
+	return b, true
 }
 
 // checkProof verifies the request's proof as the reference does: form,

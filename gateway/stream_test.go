@@ -28,11 +28,7 @@ func bigPlaintext() []byte {
 // proof-stale resend; the answer's ciphertext is decoded as it is read.
 func TestEncryptStreamedBodyResentOnProofStale(t *testing.T) {
 	g := newFakeGateway(t)
-	c := g.client(t)
-	s, err := c.Mint(t.Context(), MintRequest{ActingAs: "xa.test.alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := g.aliceSession(t)
 	pt := bigPlaintext()
 	var bodies [][]byte
 	stale := true
@@ -104,11 +100,7 @@ func TestCryptoAnswerForms(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newFakeGateway(t)
-			c := g.client(t)
-			s, err := c.Mint(t.Context(), MintRequest{ActingAs: "xa.test.alice"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := g.aliceSession(t)
 			g.set(func(g *fakeGateway) {
 				g.override = func(w http.ResponseWriter, r *http.Request) bool {
 					if r.URL.Path != api.RouteEncrypt {
@@ -139,11 +131,7 @@ func TestCryptoAnswerForms(t *testing.T) {
 
 func TestDecryptStreamed(t *testing.T) {
 	g := newFakeGateway(t)
-	c := g.client(t)
-	s, err := c.Mint(t.Context(), MintRequest{ActingAs: "xa.test.alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := g.aliceSession(t)
 	pt := bigPlaintext()
 	got, err := s.Decrypt(t.Context(), "T", make([]byte, api.IVBytes), toyCipher(pt))
 	if err != nil {
