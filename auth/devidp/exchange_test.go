@@ -25,14 +25,23 @@ func exchangeForm(subject string) url.Values {
 	}
 }
 
-// exchange posts the adapter's exchange request with client_secret_basic,
-// after edit changes the form.
-func (e *env) exchange(t *testing.T, subject string, edit func(url.Values)) *http.Response {
-	t.Helper()
+// exchangeFormAt moves the clock on by advance for the rest of the test and
+// returns the exchange form for subject, after edit (if any) changes it.
+func (e *env) exchangeFormAt(t *testing.T, subject string, advance time.Duration, edit func(url.Values)) url.Values {
+	e.clock.Advance(advance)
+	t.Cleanup(func() { e.clock.Advance(-advance) })
 	f := exchangeForm(subject)
 	if edit != nil {
 		edit(f)
 	}
+	return f
+}
+
+// exchange posts the adapter's exchange request with client_secret_basic,
+// after edit changes the form.
+func (e *env) exchange(t *testing.T, subject string, edit func(url.Values)) *http.Response {
+	t.Helper()
+	f := e.exchangeFormAt(t, subject, 0, edit)
 	return e.postForm(t, e.p.TokenEndpoint(), f, e.p.AdapterClientID(), e.p.AdapterClientSecret())
 }
 
@@ -57,12 +66,7 @@ func TestTokenExchange(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e.clock.Advance(c.advance)
-			t.Cleanup(func() { e.clock.Advance(-c.advance) })
-			f := exchangeForm(user.AccessToken)
-			if c.form != nil {
-				c.form(f)
-			}
+			f := e.exchangeFormAt(t, user.AccessToken, c.advance, c.form)
 			var resp *http.Response
 			if c.post {
 				f.Set("client_id", e.p.AdapterClientID())
@@ -170,12 +174,7 @@ func TestTokenExchangeRefusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e.clock.Advance(c.advance)
-			t.Cleanup(func() { e.clock.Advance(-c.advance) })
-			f := exchangeForm(user.AccessToken)
-			if c.form != nil {
-				c.form(f)
-			}
+			f := e.exchangeFormAt(t, user.AccessToken, c.advance, c.form)
 			u, p := c.user, c.pass
 			if u == "" && f.Get("client_id") == "" {
 				u, p = "mcp-adapter", secret
