@@ -2,16 +2,11 @@ package reference
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/lestrrat-go/jwx/v2/jwk"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 )
@@ -208,15 +203,7 @@ func TestMintRefusals(t *testing.T) {
 // must never be.
 func privateJWK(t *testing.T) json.RawMessage {
 	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := jwk.FromRaw(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(k)
+	b, err := json.Marshal(newPrivateJWK(t))
 	if err != nil {
 		t.Fatal(err)
 	}

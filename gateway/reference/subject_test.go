@@ -1,9 +1,6 @@
 package reference
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/json"
 	"encoding/pem"
 	"net/http"
@@ -77,16 +74,19 @@ func newTestIdP(t *testing.T, clock *testutil.Clock) *testIdP {
 	return p
 }
 
+// newPrivateJWK is a new P-256 private key as a JWK.
+func newPrivateJWK(t *testing.T) jwk.Key {
+	t.Helper()
+	k, err := jwk.FromRaw(testutil.NewKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 func newSigningKey(t *testing.T, kid string) jwk.Key {
 	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := jwk.FromRaw(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newPrivateJWK(t)
 	if err := k.Set(jwk.KeyIDKey, kid); err != nil {
 		t.Fatal(err)
 	}
