@@ -96,9 +96,15 @@ func (l *Log) Write(line Line) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf) // Encode ends the line with '\n'
 	enc.SetEscapeHTML(false)
+	// "event" comes first, ahead of the line's own members: it is written
+	// here and the encoded object's opening brace is dropped. Every line has
+	// a member that is never omitted, so the object is never empty.
+	buf.WriteString(`{"event":"` + line.event() + `",`)
+	start := buf.Len()
 	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("audit: encode %s line: %w", line.event(), err)
 	}
+	out := append(buf.Bytes()[:start], buf.Bytes()[start+1:]...)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -108,7 +114,7 @@ func (l *Log) Write(line Line) error {
 	if l.f == nil {
 		return nil
 	}
-	if _, err := l.f.Write(buf.Bytes()); err != nil {
+	if _, err := l.f.Write(out); err != nil {
 		return fmt.Errorf("audit: write %s: %w", l.path, err)
 	}
 	if len(dropped) > 0 {

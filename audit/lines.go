@@ -9,9 +9,9 @@ import (
 // Shutdown. The set is closed; Write adds the "event" member.
 type Line interface {
 	event() string
-	// prepare returns the value to encode, with its event, its timestamps
-	// set and in UTC, and its ill-shaped fields cleared; and the JSON names
-	// of the fields cleared.
+	// prepare returns a copy of the line to encode, with its timestamps set
+	// and in UTC and its ill-shaped fields cleared; and the JSON names of the
+	// fields cleared.
 	prepare(now time.Time) (any, []string)
 }
 
@@ -170,9 +170,6 @@ func (AuthRefused) event() string { return EventAuthRefused }
 func (Startup) event() string     { return EventStartup }
 func (Shutdown) event() string    { return EventShutdown }
 
-// The values prepare returns embed a copy of the line under a local type, so
-// the encoder sees the line's own fields after "event".
-
 func (c ToolCall) prepare(now time.Time) (any, []string) {
 	var s sanitizer
 	c.RunID = s.free("runId", c.RunID)
@@ -215,11 +212,7 @@ func (c ToolCall) prepare(now time.Time) (any, []string) {
 		}
 		c.Sections = secs
 	}
-	type plain ToolCall
-	return struct {
-		Event string `json:"event"`
-		plain
-	}{EventTool, plain(c)}, s.dropped
+	return c, s.dropped
 }
 
 func (c Client) prepare(now time.Time) (any, []string) {
@@ -231,11 +224,7 @@ func (c Client) prepare(now time.Time) (any, []string) {
 	c.Version = s.free("version", clip(c.Version, maxClientField))
 	c.ProtocolVersion = s.free("protocolVersion", clip(c.ProtocolVersion, maxClientField))
 	c.TS = stamp(c.TS, now)
-	type plain Client
-	return struct {
-		Event string `json:"event"`
-		plain
-	}{EventClient, plain(c)}, s.dropped
+	return c, s.dropped
 }
 
 func (a AuthRefused) prepare(now time.Time) (any, []string) {
@@ -251,11 +240,7 @@ func (a AuthRefused) prepare(now time.Time) (any, []string) {
 	}
 	a.Path = s.free("path", clip(a.Path, maxClientField))
 	a.TS = stamp(a.TS, now)
-	type plain AuthRefused
-	return struct {
-		Event string `json:"event"`
-		plain
-	}{EventAuthRefused, plain(a)}, s.dropped
+	return a, s.dropped
 }
 
 func (st Startup) prepare(now time.Time) (any, []string) {
@@ -265,11 +250,7 @@ func (st Startup) prepare(now time.Time) (any, []string) {
 	st.Transport = s.match("transport", st.Transport, isClass)
 	st.GrantID = s.free("grantId", st.GrantID)
 	st.TS = stamp(st.TS, now)
-	type plain Startup
-	return struct {
-		Event string `json:"event"`
-		plain
-	}{EventStartup, plain(st)}, s.dropped
+	return st, s.dropped
 }
 
 func (sd Shutdown) prepare(now time.Time) (any, []string) {
@@ -277,11 +258,7 @@ func (sd Shutdown) prepare(now time.Time) (any, []string) {
 	sd.RunID = s.free("runId", sd.RunID)
 	sd.Reason = s.match("reason", sd.Reason, isReason)
 	sd.TS = stamp(sd.TS, now)
-	type plain Shutdown
-	return struct {
-		Event string `json:"event"`
-		plain
-	}{EventShutdown, plain(sd)}, s.dropped
+	return sd, s.dropped
 }
 
 // stamp fills a missing time and normalises it to UTC milliseconds, so
