@@ -32,19 +32,8 @@ import (
 // server certificate hosts would reject and a grant that names a local user.
 func TestHTTPStartRefusals(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	env := reftest.Start(t, reference.Config{})
-	svc := env.Service(t, "svc", true)
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := gateway.WriteServiceConfig(cfgPath, svc); err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(dir, "task-data")
-	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: svc, OutDir: data, Tag: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(data, "manifest.json")
+	f := newSeededFolder(t)
+	dir, cfgPath, data, rec, manifest := f.dir, f.cfgPath, f.data, f.rec, f.manifest
 	localGrant := filepath.Join(data, "local-grant.json")
 	if _, err := grant.Launch(grant.LaunchOptions{ManifestPath: manifest, AllApproved: true, LocalUser: rec.AgentUser,
 		TTL: time.Hour, Out: localGrant}); err != nil {
@@ -104,19 +93,8 @@ func TestHTTPStartRefusals(t *testing.T) {
 // over either transport; nothing is minted at the Gateway.
 func TestStartRefusesUnapprovedDocument(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	env := reftest.Start(t, reference.Config{})
-	svc := env.Service(t, "svc", true)
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := gateway.WriteServiceConfig(cfgPath, svc); err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(dir, "task-data")
-	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: svc, OutDir: data, Tag: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(data, "manifest.json")
+	f := newSeededFolder(t)
+	dir, env, cfgPath, data, rec, manifest := f.dir, f.env, f.cfgPath, f.data, f.rec, f.manifest
 	grantPath := filepath.Join(data, "grant.json")
 	if _, err := grant.Launch(grant.LaunchOptions{ManifestPath: manifest, AllApproved: true, LocalUser: rec.AgentUser,
 		TTL: time.Hour, Out: grantPath}); err != nil {
@@ -140,6 +118,31 @@ func TestStartRefusesUnapprovedDocument(t *testing.T) {
 	if n := env.Gateway.Count(api.RouteScoped); n != 0 {
 		t.Errorf("%d scoped sessions minted for a refused grant", n)
 	}
+}
+
+// seededFolder is a reference Gateway, its service configuration and a task
+// folder seeded on it: what both start tests begin from.
+type seededFolder struct {
+	dir, cfgPath, data, manifest string
+	env                          *reftest.Env
+	rec                          *grant.SeedRecord
+}
+
+func newSeededFolder(t *testing.T) seededFolder {
+	t.Helper()
+	f := seededFolder{dir: t.TempDir(), env: reftest.Start(t, reference.Config{})}
+	svc := f.env.Service(t, "svc", true)
+	f.cfgPath = filepath.Join(f.dir, "config.json")
+	if err := gateway.WriteServiceConfig(f.cfgPath, svc); err != nil {
+		t.Fatal(err)
+	}
+	f.data = filepath.Join(f.dir, "task-data")
+	rec, err := operator.Seed(context.Background(), operator.SeedOptions{Config: svc, OutDir: f.data, Tag: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rec, f.manifest = rec, filepath.Join(f.data, "manifest.json")
+	return f
 }
 
 func freePort(t *testing.T) int {
