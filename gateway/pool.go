@@ -246,7 +246,12 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 // session counts as idle at once (and so may be ended to make room for
 // another user).
 func (p *Pool) Session(ctx context.Context, callerID string, subject SubjectSource) (*Session, error) {
-	s, release, err := p.Acquire(ctx, callerID, subject)
+	return releasedAtOnce(p.Acquire(ctx, callerID, subject))
+}
+
+// releasedAtOnce releases what Acquire or AcquireWidened gave, for the
+// callers that do not say when they are done.
+func releasedAtOnce(s *Session, release func(), err error) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -271,6 +276,12 @@ func (p *Pool) Acquire(ctx context.Context, callerID string, subject SubjectSour
 	if subject == nil {
 		return nil, nil, errors.New("session pool: no subject token source")
 	}
+	return p.acquire(ctx, callerID, subject, nil)
+}
+
+// acquire serves Acquire and AcquireWidened: prepare, when set, runs with
+// the entry's lock held before serve, and a failure of it is returned.
+func (p *Pool) acquire(ctx context.Context, callerID string, subject SubjectSource, prepare func(*poolEntry) error) (_ *Session, release func(), _ error) {
 	for {
 		e, err := p.entry(callerID)
 		if err != nil {
@@ -278,6 +289,12 @@ func (p *Pool) Acquire(ctx context.Context, callerID string, subject SubjectSour
 		}
 		if err := e.acquire(ctx); err != nil {
 			return nil, nil, err
+		}
+		if prepare != nil {
+			if err := prepare(e); err != nil {
+				e.release()
+				return nil, nil, err
+			}
 		}
 		s, again, err := p.serve(ctx, e, subject)
 		e.release()
@@ -305,12 +322,7 @@ func (e *ScopeFullError) Error() string {
 
 // Widen is AcquireWidened for a caller that does not say when it is done.
 func (p *Pool) Widen(ctx context.Context, callerID string, subject SubjectSource, ttag string) (*Session, error) {
-	s, release, err := p.AcquireWidened(ctx, callerID, subject, ttag)
-	if err != nil {
-		return nil, err
-	}
-	release()
-	return s, nil
+	return releasedAtOnce(p.AcquireWidened(ctx, callerID, subject, ttag))
 }
 
 // AcquireWidened is Acquire of the user's session covering ttag too. A
@@ -326,20 +338,12 @@ func (p *Pool) AcquireWidened(ctx context.Context, callerID string, subject Subj
 	if subject == nil {
 		return nil, nil, errors.New("session pool: no subject token source")
 	}
-	for {
-		e, err := p.entry(callerID)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := e.acquire(ctx); err != nil {
-			return nil, nil, err
-		}
+	return p.acquire(ctx, callerID, subject, func(e *poolEntry) error {
 		p.mu.Lock()
+		defer p.mu.Unlock()
 		if !e.gone && !slices.Contains(p.objects, ttag) && !slices.Contains(e.extra, ttag) {
 			if n := len(p.objects) + len(e.extra) + 1; n > api.MaxObjects {
-				p.mu.Unlock()
-				e.release()
-				return nil, nil, &ScopeFullError{Count: n, Max: api.MaxObjects}
+				return &ScopeFullError{Count: n, Max: api.MaxObjects}
 			}
 			e.extra = append(e.extra, ttag)
 		}
@@ -347,17 +351,8 @@ func (p *Pool) AcquireWidened(ctx context.Context, callerID string, subject Subj
 			// Renewed by serve: revoked first, then minted wider.
 			e.deadline = time.Time{}
 		}
-		p.mu.Unlock()
-		s, again, err := p.serve(ctx, e, subject)
-		e.release()
-		if !again {
-			if err != nil {
-				return nil, nil, err
-			}
-			var once sync.Once
-			return s, func() { once.Do(func() { p.idle(e) }) }, nil
-		}
-	}
+		return nil
+	})
 }
 
 // entry is the user's entry, made when they have none, marked as called now.
