@@ -128,34 +128,15 @@ func New(cfg Config) (*Client, error) {
 // from cfg, as files or loaded, all three or none.
 func (c *Client) loadCredentials(cfg Config) error {
 	var err error
-	switch {
-	case cfg.ServiceCertFile != "" && cfg.ServiceCert != nil:
-		return errors.New("service certificate: give a file or a loaded certificate, not both")
-	case cfg.ServiceCertFile != "":
-		if c.cert, err = LoadCertificate(cfg.ServiceCertFile); err != nil {
-			return fmt.Errorf("service certificate: %w", err)
-		}
-	default:
-		c.cert = cfg.ServiceCert
+	if c.cert, err = fileOrLoaded("service certificate", "certificate", cfg.ServiceCertFile, cfg.ServiceCert, LoadCertificate); err != nil {
+		return err
 	}
-	switch {
-	case cfg.LoginKeyFile != "" && cfg.LoginKey != nil:
-		return errors.New("service login key: give a file or a loaded key, not both")
-	case cfg.LoginKeyFile != "":
-		if c.loginKey, err = LoadLoginKey(cfg.LoginKeyFile); err != nil {
-			return fmt.Errorf("service login key: %w", err)
-		}
-	default:
-		c.loginKey = cfg.LoginKey
+	if c.loginKey, err = fileOrLoaded("service login key", "key", cfg.LoginKeyFile, cfg.LoginKey, LoadLoginKey); err != nil {
+		return err
 	}
-	sender := cfg.SenderKey
-	switch {
-	case cfg.SenderKeyFile != "" && cfg.SenderKey != nil:
-		return errors.New("service sender key: give a file or a loaded key, not both")
-	case cfg.SenderKeyFile != "":
-		if sender, err = LoadSenderKey(cfg.SenderKeyFile); err != nil {
-			return fmt.Errorf("service sender key: %w", err)
-		}
+	sender, err := fileOrLoaded("service sender key", "key", cfg.SenderKeyFile, cfg.SenderKey, LoadSenderKey)
+	if err != nil {
+		return err
 	}
 	have := 0
 	for _, ok := range []bool{c.cert != nil, c.loginKey != nil, sender != nil} {
@@ -182,6 +163,25 @@ func (c *Client) loadCredentials(cfg Config) error {
 		return fmt.Errorf("service sender key: %w", err)
 	}
 	return nil
+}
+
+// fileOrLoaded gives a credential read from file by load, or loaded as
+// given; both is an error. what names the credential in errors, noun its
+// kind.
+func fileOrLoaded[T comparable](what, noun, file string, loaded T, load func(string) (T, error)) (T, error) {
+	var zero T
+	switch {
+	case file != "" && loaded != zero:
+		return zero, fmt.Errorf("%s: give a file or a loaded %s, not both", what, noun)
+	case file != "":
+		v, err := load(file)
+		if err != nil {
+			return zero, fmt.Errorf("%s: %w", what, err)
+		}
+		return v, nil
+	default:
+		return loaded, nil
+	}
 }
 
 // httpClient builds the HTTP client: cfg.HTTPClient as given, or one that
