@@ -143,9 +143,21 @@ func (g *Gateway) registerService(ctx context.Context, c *call) (any, error) {
 	return api.RegisterServiceResponse{ServiceID: sv.ID, SystemID: sv.SystemID, Prefix: sv.Prefix}, nil
 }
 
-// principalService is the service a principal name belongs to: with a
-// service session, that service (the name must be inside its prefix);
-// with the admin's credentials, the service whose prefix starts the name.
+// principalRequest decodes a principal route's body and finds the service
+// the name belongs to: with a service session, that service (the name must
+// be inside its prefix); with the admin's credentials, the service whose
+// prefix starts the name.
+func (g *Gateway) principalRequest(ctx context.Context, c *call) (api.PrincipalRequest, *service, error) {
+	var req api.PrincipalRequest
+	if err := c.decode(&req); err != nil {
+		return req, nil, err
+	}
+	sv, err := g.principalService(ctx, c, req.Name)
+	return req, sv, err
+}
+
+// principalService is the service the principal name belongs to, as
+// principalRequest says.
 func (g *Gateway) principalService(ctx context.Context, c *call, name string) (*service, error) {
 	if e := checkName("name", name); e != nil {
 		return nil, e
@@ -168,11 +180,7 @@ func apiPrincipal(p *principal) api.Principal {
 }
 
 func (g *Gateway) createPrincipal(ctx context.Context, c *call) (any, error) {
-	var req api.PrincipalRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	sv, err := g.principalService(ctx, c, req.Name)
+	req, sv, err := g.principalRequest(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -196,11 +204,7 @@ func (g *Gateway) createPrincipal(ctx context.Context, c *call) (any, error) {
 // namedPrincipal is the principal a principal route's body names, inside
 // the caller's reach.
 func (g *Gateway) namedPrincipal(ctx context.Context, c *call) (*principal, error) {
-	var req api.PrincipalRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	sv, err := g.principalService(ctx, c, req.Name)
+	req, sv, err := g.principalRequest(ctx, c)
 	if err != nil {
 		return nil, err
 	}
