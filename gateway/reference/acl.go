@@ -137,6 +137,16 @@ func ownerOnly() *api.Error {
 		"only the key's OWNER may grant, change or take away OWNER; ask the owner, do not retry")
 }
 
+// existingEntry is the principal's entry on ttag, refused NOT_FOUND with
+// the hint missing when there is none.
+func (g *Gateway) existingEntry(ctx context.Context, tx *sql.Tx, ttag string, systemID int64, principalID, missing string) (*aclEntry, error) {
+	old, err := g.store.entry(ctx, tx, ttag, systemID, principalID)
+	if errors.Is(err, errNotFound) {
+		return nil, keyServerError(api.CodeNotFound, http.StatusNotFound, missing)
+	}
+	return old, err
+}
+
 func (g *Gateway) aclGrant(ctx context.Context, c *call) (any, error) {
 	req, entry, err := c.decodeGrant()
 	if err != nil {
@@ -168,11 +178,8 @@ func (g *Gateway) aclUpdate(ctx context.Context, c *call) (any, error) {
 	}
 	return g.changeACL(ctx, c, keyOp{op: OpACLUpdate, ttag: req.TTag, needs: needWrite,
 		do: func(tx *sql.Tx, d *decision) error {
-			old, err := g.store.entry(ctx, tx, req.TTag, entry.SystemID, entry.PrincipalID)
-			if errors.Is(err, errNotFound) {
-				return keyServerError(api.CodeNotFound, http.StatusNotFound,
-					"the principal has no entry on this key to update; use grant to add one")
-			}
+			old, err := g.existingEntry(ctx, tx, req.TTag, entry.SystemID, entry.PrincipalID,
+				"the principal has no entry on this key to update; use grant to add one")
 			if err != nil {
 				return err
 			}
@@ -193,11 +200,8 @@ func (g *Gateway) aclRevoke(ctx context.Context, c *call) (any, error) {
 	}
 	return g.changeACL(ctx, c, keyOp{op: OpACLRevoke, ttag: req.TTag, needs: needWrite,
 		do: func(tx *sql.Tx, d *decision) error {
-			old, err := g.store.entry(ctx, tx, req.TTag, req.SystemID, req.PrincipalID)
-			if errors.Is(err, errNotFound) {
-				return keyServerError(api.CodeNotFound, http.StatusNotFound,
-					"the principal has no entry on this key; there is nothing to revoke")
-			}
+			old, err := g.existingEntry(ctx, tx, req.TTag, req.SystemID, req.PrincipalID,
+				"the principal has no entry on this key; there is nothing to revoke")
 			if err != nil {
 				return err
 			}
