@@ -180,22 +180,22 @@ func TestServiceLogin(t *testing.T) {
 		wantRefusal(t, "same assertion again", e.decode(r.route, e.do(r), nil),
 			api.LayerGateway, api.CodeServiceLoginRefused, http.StatusUnauthorized)
 	})
-	t.Run("assertion for another Gateway", func(t *testing.T) {
-		a, err := proof.MakeAssertion(s.loginKey, s.cert, "https://gateway.example"+api.RouteServiceLogin, e.clock.Now())
+	// loginAssertion signs in with an assertion made for audience at at.
+	loginAssertion := func(t *testing.T, audience string, at time.Time) *api.Error {
+		t.Helper()
+		a, err := proof.MakeAssertion(s.loginKey, s.cert, audience, at)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r := request{route: api.RouteServiceLogin, body: api.ServiceLoginRequest{Assertion: a}, key: s.sender}
-		wantRefusal(t, "foreign audience", e.decode(r.route, e.do(r), nil),
+		return e.decode(r.route, e.do(r), nil)
+	}
+	t.Run("assertion for another Gateway", func(t *testing.T) {
+		wantRefusal(t, "foreign audience", loginAssertion(t, "https://gateway.example"+api.RouteServiceLogin, e.clock.Now()),
 			api.LayerGateway, api.CodeServiceLoginRefused, http.StatusUnauthorized)
 	})
 	t.Run("stale assertion", func(t *testing.T) {
-		a, err := proof.MakeAssertion(s.loginKey, s.cert, e.url(api.RouteServiceLogin), e.clock.Now().Add(-5*time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := request{route: api.RouteServiceLogin, body: api.ServiceLoginRequest{Assertion: a}, key: s.sender}
-		wantRefusal(t, "old assertion", e.decode(r.route, e.do(r), nil),
+		wantRefusal(t, "old assertion", loginAssertion(t, e.url(api.RouteServiceLogin), e.clock.Now().Add(-5*time.Minute)),
 			api.LayerGateway, api.CodeServiceLoginRefused, http.StatusUnauthorized)
 	})
 	t.Run("certificate past its validity", func(t *testing.T) {

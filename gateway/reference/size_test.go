@@ -34,6 +34,16 @@ func bigBody(small map[string]string, field string, data []byte) []byte {
 // bigField decodes the base64 string field of an answer.
 func bigField(t *testing.T, body []byte, field string) []byte {
 	t.Helper()
+	out, err := base64.StdEncoding.DecodeString(smallField(t, body, field))
+	if err != nil {
+		t.Fatalf("answer's %s field: %v", field, err)
+	}
+	return out
+}
+
+// smallField reads a string field of an answer.
+func smallField(t *testing.T, body []byte, field string) string {
+	t.Helper()
 	marker := []byte(`"` + field + `":"`)
 	i := bytes.Index(body, marker)
 	if i < 0 {
@@ -44,23 +54,7 @@ func bigField(t *testing.T, body []byte, field string) []byte {
 	if end < 0 {
 		t.Fatalf("answer's %s field is not terminated", field)
 	}
-	out, err := base64.StdEncoding.DecodeString(string(rest[:end]))
-	if err != nil {
-		t.Fatalf("answer's %s field: %v", field, err)
-	}
-	return out
-}
-
-// smallField reads a short string field of an answer.
-func smallField(t *testing.T, body []byte, field string) string {
-	t.Helper()
-	marker := []byte(`"` + field + `":"`)
-	i := bytes.Index(body, marker)
-	if i < 0 {
-		t.Fatalf("answer has no %s field", field)
-	}
-	rest := body[i+len(marker):]
-	return string(rest[:bytes.IndexByte(rest, '"')])
+	return string(rest[:end])
 }
 
 // TestSizeLimit sends the largest plaintext the contract allows and one
