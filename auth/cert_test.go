@@ -64,6 +64,14 @@ func writeForeignCA(t *testing.T) string {
 
 func TestCheckServerCertificate(t *testing.T) {
 	ca := newTestCA(t)
+	// issuedWith is the CA's server certificate with change made to it.
+	issuedWith := func(change func(c *x509.Certificate)) func() string {
+		return func() string {
+			c := serverTemplate()
+			change(c)
+			return issue(t, ca, c)
+		}
+	}
 	tests := []struct {
 		name string
 		path func() string
@@ -75,38 +83,18 @@ func TestCheckServerCertificate(t *testing.T) {
 			writePEM(t, p, "CERTIFICATE", ca.Cert.Raw, 0o644)
 			return p
 		}, []string{"CA certificate (basicConstraints CA:TRUE)", "self-signed", "serverAuth", "IP:127.0.0.1"}},
-		{"a CA issued by the CA", func() string {
-			c := serverTemplate()
-			c.IsCA = true
-			return issue(t, ca, c)
-		}, []string{"basicConstraints CA:TRUE"}},
+		{"a CA issued by the CA", issuedWith(func(c *x509.Certificate) { c.IsCA = true }), []string{"basicConstraints CA:TRUE"}},
 		{"self-signed leaf", func() string { return issue(t, nil, serverTemplate()) }, []string{"self-signed"}},
-		{"no extended key usage", func() string {
-			c := serverTemplate()
-			c.ExtKeyUsage = nil
-			return issue(t, ca, c)
-		}, []string{"lacks extended key usage serverAuth"}},
-		{"clientAuth only", func() string {
-			c := serverTemplate()
-			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-			return issue(t, ca, c)
-		}, []string{"lacks extended key usage serverAuth"}},
-		{"DNS localhost only", func() string {
-			c := serverTemplate()
+		{"no extended key usage", issuedWith(func(c *x509.Certificate) { c.ExtKeyUsage = nil }), []string{"lacks extended key usage serverAuth"}},
+		{"clientAuth only", issuedWith(func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth} }), []string{"lacks extended key usage serverAuth"}},
+		{"DNS localhost only", issuedWith(func(c *x509.Certificate) {
 			c.IPAddresses = nil
 			c.DNSNames = []string{"localhost"}
-			return issue(t, ca, c)
-		}, []string{"lacks the subject alternative name IP:127.0.0.1"}},
-		{"IP ::1 only", func() string {
-			c := serverTemplate()
-			c.IPAddresses = []net.IP{net.IPv6loopback}
-			return issue(t, ca, c)
-		}, []string{"IP:127.0.0.1"}},
-		{"expired", func() string {
-			c := serverTemplate()
+		}), []string{"lacks the subject alternative name IP:127.0.0.1"}},
+		{"IP ::1 only", issuedWith(func(c *x509.Certificate) { c.IPAddresses = []net.IP{net.IPv6loopback} }), []string{"IP:127.0.0.1"}},
+		{"expired", issuedWith(func(c *x509.Certificate) {
 			c.NotBefore, c.NotAfter = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
-			return issue(t, ca, c)
-		}, []string{"expired at"}},
+		}), []string{"expired at"}},
 		{"not a PEM file", func() string {
 			p := filepath.Join(t.TempDir(), "junk.pem")
 			if err := os.WriteFile(p, []byte("hello"), 0o644); err != nil {

@@ -115,6 +115,18 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 			}
 		}
 	}
+	// symlinked moves name aside and leaves a symbolic link to it in its place.
+	symlinked := func(name string) func(*testing.T, string) {
+		return func(t *testing.T, dir string) {
+			path := filepath.Join(dir, name)
+			if err := os.Rename(path, path+".real"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(path+".real", path); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	tests := []struct {
 		name string
 		edit func(m map[string]any)
@@ -150,24 +162,8 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 		{"provider CA file writable by group", nil, chmod("idp-ca.pem", 0o664), "idp-ca.pem has mode 0664: group and others must not be able to write it"},
 		{"config writable by group", nil, chmod("mcp-http.json", 0o664), "mcp-http.json has mode 0664: group and others must not be able to write it"},
 		{"config writable by others", nil, chmod("mcp-http.json", 0o646), "has mode 0646"},
-		{"secret file through a symbolic link", nil, func(t *testing.T, dir string) {
-			secret := filepath.Join(dir, "mcp-adapter-client-secret")
-			if err := os.Rename(secret, secret+".real"); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Symlink(secret+".real", secret); err != nil {
-				t.Fatal(err)
-			}
-		}, "a symbolic link, which a secret may not be"},
-		{"TLS key through a symbolic link", nil, func(t *testing.T, dir string) {
-			key := filepath.Join(dir, "mcp-tls.key")
-			if err := os.Rename(key, key+".real"); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Symlink(key+".real", key); err != nil {
-				t.Fatal(err)
-			}
-		}, "a symbolic link, which a secret may not be"},
+		{"secret file through a symbolic link", nil, symlinked("mcp-adapter-client-secret"), "a symbolic link, which a secret may not be"},
+		{"TLS key through a symbolic link", nil, symlinked("mcp-tls.key"), "a symbolic link, which a secret may not be"},
 		{"secret file empty", nil, func(t *testing.T, dir string) {
 			if err := os.WriteFile(filepath.Join(dir, "mcp-adapter-client-secret"), []byte("\n"), 0o600); err != nil {
 				t.Fatal(err)

@@ -361,19 +361,20 @@ func TestVerifierRefreshesKeysOnUnknownKidRateLimited(t *testing.T) {
 
 	// Straight after, a kid the provider does not publish stays unknown
 	// without a fetch; a burst from many goroutines does not fetch either.
-	var wg sync.WaitGroup
-	errs := make(chan error, 32)
-	for i := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := f.v.Verify(ctx, sign(t, rotated, jwa.RS256, atHeader(fmt.Sprintf("random-%d", i)), f.claims()))
-			errs <- err
-		}()
+	// burst verifies n tokens at once, each under a kid named prefix-i
+	// that the provider does not publish.
+	burst := func(n int, prefix string) []error {
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				_, errs[i] = f.v.Verify(ctx, sign(t, rotated, jwa.RS256, atHeader(fmt.Sprintf("%s-%d", prefix, i)), f.claims()))
+			})
+		}
+		wg.Wait()
+		return errs
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, err := range burst(32, "random") {
 		if !errors.Is(err, &TokenError{Class: ClassUnknownKey, Reason: ReasonKeyUnknown}) {
 			t.Fatalf("random kid: %v", err)
 		}
@@ -385,18 +386,7 @@ func TestVerifierRefreshesKeysOnUnknownKidRateLimited(t *testing.T) {
 	// Once the interval has passed again, a burst of unknown kids fetches
 	// exactly once between them.
 	f.clock.Advance(61 * time.Second)
-	errs = make(chan error, 16)
-	for i := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := f.v.Verify(ctx, sign(t, rotated, jwa.RS256, atHeader(fmt.Sprintf("burst-%d", i)), f.claims()))
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, err := range burst(16, "burst") {
 		if !errors.Is(err, &TokenError{Class: ClassUnknownKey}) {
 			t.Fatalf("burst kid: %v", err)
 		}
