@@ -87,6 +87,20 @@ func (s *storage) save() error {
 	return s.saveLocked()
 }
 
+// addSaved puts v under k in m, one of s's maps, after pruning, and saves
+// the state; when the save fails, v is taken out again.
+func addSaved[K comparable, V any](s *storage, m map[K]V, k K, v V) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pruneLocked()
+	m[k] = v
+	if err := s.saveLocked(); err != nil {
+		delete(m, k)
+		return err
+	}
+	return nil
+}
+
 // saveLocked writes the whole state to the state folder, if there is one.
 // The caller holds s.mu and undoes its change when this fails, so memory
 // never promises what a restart would not keep.
@@ -216,12 +230,7 @@ func (s *storage) CreateAuthRequest(_ context.Context, req *oidc.AuthRequest, _ 
 		audience: []string{p.adapter.id},
 		created:  p.now(),
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pruneLocked()
-	s.authReqs[id] = a
-	if err := s.saveLocked(); err != nil {
-		delete(s.authReqs, id)
+	if err := addSaved(s, s.authReqs, id, a); err != nil {
 		return nil, err
 	}
 	return a.clone(), nil
@@ -388,12 +397,7 @@ func (s *storage) CreateAccessToken(_ context.Context, tr op.TokenRequest) (stri
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pruneLocked()
-	s.tokens[jti] = rec
-	if err := s.saveLocked(); err != nil {
-		delete(s.tokens, jti)
+	if err := addSaved(s, s.tokens, jti, rec); err != nil {
 		return "", time.Time{}, err
 	}
 	return jti, rec.expires, nil
