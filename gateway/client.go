@@ -258,33 +258,23 @@ func (c *Client) measureClock(date string, sent, received time.Time) {
 }
 
 // Prefix is the service's principal prefix, once signed in ("" before).
-func (c *Client) Prefix() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.svc == nil {
-		return ""
-	}
-	return c.svc.prefix
-}
+func (c *Client) Prefix() string { return c.signedIn().prefix }
 
 // SystemID is the service's system id, once signed in (0 before).
-func (c *Client) SystemID() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.svc == nil {
-		return 0
-	}
-	return c.svc.systemID
-}
+func (c *Client) SystemID() int64 { return c.signedIn().systemID }
 
 // ServiceID is the service's id at the Gateway, once signed in ("" before).
-func (c *Client) ServiceID() string {
+func (c *Client) ServiceID() string { return c.signedIn().serviceID }
+
+// signedIn is a copy of the service session, the zero value before the
+// service has signed in.
+func (c *Client) signedIn() serviceSession {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.svc == nil {
-		return ""
+		return serviceSession{}
 	}
-	return c.svc.serviceID
+	return *c.svc
 }
 
 // request is one operation to send.
