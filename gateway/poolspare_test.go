@@ -23,6 +23,22 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// sparePlaces is the places of newSparePool's pool.
+const sparePlaces = 2
+
+// newSparePool is a pool of sparePlaces places that frees one ahead once a
+// user is idle for spareIdle, and three users for it: alice and bob to
+// fill it, carol the newcomer. The Gateway's counts start from here.
+func newSparePool(t *testing.T, spareIdle time.Duration) (w *poolWorld, p *gateway.Pool, alice, bob, carol *poolUser) {
+	t.Helper()
+	w = newPoolWorld(t)
+	w.mapUser(t, "carol")
+	p = w.pool(t, gateway.PoolConfig{MaxCallers: sparePlaces, SpareIdle: spareIdle, MaxPlaceWait: time.Minute})
+	alice, bob, carol = w.user(t, "alice"), w.user(t, "bob"), w.user(t, "carol")
+	w.env.Gateway.ResetCounts()
+	return w, p, alice, bob, carol
+}
+
 // TestPoolKeepsAPlaceFreeAhead: once the pool is full, the least recent
 // idle user is ended in the background, so a newcomer mints at once: with
 // every revoke held at the Gateway (a barrier), carol is served, and the
@@ -30,18 +46,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // newcomer and still held. The Gateway never sees more than maxCallers
 // live.
 func TestPoolKeepsAPlaceFreeAhead(t *testing.T) {
-	w := newPoolWorld(t)
-	w.mapUser(t, "carol")
-	const maxCallers = 2
 	// Any idle time qualifies: the test is about the order, not the age.
-	p := w.pool(t, gateway.PoolConfig{MaxCallers: maxCallers, SpareIdle: time.Nanosecond, MaxPlaceWait: time.Minute})
-	alice, bob, carol := w.user(t, "alice"), w.user(t, "bob"), w.user(t, "carol")
-	w.env.Gateway.ResetCounts()
+	w, p, alice, bob, carol := newSparePool(t, time.Nanosecond)
 
 	aliceSess := w.session(t, p, alice)
 	w.session(t, p, bob)
 	// Bob's mint filled the pool: alice, idle, is ended in the background.
-	waitFor(t, "a place freed ahead of need", func() bool { return p.Places() == maxCallers-1 })
+	waitFor(t, "a place freed ahead of need", func() bool { return p.Places() == sparePlaces-1 })
 	w.wantEnded(t, aliceSess)
 	if n := w.count(api.RouteRevoke); n != 1 {
 		t.Fatalf("%d revokes, want alice's only", n)
@@ -66,16 +77,16 @@ func TestPoolKeepsAPlaceFreeAhead(t *testing.T) {
 	}
 	// Her mint filled the pool again: bob's revoke is on its way, held.
 	waitFor(t, "bob's revoke sent ahead of need", func() bool { return w.count(api.RouteRevoke) == revokes+1 })
-	if live, peak := w.env.Gateway.LiveScopedSessions(); live > maxCallers || peak > maxCallers {
-		t.Fatalf("live %d, peak %d with a revoke held; maxCallers is %d", live, peak, maxCallers)
+	if live, peak := w.env.Gateway.LiveScopedSessions(); live > sparePlaces || peak > sparePlaces {
+		t.Fatalf("live %d, peak %d with a revoke held; maxCallers is %d", live, peak, sparePlaces)
 	}
-	if n := p.Places(); n != maxCallers {
-		t.Fatalf("%d places held while bob's revoke is in flight, want %d (his place is freed only once revoked)", n, maxCallers)
+	if n := p.Places(); n != sparePlaces {
+		t.Fatalf("%d places held while bob's revoke is in flight, want %d (his place is freed only once revoked)", n, sparePlaces)
 	}
 	w.env.Gateway.SetFaults(reference.Faults{})
-	waitFor(t, "bob's place freed once his revoke is answered", func() bool { return p.Places() == maxCallers-1 })
-	if live, peak := w.env.Gateway.LiveScopedSessions(); live != 1 || peak > maxCallers {
-		t.Fatalf("live %d, peak %d; want carol's alone, never over %d", live, peak, maxCallers)
+	waitFor(t, "bob's place freed once his revoke is answered", func() bool { return p.Places() == sparePlaces-1 })
+	if live, peak := w.env.Gateway.LiveScopedSessions(); live != 1 || peak > sparePlaces {
+		t.Fatalf("live %d, peak %d; want carol's alone, never over %d", live, peak, sparePlaces)
 	}
 	if p.Current(carol.caller.ID()) == nil || p.Current(bob.caller.ID()) != nil {
 		t.Fatal("carol should hold a session and bob none")
@@ -89,15 +100,10 @@ func TestPoolKeepsAPlaceFreeAhead(t *testing.T) {
 // who called more recently, keeps his session; never more than maxCallers
 // live.
 func TestPoolNewcomerArrivalFreesAPlace(t *testing.T) {
-	w := newPoolWorld(t)
-	w.mapUser(t, "carol")
-	const maxCallers = 2
-	p := w.pool(t, gateway.PoolConfig{MaxCallers: maxCallers, SpareIdle: time.Hour, MaxPlaceWait: time.Minute})
-	alice, bob, carol := w.user(t, "alice"), w.user(t, "bob"), w.user(t, "carol")
-	w.env.Gateway.ResetCounts()
+	w, p, alice, bob, carol := newSparePool(t, time.Hour)
 	aliceSess := w.session(t, p, alice)
 	bobSess := w.session(t, p, bob)
-	if n := w.count(api.RouteRevoke); n != 0 || p.Places() != maxCallers {
+	if n := w.count(api.RouteRevoke); n != 0 || p.Places() != sparePlaces {
 		t.Fatalf("%d revokes, %d places before carol: nobody is idle an hour", n, p.Places())
 	}
 
@@ -126,7 +132,7 @@ func TestPoolNewcomerArrivalFreesAPlace(t *testing.T) {
 	if n := w.count(api.RouteRevoke); n != 1 {
 		t.Fatalf("%d revokes, want alice's only", n)
 	}
-	if _, peak := w.env.Gateway.LiveScopedSessions(); peak > maxCallers {
-		t.Fatalf("peak %d live; maxCallers is %d", peak, maxCallers)
+	if _, peak := w.env.Gateway.LiveScopedSessions(); peak > sparePlaces {
+		t.Fatalf("peak %d live; maxCallers is %d", peak, sparePlaces)
 	}
 }
