@@ -85,32 +85,15 @@ type Grant struct {
 // [Grant.Check] refuses. It does not refuse an expired grant: see
 // [Grant.Expired].
 func Load(path string) (*Grant, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, fmt.Errorf("grant %s: %w", path, err)
-	}
-	data, err := readSecureFile(abs, maxGrantBytes)
-	if err != nil {
-		return nil, fmt.Errorf("grant: %w", err)
-	}
-	var g Grant
-	if err := decodeStrict(data, &g); err != nil {
-		return nil, fmt.Errorf("grant %s: %w", abs, err)
-	}
-	if err := g.Check(); err != nil {
-		return nil, fmt.Errorf("grant %s: %w", abs, err)
-	}
-	return &g, nil
+	g, _, err := loadChecked("grant", path, maxGrantBytes, (*Grant).Check)
+	return g, err
 }
 
 // Save checks g and writes it to path atomically with mode 0600.
 func (g *Grant) Save(path string) error {
-	if err := g.Check(); err != nil {
-		return fmt.Errorf("grant %s: not saved: %w", path, err)
-	}
-	data, err := marshalFile(g)
+	data, err := encodeChecked("grant", path, g, g.Check)
 	if err != nil {
-		return fmt.Errorf("grant %s: %w", path, err)
+		return err
 	}
 	if err := writeFileAtomic(path, data); err != nil {
 		return fmt.Errorf("grant: %w", err)

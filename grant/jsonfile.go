@@ -324,6 +324,41 @@ func syncDir(dir string) {
 	_ = d.Close()
 }
 
+// loadChecked reads the file of kind ("grant", "manifest", "seed record")
+// at path as [readSecureFile] does, decodes it strictly and checks it. It
+// returns the absolute path read too.
+func loadChecked[T any](kind, path string, limit int64, check func(*T) error) (*T, string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s %s: %w", kind, path, err)
+	}
+	data, err := readSecureFile(abs, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", kind, err)
+	}
+	v := new(T)
+	if err := decodeStrict(data, v); err != nil {
+		return nil, "", fmt.Errorf("%s %s: %w", kind, abs, err)
+	}
+	if err := check(v); err != nil {
+		return nil, "", fmt.Errorf("%s %s: %w", kind, abs, err)
+	}
+	return v, abs, nil
+}
+
+// encodeChecked checks v and returns its on-disk form; errors name the
+// file as kind and name.
+func encodeChecked(kind, name string, v any, check func() error) ([]byte, error) {
+	if err := check(); err != nil {
+		return nil, fmt.Errorf("%s %s: not saved: %w", kind, name, err)
+	}
+	data, err := marshalFile(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+	}
+	return data, nil
+}
+
 // marshalFile is the on-disk form: indented, ending in a newline.
 func marshalFile(v any) ([]byte, error) {
 	data, err := json.MarshalIndent(v, "", "  ")

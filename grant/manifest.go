@@ -165,23 +165,12 @@ type Recipient struct {
 // LoadManifest reads and checks the manifest at path. The manifest
 // remembers its absolute path, against which [Manifest.Resolve] works.
 func LoadManifest(path string) (*Manifest, error) {
-	abs, err := filepath.Abs(path)
+	m, abs, err := loadChecked("manifest", path, maxManifestBytes, (*Manifest).Validate)
 	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", path, err)
-	}
-	data, err := readSecureFile(abs, maxManifestBytes)
-	if err != nil {
-		return nil, fmt.Errorf("manifest: %w", err)
-	}
-	var m Manifest
-	if err := decodeStrict(data, &m); err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", abs, err)
-	}
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", abs, err)
+		return nil, err
 	}
 	m.file = abs
-	return &m, nil
+	return m, nil
 }
 
 // Save checks m and writes it to path atomically with mode 0600, under the
@@ -191,27 +180,23 @@ func LoadManifest(path string) (*Manifest, error) {
 // Save replaces whatever the file holds with m: it is for a file the caller
 // alone writes (a test's folder). To change a manifest that others may
 // write, use [UpdateManifest]; to write a new one, [CreateManifest].
-func (m *Manifest) Save(path string) error {
+func (m *Manifest) Save(path string) error { return m.save(context.Background(), path, nil) }
+
+// save writes m to path under the manifest's lock; when fresh is not nil it
+// runs under the lock first and can refuse the write.
+func (m *Manifest) save(ctx context.Context, path string, fresh func(abs string) error) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Errorf("manifest %s: %w", path, err)
 	}
-	if err := m.Validate(); err != nil {
-		return fmt.Errorf("manifest %s: not saved: %w", abs, err)
-	}
-	data, err := marshalFile(m)
+	data, err := encodeChecked("manifest", abs, m, m.Validate)
 	if err != nil {
-		return fmt.Errorf("manifest %s: %w", abs, err)
+		return err
 	}
 	// Even a whole-file write waits for an update under way, so the
 	// update's read, change and rename stay one step.
-	l, err := lockShared(context.Background(), abs)
-	if err != nil {
-		return fmt.Errorf("manifest: %w", err)
-	}
-	defer l.Release()
-	if err := writeFileAtomic(abs, data); err != nil {
-		return fmt.Errorf("manifest: %w", err)
+	if err := writeShared(ctx, "manifest", abs, data, fresh); err != nil {
+		return err
 	}
 	m.file = abs
 	return nil

@@ -24,48 +24,23 @@ type SeedRecord struct {
 // it is refused when group or others can write it: cleanup deletes the keys
 // it lists.
 func LoadSeedRecord(path string) (*SeedRecord, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, fmt.Errorf("seed record %s: %w", path, err)
-	}
-	data, err := readSecureFile(abs, maxSeedBytes)
-	if err != nil {
-		return nil, fmt.Errorf("seed record: %w", err)
-	}
-	var r SeedRecord
-	if err := decodeStrict(data, &r); err != nil {
-		return nil, fmt.Errorf("seed record %s: %w", abs, err)
-	}
-	if err := r.Check(); err != nil {
-		return nil, fmt.Errorf("seed record %s: %w", abs, err)
-	}
-	return &r, nil
+	r, _, err := loadChecked("seed record", path, maxSeedBytes, (*SeedRecord).Check)
+	return r, err
 }
 
 // Save checks r and writes it to path atomically with mode 0600, under the
 // record's lock. It replaces whatever the file holds: to change a record
 // that protect or cleanup may write too, use [UpdateSeedRecord].
 func (r *SeedRecord) Save(path string) error {
-	if err := r.Check(); err != nil {
-		return fmt.Errorf("seed record %s: not saved: %w", path, err)
-	}
-	data, err := marshalFile(r)
+	data, err := encodeChecked("seed record", path, r, r.Check)
 	if err != nil {
-		return fmt.Errorf("seed record %s: %w", path, err)
+		return err
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Errorf("seed record %s: %w", path, err)
 	}
-	l, err := lockShared(context.Background(), abs)
-	if err != nil {
-		return fmt.Errorf("seed record: %w", err)
-	}
-	defer l.Release()
-	if err := writeFileAtomic(abs, data); err != nil {
-		return fmt.Errorf("seed record: %w", err)
-	}
-	return nil
+	return writeShared(context.Background(), "seed record", abs, data, nil)
 }
 
 // Check refuses empty or repeated entries in Principals and Keys, and a

@@ -46,40 +46,11 @@ func lockShared(ctx context.Context, abs string) (*filelock.Lock, error) {
 // nothing writes nothing. change must not itself write the manifest: the
 // lock is held while it runs.
 func UpdateManifest(ctx context.Context, path string, change func(*Manifest) error) (*Manifest, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", path, err)
-	}
-	l, err := lockShared(ctx, abs)
-	if err != nil {
-		return nil, fmt.Errorf("manifest: %w", err)
-	}
-	defer l.Release()
-	m, err := LoadManifest(abs)
+	m, abs, err := updateShared(ctx, "manifest", path, LoadManifest, (*Manifest).Validate, change)
 	if err != nil {
 		return nil, err
-	}
-	before, err := marshalFile(m)
-	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", abs, err)
-	}
-	if err := change(m); err != nil {
-		return nil, err
-	}
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("manifest %s: not changed: %w", abs, err)
-	}
-	data, err := marshalFile(m)
-	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", abs, err)
 	}
 	m.file = abs
-	if bytes.Equal(data, before) {
-		return m, nil
-	}
-	if err := writeFileAtomic(abs, data); err != nil {
-		return nil, fmt.Errorf("manifest: %w", err)
-	}
 	return m, nil
 }
 
@@ -87,70 +58,76 @@ func UpdateManifest(ctx context.Context, path string, change func(*Manifest) err
 // lock. It refuses, with an error matching [fs.ErrExist], when a manifest is
 // already there, and refuses an invalid m; either way nothing is written.
 func CreateManifest(ctx context.Context, path string, m *Manifest) error {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return fmt.Errorf("manifest %s: %w", path, err)
-	}
-	if err := m.Validate(); err != nil {
-		return fmt.Errorf("manifest %s: not saved: %w", abs, err)
-	}
-	data, err := marshalFile(m)
-	if err != nil {
-		return fmt.Errorf("manifest %s: %w", abs, err)
-	}
-	l, err := lockShared(ctx, abs)
-	if err != nil {
-		return fmt.Errorf("manifest: %w", err)
-	}
-	defer l.Release()
-	if err := absent(abs); err != nil {
-		return fmt.Errorf("manifest: %w", err)
-	}
-	if err := writeFileAtomic(abs, data); err != nil {
-		return fmt.Errorf("manifest: %w", err)
-	}
-	m.file = abs
-	return nil
+	return m.save(ctx, path, absent)
 }
 
 // UpdateSeedRecord changes the seed record at path as [UpdateManifest]
 // changes a manifest: under the record's lock, on the record as it is now,
 // checked, renamed into place; a failed change leaves the file as it was.
 func UpdateSeedRecord(ctx context.Context, path string, change func(*SeedRecord) error) (*SeedRecord, error) {
+	r, _, err := updateShared(ctx, "seed record", path, LoadSeedRecord, (*SeedRecord).Check, change)
+	return r, err
+}
+
+// updateShared is the one step of [UpdateManifest] and [UpdateSeedRecord]
+// for the file of kind ("manifest", "seed record") at path: under its lock,
+// load the file as it is now, change it, check it, and rename it into place
+// unless its bytes came out the same. It returns the absolute path too.
+func updateShared[T any](ctx context.Context, kind, path string, load func(string) (*T, error), check, change func(*T) error) (*T, string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("seed record %s: %w", path, err)
+		return nil, "", fmt.Errorf("%s %s: %w", kind, path, err)
 	}
 	l, err := lockShared(ctx, abs)
 	if err != nil {
-		return nil, fmt.Errorf("seed record: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", kind, err)
 	}
 	defer l.Release()
-	r, err := LoadSeedRecord(abs)
+	v, err := load(abs)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	before, err := marshalFile(r)
+	before, err := marshalFile(v)
 	if err != nil {
-		return nil, fmt.Errorf("seed record %s: %w", abs, err)
+		return nil, "", fmt.Errorf("%s %s: %w", kind, abs, err)
 	}
-	if err := change(r); err != nil {
-		return nil, err
+	if err := change(v); err != nil {
+		return nil, "", err
 	}
-	if err := r.Check(); err != nil {
-		return nil, fmt.Errorf("seed record %s: not changed: %w", abs, err)
+	if err := check(v); err != nil {
+		return nil, "", fmt.Errorf("%s %s: not changed: %w", kind, abs, err)
 	}
-	data, err := marshalFile(r)
+	data, err := marshalFile(v)
 	if err != nil {
-		return nil, fmt.Errorf("seed record %s: %w", abs, err)
+		return nil, "", fmt.Errorf("%s %s: %w", kind, abs, err)
 	}
 	if bytes.Equal(data, before) {
-		return r, nil
+		return v, abs, nil
 	}
 	if err := writeFileAtomic(abs, data); err != nil {
-		return nil, fmt.Errorf("seed record: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", kind, err)
 	}
-	return r, nil
+	return v, abs, nil
+}
+
+// writeShared writes data to the shared file of kind at abs, under its
+// lock. When fresh is not nil it runs under the lock first, and its error
+// refuses the write.
+func writeShared(ctx context.Context, kind, abs string, data []byte, fresh func(abs string) error) error {
+	l, err := lockShared(ctx, abs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", kind, err)
+	}
+	defer l.Release()
+	if fresh != nil {
+		if err := fresh(abs); err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
+	}
+	if err := writeFileAtomic(abs, data); err != nil {
+		return fmt.Errorf("%s: %w", kind, err)
+	}
+	return nil
 }
 
 // absent refuses a path where something already is.
