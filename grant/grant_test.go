@@ -36,12 +36,7 @@ func TestLoadGrantValid(t *testing.T) {
 }
 
 func TestLoadGrantRefusals(t *testing.T) {
-	tests := []struct {
-		fixture string
-		want    error
-		field   string
-		message string
-	}{
+	testLoadRefusals(t, "grant.json", Load, []fileRefusal{
 		{"grant-unknown-field.json", ErrUnknownField, "", `unknown field "objects" at the top level`},
 		{"grant-both-identities.json", ErrIdentity, "", "names localUser"},
 		{"grant-no-identity.json", ErrIdentity, "", "neither"},
@@ -52,23 +47,7 @@ func TestLoadGrantRefusals(t *testing.T) {
 		{"grant-not-after-issued.json", ErrInvalid, "notAfter", "not after issuedAt"},
 		{"grant-relative-manifest.json", ErrBadPath, "manifest", "not absolute"},
 		{"grant-duplicate-document.json", ErrDuplicate, "documents[1]", `"Proposal-Aurora"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.fixture, func(t *testing.T) {
-			path := copyFixture(t, tt.fixture, "grant.json")
-			g, err := Load(path)
-			if g != nil {
-				t.Fatalf("Load returned a grant with error %v", err)
-			}
-			assertRefused(t, err, tt.want, tt.field)
-			if !strings.Contains(err.Error(), path) {
-				t.Errorf("message %q does not name the file", err)
-			}
-			if tt.message != "" && !strings.Contains(err.Error(), tt.message) {
-				t.Errorf("message %q does not say %q", err, tt.message)
-			}
-		})
-	}
+	})
 }
 
 func TestLoadGrantFileMode(t *testing.T) {
@@ -280,12 +259,7 @@ func TestGrantSave(t *testing.T) {
 	g := grantFor(m, []string{"proposal-aurora"}, []string{"evaluation-summary"})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "grant.json")
-	if err := os.WriteFile(out, []byte("{}"), 0o666); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(out, 0o666); err != nil {
-		t.Fatal(err)
-	}
+	writeLoose(t, out, "{}")
 	if err := g.Save(out); err != nil {
 		t.Fatal(err)
 	}

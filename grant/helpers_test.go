@@ -62,6 +62,49 @@ func assertRefused(t *testing.T, err, want error, field string) {
 	}
 }
 
+// fileRefusal is a fixture a loader refuses: the error it matches, the
+// field it names (or "") and words its message says (or "").
+type fileRefusal struct {
+	fixture string
+	want    error
+	field   string // FieldError.Field, when the refusal names one
+	message string // what the message must say besides
+}
+
+// testLoadRefusals copies each fixture to name in a fresh folder, loads it
+// with load and checks the refusal, and that the message names the file.
+func testLoadRefusals[T any](t *testing.T, name string, load func(string) (*T, error), tests []fileRefusal) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.fixture, func(t *testing.T) {
+			path := copyFixture(t, tt.fixture, name)
+			v, err := load(path)
+			if v != nil {
+				t.Fatalf("loaded %+v with error %v", v, err)
+			}
+			assertRefused(t, err, tt.want, tt.field)
+			if !strings.Contains(err.Error(), path) {
+				t.Errorf("message %q does not name the file", err)
+			}
+			if tt.message != "" && !strings.Contains(err.Error(), tt.message) {
+				t.Errorf("message %q does not say %q", err, tt.message)
+			}
+		})
+	}
+}
+
+// writeLoose writes a file at path that group and others can write, whatever
+// the umask: Save must replace such a file, not write through it.
+func writeLoose(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // assertNoTempFiles fails if dir holds a leftover temporary file.
 func assertNoTempFiles(t *testing.T, dir string) {
 	t.Helper()

@@ -67,12 +67,7 @@ func TestLoadManifestValid(t *testing.T) {
 }
 
 func TestLoadManifestRefusals(t *testing.T) {
-	tests := []struct {
-		fixture string
-		want    error
-		field   string // FieldError.Field, when the refusal names one
-		message string // what the message must say besides
-	}{
+	testLoadRefusals(t, "manifest.json", LoadManifest, []fileRefusal{
 		{"manifest-unknown-field.json", ErrUnknownField, "", `unknown field "ttag" at documents.ccd-0001.fragments[1]`},
 		{"manifest-duplicate-key.json", ErrDuplicateKey, "", `"Approved"`},
 		{"manifest-malformed.json", ErrMalformed, "", "line 15"},
@@ -87,23 +82,7 @@ func TestLoadManifestRefusals(t *testing.T) {
 		{"manifest-step-not-compound.json", ErrNotCompound, "steps.referral-history.documents.proposal-aurora", ""},
 		{"manifest-step-unknown-datatype.json", ErrUnknownDataType, "steps.referral-history.documents.ccd-0001[1]", `"vitals"`},
 		{"manifest-bad-confirm.json", ErrInvalid, "steps.referral-history.confirm", `"ask"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.fixture, func(t *testing.T) {
-			path := copyFixture(t, tt.fixture, "manifest.json")
-			m, err := LoadManifest(path)
-			if m != nil {
-				t.Fatalf("LoadManifest returned a manifest with error %v", err)
-			}
-			assertRefused(t, err, tt.want, tt.field)
-			if !strings.Contains(err.Error(), path) {
-				t.Errorf("message %q does not name the file", err)
-			}
-			if tt.message != "" && !strings.Contains(err.Error(), tt.message) {
-				t.Errorf("message %q does not say %q", err, tt.message)
-			}
-		})
-	}
+	})
 }
 
 func TestLoadManifestRefusesWritableFile(t *testing.T) {
@@ -225,12 +204,7 @@ func TestManifestSaveRoundTrip(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "saved.json")
 	// A looser file already there is replaced, not written through.
-	if err := os.WriteFile(out, []byte("old"), 0o666); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(out, 0o666); err != nil {
-		t.Fatal(err)
-	}
+	writeLoose(t, out, "old")
 	if err := m.Save(out); err != nil {
 		t.Fatal(err)
 	}
