@@ -16,7 +16,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 )
@@ -42,21 +41,6 @@ func newCompoundStack(t *testing.T) *stack {
 func (s *stack) giveAgent(t *testing.T, types ...string) {
 	t.Helper()
 	ctx := context.Background()
-	sc, err := gateway.LoadServiceConfig(s.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := gateway.New(sc.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SignIn(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := grant.LoadSeedRecord(s.record())
-	if err != nil {
-		t.Fatal(err)
-	}
 	m, err := grant.LoadManifest(s.manifest)
 	if err != nil {
 		t.Fatal(err)
@@ -65,10 +49,7 @@ func (s *stack) giveAgent(t *testing.T, types ...string) {
 	for _, dt := range types {
 		keys = append(keys, m.CompoundKeys[dt])
 	}
-	owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, Objects: keys, TTL: api.MaxScopedTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, rec, owner := s.asOwner(ctx, t, keys...)
 	defer owner.Revoke(ctx)
 	agent, err := c.GetPrincipal(ctx, rec.AgentUser)
 	if err != nil {
@@ -313,10 +294,7 @@ func TestSaveFragmentSurvivesKill(t *testing.T) {
 				putStray(t, s, "documents/oru-0001/OBX.2.v2.bin")
 				want, files = 3, 3
 			}
-			doomed := s.connect(t, crashEnv+"="+point)
-			if _, err := doomed.CallTool(context.Background(), mcpCall("save_protected_fragment", args)); err == nil {
-				t.Fatalf("the server answered instead of dying at %s", point)
-			}
+			s.callDies(t, point, "save_protected_fragment", args)
 			cs := s.connect(t)
 			first, isErr := call(t, cs, "save_protected_fragment", args)
 			if isErr || first["version"] != float64(want) || first["documentVersion"] != float64(2) {

@@ -2,14 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
@@ -99,11 +96,7 @@ func TestHandOffSurvivesKillAtEachStep(t *testing.T) {
 	} {
 		t.Run(tc.point, func(t *testing.T) {
 			s := newStepStack(t)
-			doomed, _ := s.serve(t, crashEnv+"="+tc.point)
-			if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
-				Arguments: map[string]any{"stepId": handofftest.StepReferral}}); err == nil {
-				t.Fatalf("the server answered instead of dying at %s", tc.point)
-			}
+			s.handOffDies(t, tc.point, handofftest.StepReferral)
 			granted, rows := s.doctorEntries(t), s.openRows(t)
 			if len(granted) != tc.entries || len(rows) != tc.rows {
 				t.Fatalf("after the kill: entries %v, journal rows %d; want %d and %d", granted, len(rows), tc.entries, tc.rows)
@@ -156,11 +149,7 @@ func TestFileToolsSurviveKillAtCheck(t *testing.T) {
 	}
 	keys := s.keyCount(t)
 	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
-	doomed := s.connect(t, crashEnv+"=file:checked")
-	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "encrypt_file",
-		Arguments: map[string]any{"path": "c.txt"}}); err == nil {
-		t.Fatal("the server answered instead of dying at file:checked")
-	}
+	s.callDies(t, "file:checked", "encrypt_file", map[string]any{"path": "c.txt"})
 	if _, err := os.Stat(filepath.Join(root, "c.txt.pisoft")); !os.IsNotExist(err) {
 		t.Fatal("an envelope exists after a kill before the open")
 	}
@@ -181,11 +170,7 @@ func TestFileToolsSurviveKillAtCheck(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, "c.txt")); err != nil {
 		t.Fatal(err)
 	}
-	doomed = s.connect(t, crashEnv+"=file:checked")
-	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "decrypt_file",
-		Arguments: map[string]any{"path": "c.txt.pisoft"}}); err == nil {
-		t.Fatal("the server answered instead of dying at file:checked")
-	}
+	s.callDies(t, "file:checked", "decrypt_file", map[string]any{"path": "c.txt.pisoft"})
 	if _, err := os.Stat(filepath.Join(root, "c.decrypted.txt")); !os.IsNotExist(err) {
 		t.Fatal("a decrypted file exists after a kill before the open")
 	}

@@ -60,45 +60,31 @@ func readDeploy(t *testing.T, rel string) []byte {
 	return b
 }
 
-func TestDeployServiceConfigLoads(t *testing.T) {
-	if err := checkServiceConfig(t.TempDir(), readDeploy(t, "examples/config.json")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestDeployHTTPConfigLoads(t *testing.T) {
-	if err := checkHTTPConfig(t.TempDir(), readDeploy(t, "examples/mcp-http.json")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestDeployKeycloakRealm(t *testing.T) {
-	if err := checkRealm(readDeploy(t, "keycloak/realm-pdmcp.json")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestDeploySystemdUnit(t *testing.T) {
-	if err := checkUnit(readDeploy(t, "systemd/pdmcp.service")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestDeployCodexConfig(t *testing.T) {
-	if err := checkCodexTOML(readDeploy(t, "examples/codex-config.toml"), readDeploy(t, "keycloak/realm-pdmcp.json")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestDeployClaudeCodeLine(t *testing.T) {
-	if err := checkClaudeScript(readDeploy(t, "examples/claude-code.sh")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestDeployMCPServersJSON(t *testing.T) {
-	if err := checkMCPServersJSON(readDeploy(t, "examples/mcp-servers.json")); err != nil {
-		t.Fatal(err)
+// TestDeployFilesPass runs each shipped deploy file through its check.
+func TestDeployFilesPass(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		check func(t *testing.T) error
+	}{
+		{"service config loads", func(t *testing.T) error {
+			return checkServiceConfig(t.TempDir(), readDeploy(t, "examples/config.json"))
+		}},
+		{"HTTP config loads", func(t *testing.T) error {
+			return checkHTTPConfig(t.TempDir(), readDeploy(t, "examples/mcp-http.json"))
+		}},
+		{"Keycloak realm", func(t *testing.T) error { return checkRealm(readDeploy(t, "keycloak/realm-pdmcp.json")) }},
+		{"systemd unit", func(t *testing.T) error { return checkUnit(readDeploy(t, "systemd/pdmcp.service")) }},
+		{"Codex config", func(t *testing.T) error {
+			return checkCodexTOML(readDeploy(t, "examples/codex-config.toml"), readDeploy(t, "keycloak/realm-pdmcp.json"))
+		}},
+		{"Claude Code line", func(t *testing.T) error { return checkClaudeScript(readDeploy(t, "examples/claude-code.sh")) }},
+		{"mcpServers JSON", func(t *testing.T) error { return checkMCPServersJSON(readDeploy(t, "examples/mcp-servers.json")) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.check(t); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

@@ -114,6 +114,31 @@ func newStack(t testing.TB, grantArgs ...string) *stack {
 	return s
 }
 
+// toolNames lists the tools the server offers, sorted.
+func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// callDies starts a server that dies at the crash point and calls tool on
+// it: the call must fail, the server gone.
+func (s *stack) callDies(t *testing.T, point, tool string, args map[string]any) {
+	t.Helper()
+	doomed := s.connect(t, crashEnv+"="+point)
+	if _, err := doomed.CallTool(context.Background(), mcpCall(tool, args)); err == nil {
+		t.Fatalf("the server answered instead of dying at %s", point)
+	}
+}
+
 // connect starts `pdmcp serve` as a host would and connects the go-sdk
 // client to it over stdio.
 func (s *stack) connect(t testing.TB, extraEnv ...string) *mcp.ClientSession {
@@ -201,17 +226,8 @@ func seedText(t *testing.T, id string) []byte {
 func TestStdioEndToEnd(t *testing.T) {
 	s := newStack(t)
 	cs := s.connect(t)
-	ctx := context.Background()
 
-	tools, err := cs.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range tools.Tools {
-		names = append(names, tl.Name)
-	}
-	slices.Sort(names)
+	names := toolNames(t, cs)
 	if want := []string{"list_approved_documents", "read_protected_document", "save_protected_result"}; !slices.Equal(names, want) {
 		t.Fatalf("tools/list = %v, want %v", names, want)
 	}
@@ -436,10 +452,7 @@ func TestSaveSurvivesKillAtEachStep(t *testing.T) {
 				want, files = 2, 2
 			}
 
-			doomed := s.connect(t, crashEnv+"="+point)
-			if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result", Arguments: args}); err == nil {
-				t.Fatalf("the server answered instead of dying at %s", point)
-			}
+			s.callDies(t, point, "save_protected_result", args)
 
 			cs := s.connect(t)
 			first, isErr := call(t, cs, "save_protected_result", args)

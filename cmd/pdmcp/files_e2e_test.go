@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 )
@@ -63,15 +61,7 @@ func TestFileToolsOverStdio(t *testing.T) {
 	}
 
 	cs := s.connect(t)
-	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range tools.Tools {
-		names = append(names, tl.Name)
-	}
-	slices.Sort(names)
+	names := toolNames(t, cs)
 	if !slices.Equal(names, []string{"decrypt_file", "encrypt_file"}) {
 		t.Fatalf("tools/list: %v", names)
 	}
@@ -132,11 +122,7 @@ func TestEncryptFileSurvivesKillAtEachStep(t *testing.T) {
 			}
 			keys := s.keyCount(t)
 			encrypts := s.env.Gateway.Count(api.RouteEncrypt)
-			doomed := s.connect(t, crashEnv+"="+tc.point)
-			if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "encrypt_file",
-				Arguments: map[string]any{"path": "k.txt"}}); err == nil {
-				t.Fatalf("the server answered instead of dying at %s", tc.point)
-			}
+			s.callDies(t, tc.point, "encrypt_file", map[string]any{"path": "k.txt"})
 			cs := s.connect(t)
 			res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "k.txt"})
 			if tc.answered {

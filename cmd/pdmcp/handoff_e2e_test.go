@@ -75,6 +75,17 @@ func (s *stepStack) serve(t *testing.T, extraEnv ...string) (*mcp.ClientSession,
 	return cs, cmd
 }
 
+// handOffDies starts a server that dies at the crash point and has it hand
+// step off: the call must fail, the server gone.
+func (s *stepStack) handOffDies(t *testing.T, point, step string) {
+	t.Helper()
+	doomed, _ := s.serve(t, crashEnv+"="+point)
+	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+		Arguments: map[string]any{"stepId": step}}); err == nil {
+		t.Fatalf("the server answered instead of dying at %s", point)
+	}
+}
+
 // doctorEntries are the keys of the step on which the doctor holds an
 // entry, as the patient reads them.
 func (s *stepStack) doctorEntries(t *testing.T) []string {
@@ -88,14 +99,21 @@ func (s *stepStack) doctorEntries(t *testing.T) []string {
 	return out
 }
 
+// openRows are the referral step's open hand-off rows in the journal.
 func (s *stepStack) openRows(t *testing.T) []journal.HandOff {
+	t.Helper()
+	return s.openRowsOf(t, handofftest.StepReferral)
+}
+
+// openRowsOf are step's open hand-off rows in the journal.
+func (s *stepStack) openRowsOf(t *testing.T, step string) []journal.HandOff {
 	t.Helper()
 	j, err := journal.Open(context.Background(), journal.DefaultPath(s.w.Manifest))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	rows, err := j.OpenHandOffs(context.Background(), handofftest.StepReferral)
+	rows, err := j.OpenHandOffs(context.Background(), step)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,11 +179,7 @@ func TestCloseStepAfterSIGKILL(t *testing.T) {
 // leftover back and hands the step whole.
 func TestKillBetweenGrantAndReadBack(t *testing.T) {
 	s := newStepStack(t)
-	doomed, _ := s.serve(t, crashEnv+"=handoff:granted")
-	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
-		Arguments: map[string]any{"stepId": handofftest.StepReferral}}); err == nil {
-		t.Fatal("the server answered instead of dying after its first grant")
-	}
+	s.handOffDies(t, "handoff:granted", handofftest.StepReferral)
 	granted := s.doctorEntries(t)
 	rows := s.openRows(t)
 	if len(granted) != 1 {
@@ -211,11 +225,7 @@ func TestKillBetweenGrantAndReadBack(t *testing.T) {
 // says what it left.
 func TestKilledHandOffNeverRevokesAnotherEntry(t *testing.T) {
 	s := newStepStack(t)
-	doomed, _ := s.serve(t, crashEnv+"=handoff:journalled")
-	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
-		Arguments: map[string]any{"stepId": handofftest.StepReferral}}); err == nil {
-		t.Fatal("the server answered instead of dying after its first journal row")
-	}
+	s.handOffDies(t, "handoff:journalled", handofftest.StepReferral)
 	rows := s.openRows(t)
 	if len(rows) != 1 || len(s.doctorEntries(t)) != 0 {
 		t.Fatalf("after the kill: rows %+v, entries %v", rows, s.doctorEntries(t))
@@ -265,11 +275,7 @@ func TestKilledHandOffNeverRevokesAnotherEntry(t *testing.T) {
 // closes the row as left alone and refuses, touching nothing.
 func TestKilledHandOffLeftoverLeftAloneOnRestart(t *testing.T) {
 	s := newStepStack(t)
-	doomed, _ := s.serve(t, crashEnv+"=handoff:journalled")
-	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
-		Arguments: map[string]any{"stepId": handofftest.StepReferral}}); err == nil {
-		t.Fatal("the server answered instead of dying after its first journal row")
-	}
+	s.handOffDies(t, "handoff:journalled", handofftest.StepReferral)
 	rows := s.openRows(t)
 	ctx := context.Background()
 	patient := s.w.As(t, s.w.Patient.Name)
@@ -306,23 +312,8 @@ func TestHandOffSurvivesKillAfterRefusedGrant(t *testing.T) {
 	run(t, "grant", "--manifest", s.w.Manifest, "--local-user", s.w.Nurse.Name,
 		"--documents", handofftest.DocID, "--tools", "list_approved_documents,hand_off,close_step",
 		"--steps", handofftest.StepByNurse, "--ttl-seconds", "900", "--out", s.grant)
-	doomed, _ := s.serve(t, crashEnv+"=handoff:grant-refused")
-	if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
-		Arguments: map[string]any{"stepId": handofftest.StepByNurse}}); err == nil {
-		t.Fatal("the server answered instead of dying after the refused grant")
-	}
-	openRows := func() []journal.HandOff {
-		j, err := journal.Open(context.Background(), journal.DefaultPath(s.w.Manifest))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer j.Close()
-		rows, err := j.OpenHandOffs(context.Background(), handofftest.StepByNurse)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rows
-	}
+	s.handOffDies(t, "handoff:grant-refused", handofftest.StepByNurse)
+	openRows := func() []journal.HandOff { return s.openRowsOf(t, handofftest.StepByNurse) }
 	if rows := openRows(); len(rows) != 1 || len(s.doctorEntries(t)) != 0 {
 		t.Fatalf("after the kill: rows %+v, entries %v", rows, s.doctorEntries(t))
 	}

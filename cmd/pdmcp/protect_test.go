@@ -49,6 +49,49 @@ func countRows(t *testing.T, dbPath, table string) int {
 
 func (s *stack) record() string { return filepath.Join(filepath.Dir(s.manifest), "seed-record.json") }
 
+// recordHoldsKeys fails unless the seed record lists every key of m's
+// compoundKeys, so that seed --cleanup removes them.
+func recordHoldsKeys(t *testing.T, s *stack, m *grant.Manifest) {
+	t.Helper()
+	rec, err := grant.LoadSeedRecord(s.record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dt, k := range m.CompoundKeys {
+		if !slices.Contains(rec.Keys, k) {
+			t.Errorf("the seed record lacks %s's key", dt)
+		}
+	}
+}
+
+// asOwner signs the stack's service client in and mints a session as the
+// seed's owner over objects (every key the owner may use when none). It
+// returns the client and the seed record too; the caller revokes the
+// session.
+func (s *stack) asOwner(ctx context.Context, t *testing.T, objects ...string) (*gateway.Client, *grant.SeedRecord, *gateway.Session) {
+	t.Helper()
+	sc, err := gateway.LoadServiceConfig(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := gateway.New(sc.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SignIn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := grant.LoadSeedRecord(s.record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, Objects: objects, TTL: api.MaxScopedTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, rec, owner
+}
+
 // protect runs pdmcp protect and returns stdout, stderr and whether it
 // succeeded.
 func (s *stack) protect(t *testing.T, env []string, args ...string) (string, string, bool) {
@@ -135,15 +178,7 @@ func TestProtectBothFixtures(t *testing.T) {
 	if len(m.CompoundKeys) != 6 {
 		t.Fatalf("compoundKeys %v", m.CompoundKeys)
 	}
-	rec, err := grant.LoadSeedRecord(s.record())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for dt, k := range m.CompoundKeys {
-		if !slices.Contains(rec.Keys, k) {
-			t.Errorf("the seed record lacks %s's key", dt)
-		}
-	}
+	recordHoldsKeys(t, s, m)
 	d := m.Documents["ccd-0001"]
 	if d.Fragments[1].TemplateID != "2.16.840.1.113883.10.20.22.2.6.1" || !d.IsCompound() {
 		t.Fatalf("ccd %+v", d)
@@ -334,22 +369,7 @@ func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 func TestProtectNamedKey(t *testing.T) {
 	s := newStack(t)
 	ctx := context.Background()
-	sc, err := gateway.LoadServiceConfig(s.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := gateway.New(sc.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SignIn(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rec, _ := grant.LoadSeedRecord(s.record())
-	owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, TTL: api.MaxScopedTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rec, owner := s.asOwner(ctx, t)
 	defer owner.Revoke(ctx)
 	anchor, err := owner.Encrypt(ctx, gateway.EncryptInput{Plaintext: []byte("results key")})
 	if err != nil {

@@ -188,10 +188,7 @@ func TestSaveSurvivesKillWithTwoServers(t *testing.T) {
 			b := s.connect(t)
 			encrypts := s.env.Gateway.Count(api.RouteEncrypt)
 			args := saveArgs("evaluation-summary", "A's text", "a-1")
-			doomed := s.connect(t, crashEnv+"="+point)
-			if _, err := doomed.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result", Arguments: args}); err == nil {
-				t.Fatalf("the server answered instead of dying at %s", point)
-			}
+			s.callDies(t, point, "save_protected_result", args)
 			other, isErr := call(t, b, "save_protected_result", saveArgs("evaluation-summary", "B's text", "b-1"))
 			if isErr {
 				t.Fatalf("B: %v", other)
@@ -439,10 +436,7 @@ func TestSaveFragmentSurvivesKillWithTwoServers(t *testing.T) {
 				return map[string]any{"documentId": "oru-0001", "fragmentId": "OBX.2",
 					"text": "OBX|2|NM|2085-9^HDL cholesterol^LN||" + v + "|mg/dL|>40|N|||F", "idempotencyKey": "k-" + v}
 			}
-			doomed := s.connect(t, crashEnv+"="+point)
-			if _, err := doomed.CallTool(context.Background(), mcpCall("save_protected_fragment", seg("58"))); err == nil {
-				t.Fatalf("the server answered instead of dying at %s", point)
-			}
+			s.callDies(t, point, "save_protected_fragment", seg("58"))
 			other, isErr := call(t, b, "save_protected_fragment", seg("61"))
 			if isErr {
 				t.Fatalf("B: %v", other)
@@ -511,25 +505,7 @@ func TestServerServesADocumentUnderANewKey(t *testing.T) {
 		t.Fatalf("read: %v", m)
 	}
 	ctx := context.Background()
-	sc, err := gateway.LoadServiceConfig(s.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := gateway.New(sc.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SignIn(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := grant.LoadSeedRecord(s.record())
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, TTL: api.MaxScopedTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, rec, owner := s.asOwner(ctx, t)
 	defer owner.Revoke(ctx)
 	text := []byte("Evaluation criteria, second edition (synthetic).")
 	enc, err := owner.Encrypt(ctx, gateway.EncryptInput{IV: make([]byte, api.IVBytes), Plaintext: text})
