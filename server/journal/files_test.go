@@ -3,12 +3,10 @@ package journal
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -286,23 +284,8 @@ func TestHandOffSchemaUpgrade(t *testing.T) {
 	// A file written at schema 1 (before batches) opens, keeps its rows,
 	// and reads them with empty batch and grant.
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "old.sqlite")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.Exec(migrations()[0]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.Exec(`PRAGMA user_version = 1;
-INSERT INTO handoffs (step, caller, ttag, system_id, principal_id, end_time, state, created_at)
-VALUES ('s', '', 'k', 1, 'p', '2026-10-24T12:30:00Z', 'open', '2026-10-24T12:00:00Z')`); err != nil {
-		t.Fatal(err)
-	}
-	raw.Close()
+	path := journalAtSchema(t, 1, `INSERT INTO handoffs (step, caller, ttag, system_id, principal_id, end_time, state, created_at)
+VALUES ('s', '', 'k', 1, 'p', '2026-10-24T12:30:00Z', 'open', '2026-10-24T12:00:00Z')`)
 	j := openAt(t, path)
 	rows, err := j.OpenHandOffs(ctx, "s")
 	if err != nil || len(rows) != 1 || rows[0].Batch != "" || rows[0].GrantID != "" || !rows[0].VerifiedAt.IsZero() {
@@ -411,24 +394,17 @@ var releaseKey = FileKey{Root: "/srv/task", RelPath: "shared.txt", ContentSHA256
 // first process's, or making its own) and releases it, as encrypt_file does
 // when it stops before sending. It prints the state it found.
 func runReleaseHelper(path string) int {
-	ctx := context.Background()
-	j, err := Open(ctx, path)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer j.Close()
-	r, err := j.ReserveFile(ctx, releaseKey)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := j.ReleaseFile(ctx, releaseKey); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Printf("found %s new %v\n", r.State, r.New)
-	return 0
+	return asHelper(path, func(ctx context.Context, j *Journal) error {
+		r, err := j.ReserveFile(ctx, releaseKey)
+		if err != nil {
+			return err
+		}
+		if err := j.ReleaseFile(ctx, releaseKey); err != nil {
+			return err
+		}
+		fmt.Printf("found %s new %v\n", r.State, r.New)
+		return nil
+	})
 }
 
 func releaseInAnotherProcess(t *testing.T, path string) string {
@@ -492,26 +468,9 @@ func TestReleaseFileAcrossProcesses(t *testing.T) {
 // nobody until a call claims it.
 func TestReleaseFileOwners(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "old.sqlite")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations()[:2] {
-		if _, err := raw.Exec(m); err != nil {
-			t.Fatal(err)
-		}
-	}
 	old := FileKey{Root: "/srv/task", RelPath: "old.txt", ContentSHA256: sum("old")}
-	if _, err := raw.Exec(`PRAGMA user_version = 2;
-INSERT INTO files (caller, root, rel_path, content_sha256, state, created_at, updated_at)
-VALUES ('', ?, ?, ?, 'reserved', '2026-11-30T12:00:00Z', '2026-11-30T12:00:00Z')`, old.Root, old.RelPath, old.ContentSHA256); err != nil {
-		t.Fatal(err)
-	}
-	raw.Close()
+	path := journalAtSchema(t, 2, `INSERT INTO files (caller, root, rel_path, content_sha256, state, created_at, updated_at)
+VALUES ('', ?, ?, ?, 'reserved', '2026-11-30T12:00:00Z', '2026-11-30T12:00:00Z')`, old.Root, old.RelPath, old.ContentSHA256)
 	a := openAt(t, path)
 	b := openAt(t, path)
 	if err := a.ReleaseFile(ctx, old); err != nil {

@@ -3,7 +3,6 @@ package journal
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -22,22 +21,16 @@ const lockHelperEnv = "PDMCP_JOURNAL_LOCK_HELPER"
 var lockKeyA = LockKey{TTag: "k1", SystemID: 7, PrincipalID: "1004"}
 
 func runLockHelper(path string) int {
-	ctx := context.Background()
-	j, err := Open(ctx, path)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer j.Close()
-	unlock, err := j.LockHandOffs(ctx, []LockKey{lockKeyA}, LockOptions{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println("locked")
-	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-	unlock()
-	return 0
+	return asHelper(path, func(ctx context.Context, j *Journal) error {
+		unlock, err := j.LockHandOffs(ctx, []LockKey{lockKeyA}, LockOptions{})
+		if err != nil {
+			return err
+		}
+		fmt.Println("locked")
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		unlock()
+		return nil
+	})
 }
 
 // startLockHolder starts a child process holding lockKeyA and returns it
@@ -162,27 +155,8 @@ func TestHandOffLockInProcess(t *testing.T) {
 // rows, and gains both.
 func TestOpensJournalOfSchema2(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "old.journal.sqlite")
-	if err := preparePrivateFile(path); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", path+"?_journal_mode=WAL")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, step := range migrations()[:2] {
-		if _, err := db.ExecContext(ctx, step); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := db.ExecContext(ctx, `PRAGMA user_version = 2`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `INSERT INTO handoffs (step, caller, ttag, system_id, principal_id, end_time, state,
-created_at, batch, grant_id) VALUES ('referral', '', 'k1', 7, '1004', '2026-12-01T12:00:00Z', 'open', '2026-12-01T11:00:00Z', 'b', 'g')`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	path := journalAtSchema(t, 2, `INSERT INTO handoffs (step, caller, ttag, system_id, principal_id, end_time, state,
+created_at, batch, grant_id) VALUES ('referral', '', 'k1', 7, '1004', '2026-12-01T12:00:00Z', 'open', '2026-12-01T11:00:00Z', 'b', 'g')`)
 
 	j := openAt(t, path)
 	rows, err := j.OpenHandOffs(ctx, "referral")

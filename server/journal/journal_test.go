@@ -61,6 +61,52 @@ func openTemp(t *testing.T) (*Journal, string) {
 	return openAt(t, path), path
 }
 
+// journalAtSchema writes a journal as the release of schema n left it: the
+// first n migrations, user_version n, then the rows insert (with args)
+// adds. It returns the file's path.
+func journalAtSchema(t *testing.T, n int, insert string, args ...any) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "old.journal.sqlite")
+	if err := preparePrivateFile(path); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sql.Open("sqlite", path+"?_journal_mode=WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	for _, step := range migrations()[:n] {
+		if _, err := raw.Exec(step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := raw.Exec(fmt.Sprintf("PRAGMA user_version = %d", n)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(insert, args...); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// asHelper is the body of a helper process: it opens the journal at path
+// and runs work on it, printing an error to stderr and exiting 1 on
+// failure.
+func asHelper(path string, work func(context.Context, *Journal) error) int {
+	ctx := context.Background()
+	j, err := Open(ctx, path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer j.Close()
+	if err := work(ctx, j); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
 func TestDefaultPath(t *testing.T) {
 	tests := []struct{ manifest, want string }{
 		{"task-data/manifest.json", "task-data/manifest.journal.sqlite"},
@@ -486,35 +532,26 @@ func TestConcurrentHandles(t *testing.T) {
 // runHelper is the child side of TestTwoProcesses: it reserves a shared key
 // (printing whether it got the new row) and commits 20 keys of its own.
 func runHelper(path, name string) int {
-	ctx := context.Background()
-	j, err := Open(ctx, path)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer j.Close()
-	r, err := j.Reserve(ctx, SaveKey{Caller: "shared", Destination: "d", IdempotencyKey: "same"}, sum("same text"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println("new:", r.New)
-	for i := range 20 {
-		k := SaveKey{Caller: name, Destination: "d", IdempotencyKey: fmt.Sprint(i)}
-		if _, err := j.Reserve(ctx, k, sum("t")); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+	return asHelper(path, func(ctx context.Context, j *Journal) error {
+		r, err := j.Reserve(ctx, SaveKey{Caller: "shared", Destination: "d", IdempotencyKey: "same"}, sum("same text"))
+		if err != nil {
+			return err
 		}
-		if _, err := j.RecordEncrypted(ctx, k, EncryptedPayload{IV: []byte{1}, Ciphertext: []byte{2}, TTag: "t"}); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+		fmt.Println("new:", r.New)
+		for i := range 20 {
+			k := SaveKey{Caller: name, Destination: "d", IdempotencyKey: fmt.Sprint(i)}
+			if _, err := j.Reserve(ctx, k, sum("t")); err != nil {
+				return err
+			}
+			if _, err := j.RecordEncrypted(ctx, k, EncryptedPayload{IV: []byte{1}, Ciphertext: []byte{2}, TTag: "t"}); err != nil {
+				return err
+			}
+			if _, err := j.Commit(ctx, k, Receipt{Destination: "d", Version: i + 1, Path: "p", SHA256: sum("t")}); err != nil {
+				return err
+			}
 		}
-		if _, err := j.Commit(ctx, k, Receipt{Destination: "d", Version: i + 1, Path: "p", SHA256: sum("t")}); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	return 0
+		return nil
+	})
 }
 
 func TestTwoProcesses(t *testing.T) {

@@ -2,10 +2,8 @@ package journal
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -157,28 +155,11 @@ func TestSectionChains(t *testing.T) {
 // gains the record.
 func TestOpensAJournalOfSchema2(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "old.journal.sqlite")
-	if err := preparePrivateFile(path); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := sql.Open("sqlite", path+"?_journal_mode=WAL")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, step := range migrations()[:2] {
-		if _, err := raw.Exec(step); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := raw.Exec(`PRAGMA user_version = 2;
-INSERT INTO saves (kind, caller, target, idempotency_key, text_sha256, state, ttag, iv, ciphertext, placed_version, placed_path,
+	path := journalAtSchema(t, 2, `INSERT INTO saves (kind, caller, target, idempotency_key, text_sha256, state, ttag, iv, ciphertext, placed_version, placed_path,
 	receipt, created_at, updated_at)
-VALUES ('result', '', 'd', 'old', '` + sum("old") + `', 'committed', 't', x'00', x'01', 1, 'results/d.v1.bin',
-	'{"destination":"d","version":1,"path":"results/d.v1.bin","sha256":"` + sum("old") + `","size":3,"savedAt":"2026-11-30T00:00:00Z"}',
-	'2026-11-30T00:00:00Z', '2026-11-30T00:00:00Z')`); err != nil {
-		t.Fatal(err)
-	}
-	raw.Close()
+VALUES ('result', '', 'd', 'old', '`+sum("old")+`', 'committed', 't', x'00', x'01', 1, 'results/d.v1.bin',
+	'{"destination":"d","version":1,"path":"results/d.v1.bin","sha256":"`+sum("old")+`","size":3,"savedAt":"2026-11-30T00:00:00Z"}',
+	'2026-11-30T00:00:00Z', '2026-11-30T00:00:00Z')`)
 	j := openAt(t, path)
 	r, err := j.Reserve(ctx, SaveKey{Destination: "d", IdempotencyKey: "old"}, sum("old"))
 	if err != nil || r.State != SaveCommitted || r.Receipt.Version != 1 || r.Encrypted.ActingAs != "" {
