@@ -32,15 +32,3 @@ func openNoFollow(path string) (*os.File, error) {
 }
 
 func openFollow(path string) (*os.File, error) { return os.Open(path) }
-
-// checkMode applies the permission bits where the system has them.
-func checkMode(path string, fi fs.FileInfo, secret bool) error {
-	mask := fs.FileMode(0o022)
-	if secret {
-		mask = 0o077
-	}
-	if fi.Mode().Perm()&mask != 0 {
-		return &ModeError{Path: path, Mode: fi.Mode(), Secret: secret}
-	}
-	return nil
-}

@@ -5,7 +5,6 @@ package safefile
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"syscall"
 )
@@ -23,17 +22,4 @@ func openNoFollow(path string) (*os.File, error) {
 
 func openFollow(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-}
-
-// checkMode applies the permission bits: a secret must give group and
-// others nothing, a configuration file must not let them write.
-func checkMode(path string, fi fs.FileInfo, secret bool) error {
-	mask := fs.FileMode(0o022)
-	if secret {
-		mask = 0o077
-	}
-	if fi.Mode().Perm()&mask != 0 {
-		return &ModeError{Path: path, Mode: fi.Mode(), Secret: secret}
-	}
-	return nil
 }

@@ -62,27 +62,24 @@ func (e *ModeError) Is(target error) bool {
 // unless the opened file is a regular file that group and others cannot
 // access.
 func ReadSecret(path string, limit int64) ([]byte, error) {
-	f, err := openNoFollow(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return readChecked(f, path, limit, true)
+	return readChecked(openNoFollow, path, limit, true)
 }
 
 // ReadConfig reads a configuration file of at most limit bytes
 // (DefaultLimit when limit is 0): opened once, refused unless the opened
 // file is a regular file that group and others cannot write.
 func ReadConfig(path string, limit int64) ([]byte, error) {
-	f, err := openFollow(path)
+	return readChecked(openFollow, path, limit, false)
+}
+
+// readChecked opens path once with open and reads the opened file, refused
+// unless it is regular, within limit and of a mode checkMode accepts.
+func readChecked(open func(string) (*os.File, error), path string, limit int64, secret bool) ([]byte, error) {
+	f, err := open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return readChecked(f, path, limit, false)
-}
-
-func readChecked(f *os.File, path string, limit int64, secret bool) ([]byte, error) {
 	if limit <= 0 {
 		limit = DefaultLimit
 	}
