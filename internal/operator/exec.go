@@ -31,6 +31,20 @@ func runClean(path string, argv, env []string, stdin io.Reader, stdout, stderr i
 	return 0, nil
 }
 
+// cleanCommand is what ExecClean starts: argv[0] as look finds it on the
+// clean environment's path, and that environment.
+func cleanCommand(keep, argv []string, look func(name string, env []string) (string, error)) (string, []string, error) {
+	if len(argv) == 0 {
+		return "", nil, errors.New("clean-env: no command given after --")
+	}
+	env := CurrentCleanEnv(keep)
+	path, err := look(argv[0], env)
+	if err != nil {
+		return "", nil, fmt.Errorf("clean-env: %w", err)
+	}
+	return path, env, nil
+}
+
 // envValue is the value of name in env; names match without regard to case
 // when fold is set (Windows).
 func envValue(env []string, name string, fold bool) string {

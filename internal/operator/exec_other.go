@@ -3,7 +3,6 @@
 package operator
 
 import (
-	"errors"
 	"fmt"
 	"os"
 )
@@ -15,13 +14,9 @@ import (
 // console Ctrl-C reaches both, and the child decides what it means. It
 // returns only when the child could not be started.
 func ExecClean(keep []string, argv []string) error {
-	if len(argv) == 0 {
-		return errors.New("clean-env: no command given after --")
-	}
-	env := CurrentCleanEnv(keep)
-	path, err := lookPathWindows(argv[0], env)
+	path, env, err := cleanCommand(keep, argv, lookPathWindows)
 	if err != nil {
-		return fmt.Errorf("clean-env: %w", err)
+		return err
 	}
 	code, err := runClean(path, argv, env, os.Stdin, os.Stdout, os.Stderr)
 	if err != nil {

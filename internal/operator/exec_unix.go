@@ -3,7 +3,6 @@
 package operator
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,13 +13,9 @@ import (
 // ExecClean replaces this process with argv[0], looked up on the clean
 // environment's PATH, running with only the clean environment.
 func ExecClean(keep []string, argv []string) error {
-	if len(argv) == 0 {
-		return errors.New("clean-env: no command given after --")
-	}
-	env := CurrentCleanEnv(keep)
-	path, err := lookPath(argv[0], env)
+	path, env, err := cleanCommand(keep, argv, lookPath)
 	if err != nil {
-		return fmt.Errorf("clean-env: %w", err)
+		return err
 	}
 	return syscall.Exec(path, argv, env)
 }
@@ -31,13 +26,7 @@ func lookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
-	var pathVar string
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			pathVar = v
-		}
-	}
-	for _, dir := range filepath.SplitList(pathVar) {
+	for _, dir := range filepath.SplitList(envValue(env, "PATH", false)) {
 		if dir == "" {
 			dir = "."
 		}
