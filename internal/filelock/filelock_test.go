@@ -159,10 +159,7 @@ func (c *child) wait(t *testing.T) {
 // release shows.
 func TestAcquireWaitsForAnotherProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "manifest.json.lock")
-	l, err := TryAcquire(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := tryHold(t, path)
 	if err := os.WriteFile(path+".state", []byte("holding"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -173,9 +170,7 @@ func TestAcquireWaitsForAnotherProcess(t *testing.T) {
 	if err := os.WriteFile(path+".state", []byte("released"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Release(); err != nil {
-		t.Fatal(err)
-	}
+	release(t, l)
 	if got := c.line(t); got != "acquired released" {
 		t.Fatalf("helper: %q, want it to get the lock only after the release", got)
 	}
@@ -227,35 +222,23 @@ func TestLockReleasedWhenHolderKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the holder was killed: %v", err)
 	}
-	if err := l.Release(); err != nil {
-		t.Fatal(err)
-	}
+	release(t, l)
 }
 
 // TestTwoLocksInOneProcess: the lock excludes a second holder in the same
 // process too, and a released lock can be taken again.
 func TestTwoLocksInOneProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
-	l, err := TryAcquire(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := tryHold(t, path)
 	if _, err := TryAcquire(path); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second TryAcquire: %v, want ErrLocked", err)
 	}
-	if err := l.Release(); err != nil {
-		t.Fatal(err)
-	}
+	release(t, l)
 	if err := l.Release(); err != nil {
 		t.Fatalf("a second Release: %v", err)
 	}
-	again, err := TryAcquire(path)
-	if err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	if err := again.Release(); err != nil {
-		t.Fatal(err)
-	}
+	again := tryHold(t, path)
+	release(t, again)
 }
 
 // TestAcquireEndsWithContext: a wait whose context ends returns the
@@ -263,25 +246,18 @@ func TestTwoLocksInOneProcess(t *testing.T) {
 // Acquire gets it once the holder releases.
 func TestAcquireEndsWithContext(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
-	l, err := TryAcquire(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := tryHold(t, path)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := Acquire(ctx, path); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire with an ended context: %v, want context.Canceled", err)
 	}
-	if err := l.Release(); err != nil {
-		t.Fatal(err)
-	}
+	release(t, l)
 	next, err := Acquire(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := next.Release(); err != nil {
-		t.Fatal(err)
-	}
+	release(t, next)
 }
 
 // TestLockFileMustBeRegular: a lock path that is a folder is refused.
@@ -292,5 +268,24 @@ func TestLockFileMustBeRegular(t *testing.T) {
 	}
 	if _, err := TryAcquire(path); err == nil {
 		t.Fatal("a folder was taken as a lock file")
+	}
+}
+
+// tryHold takes the lock at path without waiting, failing the test if it
+// cannot.
+func tryHold(t *testing.T, path string) *Lock {
+	t.Helper()
+	l, err := TryAcquire(path)
+	if err != nil {
+		t.Fatalf("TryAcquire(%s): %v", path, err)
+	}
+	return l
+}
+
+// release releases l, failing the test on an error.
+func release(t *testing.T, l *Lock) {
+	t.Helper()
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
 	}
 }
