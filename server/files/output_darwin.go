@@ -2,7 +2,6 @@ package files
 
 import (
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,20 +23,7 @@ func nameMax(folder string) int {
 // root, in one folder) unless newname exists: renameatx_np RENAME_EXCL on
 // the folder opened through the root.
 func renameNoReplace(dir *os.Root, oldname, newname string) error {
-	d, err := dir.Open(folderOf(oldname))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := unix.RenameatxNp(int(d.Fd()), filepath.Base(oldname), int(d.Fd()), filepath.Base(newname), unix.RENAME_EXCL); err != nil {
-		return &os.LinkError{Op: "renameatx_np", Old: oldname, New: newname, Err: err}
-	}
-	return nil
-}
-
-func folderOf(name string) string {
-	if f := filepath.Dir(name); f != "" {
-		return f
-	}
-	return "."
+	return renameInFolder(dir, oldname, newname, "renameatx_np", func(fd int, oldBase, newBase string) error {
+		return unix.RenameatxNp(fd, oldBase, fd, newBase, unix.RENAME_EXCL)
+	})
 }

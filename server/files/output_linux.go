@@ -2,7 +2,6 @@ package files
 
 import (
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,20 +20,7 @@ func nameMax(folder string) int {
 // root, in one folder) unless newname exists: renameat2 RENAME_NOREPLACE
 // on the folder opened through the root.
 func renameNoReplace(dir *os.Root, oldname, newname string) error {
-	d, err := dir.Open(folderOf(oldname))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := unix.Renameat2(int(d.Fd()), filepath.Base(oldname), int(d.Fd()), filepath.Base(newname), unix.RENAME_NOREPLACE); err != nil {
-		return &os.LinkError{Op: "renameat2", Old: oldname, New: newname, Err: err}
-	}
-	return nil
-}
-
-func folderOf(name string) string {
-	if f := filepath.Dir(name); f != "" {
-		return f
-	}
-	return "."
+	return renameInFolder(dir, oldname, newname, "renameat2", func(fd int, oldBase, newBase string) error {
+		return unix.Renameat2(fd, oldBase, fd, newBase, unix.RENAME_NOREPLACE)
+	})
 }
