@@ -10,22 +10,17 @@ import (
 
 func newBootstrapCmd() *cobra.Command {
 	var o operator.BootstrapOptions
-	cmd := &cobra.Command{
-		Use:   "bootstrap",
-		Short: "Register this service at the Gateway (with scoped sessions) and write config.json",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			sc, err := operator.Bootstrap(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "service %s registered; systemId %d; prefix %s\n", sc.ServiceID, sc.SystemID, sc.Prefix)
-			fmt.Fprintf(out, "config written to %s\n", o.ConfigOut)
-			fmt.Fprintln(out, "BOOTSTRAP: OK")
-			return nil
-		},
-	}
+	cmd := command("bootstrap", "Register this service at the Gateway (with scoped sessions) and write config.json", func(cmd *cobra.Command) error {
+		sc, err := operator.Bootstrap(cmd.Context(), o)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		fmt.Fprintf(out, "service %s registered; systemId %d; prefix %s\n", sc.ServiceID, sc.SystemID, sc.Prefix)
+		fmt.Fprintf(out, "config written to %s\n", o.ConfigOut)
+		fmt.Fprintln(out, "BOOTSTRAP: OK")
+		return nil
+	})
 	f := cmd.Flags()
 	f.StringVar(&o.GatewayURL, "endpoint", "", "the Gateway's URL (https://…)")
 	f.StringVar(&o.TrustFile, "trust-file", "", "PEM CA file: the only CA trusted for the Gateway")

@@ -128,25 +128,20 @@ Ctrl-C stops everything and revokes every session.
 // a second run reuses.
 func newDevGatewayCmd(state *string) *cobra.Command {
 	var port int
-	cmd := &cobra.Command{
-		Use:   "gateway",
-		Short: "Run the reference Gateway and key server over TLS on 127.0.0.1",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ca, err := devpki.LoadOrCreateCA(filepath.Join(*state, "ca"), "pdmcp dev")
-			if err != nil {
-				return err
-			}
-			srv, pwFile, err := devstack.ServeGateway(cmd.Context(), *state, ca, port, newLogger())
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "gateway: %s\nca: %s\nadmin user: admin\nadmin password file: %s\n", srv.URL, ca.CertPEM, pwFile)
-			<-cmd.Context().Done()
-			return srv.Close()
-		},
-	}
+	cmd := command("gateway", "Run the reference Gateway and key server over TLS on 127.0.0.1", func(cmd *cobra.Command) error {
+		ca, err := devpki.LoadOrCreateCA(filepath.Join(*state, "ca"), "pdmcp dev")
+		if err != nil {
+			return err
+		}
+		srv, pwFile, err := devstack.ServeGateway(cmd.Context(), *state, ca, port, newLogger())
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		fmt.Fprintf(out, "gateway: %s\nca: %s\nadmin user: admin\nadmin password file: %s\n", srv.URL, ca.CertPEM, pwFile)
+		<-cmd.Context().Done()
+		return srv.Close()
+	})
 	cmd.Flags().IntVar(&port, "port", 0, "the loopback port to serve on (0: any free port)")
 	return cmd
 }

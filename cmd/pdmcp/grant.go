@@ -14,32 +14,27 @@ func newGrantCmd() *cobra.Command {
 	var o grant.LaunchOptions
 	var ttl int
 	var seedRecord string
-	cmd := &cobra.Command{
-		Use:   "grant",
-		Short: "Write a task grant (the trusted launcher)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.TTL = time.Duration(ttl) * time.Second
-			if o.AllApproved && o.LocalUser == "" && !o.CallerIdentity {
-				path := seedRecord
-				if path == "" {
-					path = filepath.Join(filepath.Dir(o.ManifestPath), "seed-record.json")
-				}
-				rec, err := grant.LoadSeedRecord(path)
-				if err != nil {
-					return fmt.Errorf("--all-approved without --local-user takes the seed's agent user: %w", err)
-				}
-				o.AgentUser = rec.AgentUser
+	cmd := command("grant", "Write a task grant (the trusted launcher)", func(cmd *cobra.Command) error {
+		o.TTL = time.Duration(ttl) * time.Second
+		if o.AllApproved && o.LocalUser == "" && !o.CallerIdentity {
+			path := seedRecord
+			if path == "" {
+				path = filepath.Join(filepath.Dir(o.ManifestPath), "seed-record.json")
 			}
-			g, err := grant.Launch(o)
+			rec, err := grant.LoadSeedRecord(path)
 			if err != nil {
-				return err
+				return fmt.Errorf("--all-approved without --local-user takes the seed's agent user: %w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "grant %s written to %s: tools %v, %d documents, %d destinations, until %s\n",
-				g.ID, o.Out, g.AllowedTools, len(g.Documents), len(g.Destinations), g.NotAfter.UTC().Format(time.RFC3339))
-			return nil
-		},
-	}
+			o.AgentUser = rec.AgentUser
+		}
+		g, err := grant.Launch(o)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "grant %s written to %s: tools %v, %d documents, %d destinations, until %s\n",
+			g.ID, o.Out, g.AllowedTools, len(g.Documents), len(g.Destinations), g.NotAfter.UTC().Format(time.RFC3339))
+		return nil
+	})
 	f := cmd.Flags()
 	f.StringVar(&o.ManifestPath, "manifest", "", "the manifest the grant is for")
 	f.BoolVar(&o.AllApproved, "all-approved", false, "every approved document and every destination")

@@ -13,43 +13,38 @@ import (
 func newHostConfigCmd() *cobra.Command {
 	var h operator.HostConfig
 	var format, out string
-	cmd := &cobra.Command{
-		Use:   "host-config",
-		Short: "Write an MCP host's configuration that starts this server over stdio",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := grant.Load(h.Grant)
-			if err != nil {
-				return err
+	cmd := command("host-config", "Write an MCP host's configuration that starts this server over stdio", func(cmd *cobra.Command) error {
+		g, err := grant.Load(h.Grant)
+		if err != nil {
+			return err
+		}
+		h.AllowedTools = g.AllowedTools
+		if h.Cwd == "" {
+			h.Cwd = g.FileRoot
+		}
+		if h.Binary == "" {
+			if h.Binary, err = os.Executable(); err != nil {
+				return fmt.Errorf("locate pdmcp: %w", err)
 			}
-			h.AllowedTools = g.AllowedTools
-			if h.Cwd == "" {
-				h.Cwd = g.FileRoot
-			}
-			if h.Binary == "" {
-				if h.Binary, err = os.Executable(); err != nil {
-					return fmt.Errorf("locate pdmcp: %w", err)
-				}
-			}
-			var b []byte
-			switch format {
-			case "json":
-				b, err = h.MCPServersJSON()
-			case "codex-toml":
-				b, err = h.CodexTOML()
-			default:
-				return fmt.Errorf("--format %q: use json or codex-toml", format)
-			}
-			if err != nil {
-				return err
-			}
-			if out == "" || out == "-" {
-				_, err = cmd.OutOrStdout().Write(b)
-				return err
-			}
-			return os.WriteFile(out, b, 0o600)
-		},
-	}
+		}
+		var b []byte
+		switch format {
+		case "json":
+			b, err = h.MCPServersJSON()
+		case "codex-toml":
+			b, err = h.CodexTOML()
+		default:
+			return fmt.Errorf("--format %q: use json or codex-toml", format)
+		}
+		if err != nil {
+			return err
+		}
+		if out == "" || out == "-" {
+			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		}
+		return os.WriteFile(out, b, 0o600)
+	})
 	f := cmd.Flags()
 	f.StringVar(&format, "format", "json", "json (mcpServers) or codex-toml")
 	f.StringVar(&out, "out", "", "write here instead of stdout")

@@ -35,3 +35,9 @@ func newRootCmd() *cobra.Command {
 		newVersionsCmd(), newExportManifestCmd())
 	return root
 }
+
+// command is a subcommand that takes no arguments and runs run.
+func command(use, short string, run func(cmd *cobra.Command) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd) }}
+}

@@ -13,40 +13,35 @@ import (
 
 func newSeedCmd() *cobra.Command {
 	var configPath, outDir, tag, cleanup string
-	cmd := &cobra.Command{
-		Use:   "seed",
-		Short: "Create the synthetic document set and its manifest (or remove it with --cleanup)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			sc, err := gateway.LoadServiceConfig(configPath)
-			if err != nil {
+	cmd := command("seed", "Create the synthetic document set and its manifest (or remove it with --cleanup)", func(cmd *cobra.Command) error {
+		sc, err := gateway.LoadServiceConfig(configPath)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		if cleanup != "" {
+			saved := savedUnderSeedKeys(cmd, cleanup)
+			if err := operator.Cleanup(cmd.Context(), sc, cleanup); err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if cleanup != "" {
-				saved := savedUnderSeedKeys(cmd, cleanup)
-				if err := operator.Cleanup(cmd.Context(), sc, cleanup); err != nil {
-					return err
+			if len(saved) > 0 {
+				fmt.Fprintf(out, "%d saved versions were under the removed keys and can no longer be opened:\n", len(saved))
+				for _, e := range saved {
+					fmt.Fprintf(out, "  %s\n", e.Path)
 				}
-				if len(saved) > 0 {
-					fmt.Fprintf(out, "%d saved versions were under the removed keys and can no longer be opened:\n", len(saved))
-					for _, e := range saved {
-						fmt.Fprintf(out, "  %s\n", e.Path)
-					}
-				}
-				fmt.Fprintln(out, "SEED CLEANUP: OK")
-				return nil
 			}
-			rec, err := operator.Seed(cmd.Context(), operator.SeedOptions{Config: sc, OutDir: outDir, Tag: tag})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "manifest: %s\n", rec.Manifest)
-			fmt.Fprintf(out, "agent user: %s\n", rec.AgentUser)
-			fmt.Fprintln(out, "SEED: OK")
+			fmt.Fprintln(out, "SEED CLEANUP: OK")
 			return nil
-		},
-	}
+		}
+		rec, err := operator.Seed(cmd.Context(), operator.SeedOptions{Config: sc, OutDir: outDir, Tag: tag})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "manifest: %s\n", rec.Manifest)
+		fmt.Fprintf(out, "agent user: %s\n", rec.AgentUser)
+		fmt.Fprintln(out, "SEED: OK")
+		return nil
+	})
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap")
 	f.StringVar(&outDir, "out-dir", "", "an empty folder for the manifest and ciphertexts")

@@ -17,26 +17,21 @@ const crashEnv = "PDMCP_TEST_KILL_AT"
 func newServeCmd() *cobra.Command {
 	var o serve.Options
 	var transport string
-	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Serve the grant's tools to an MCP host (stdio, or Streamable HTTP over TLS)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch {
-			case transport == "http" && o.HTTPConfigPath == "":
-				return errors.New("--transport http needs --http-config mcp-http.json")
-			case transport == "stdio" && o.HTTPConfigPath != "":
-				return errors.New("--http-config is for --transport http")
-			case transport != "http" && transport != "stdio":
-				return errors.New("--transport: use stdio or http")
-			}
-			o.Version = versionString()
-			o.Environ = os.Environ()
-			o.Logger = newLogger()
-			o.CrashPoint = killAtHook()
-			return serve.Run(cmd.Context(), o)
-		},
-	}
+	cmd := command("serve", "Serve the grant's tools to an MCP host (stdio, or Streamable HTTP over TLS)", func(cmd *cobra.Command) error {
+		switch {
+		case transport == "http" && o.HTTPConfigPath == "":
+			return errors.New("--transport http needs --http-config mcp-http.json")
+		case transport == "stdio" && o.HTTPConfigPath != "":
+			return errors.New("--http-config is for --transport http")
+		case transport != "http" && transport != "stdio":
+			return errors.New("--transport: use stdio or http")
+		}
+		o.Version = versionString()
+		o.Environ = os.Environ()
+		o.Logger = newLogger()
+		o.CrashPoint = killAtHook()
+		return serve.Run(cmd.Context(), o)
+	})
 	f := cmd.Flags()
 	f.StringVar(&transport, "transport", "stdio", "stdio, or http (Streamable HTTP over TLS on 127.0.0.1)")
 	f.StringVar(&o.HTTPConfigPath, "http-config", "", "mcp-http.json, for --transport http")

@@ -31,13 +31,8 @@ func versionString() string {
 }
 
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print this build's version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "pdmcp %s\n", versionString())
-			return err
-		},
-	}
+	return command("version", "Print this build's version", func(cmd *cobra.Command) error {
+		_, err := fmt.Fprintf(cmd.OutOrStdout(), "pdmcp %s\n", versionString())
+		return err
+	})
 }
