@@ -13,10 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// Set PDMCP_UPDATE_GOLDEN=1 to rewrite testdata/lines.golden.jsonl.
-const updateEnv = "PDMCP_UPDATE_GOLDEN"
+	"github.com/pdmcp/pdmcp/internal/testutil"
+)
 
 func openTemp(t *testing.T) (*Log, string) {
 	t.Helper()
@@ -105,20 +104,7 @@ func TestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "lines.golden.jsonl")
-	if os.Getenv(updateEnv) == "1" {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("rewrote %s", golden)
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with %s=1 to create it)", err, updateEnv)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("lines differ from %s (run with %s=1 to accept):\ngot:\n%s\nwant:\n%s", golden, updateEnv, got, want)
-	}
+	testutil.Golden(t, filepath.Join("testdata", "lines.golden.jsonl"), got)
 	events := []string{EventStartup, EventClient, EventTool, EventTool, EventAuthRefused, EventShutdown}
 	lines := readLines(t, path)
 	if len(lines) != len(events) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -100,5 +102,39 @@ func TestCASignsWhatItsPoolVerifies(t *testing.T) {
 	pool.AddCert(ca.Cert)
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "127.0.0.1"}); err != nil {
 		t.Fatalf("verify against the CA: %v", err)
+	}
+}
+
+// failRecorder is a testing.TB that records a failure instead of ending
+// the test, so Golden's own failure can be asserted.
+type failRecorder struct {
+	testing.TB
+	failed bool
+}
+
+func (f *failRecorder) Helper()               {}
+func (f *failRecorder) Errorf(string, ...any) { f.failed = true }
+func (f *failRecorder) Fatalf(string, ...any) { f.failed = true }
+
+// TestGolden: with PDMCP_UPDATE_GOLDEN set the file is written and then
+// matches; without it, other bytes fail and the file stays as it was.
+func TestGolden(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "testdata", "x.golden")
+	t.Setenv(UpdateGoldenEnv, "1")
+	Golden(t, path, []byte("one\n"))
+	t.Setenv(UpdateGoldenEnv, "")
+	Golden(t, path, []byte("one\n"))
+	rec := &failRecorder{TB: t}
+	Golden(rec, path, []byte("two\n"))
+	if !rec.failed {
+		t.Error("other bytes than the golden file's passed")
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "one\n" {
+		t.Errorf("golden file after a failed compare: %q, %v", b, err)
+	}
+	missing := &failRecorder{TB: t}
+	Golden(missing, filepath.Join(t.TempDir(), "none.golden"), nil)
+	if !missing.failed {
+		t.Error("a missing golden file passed")
 	}
 }
