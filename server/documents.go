@@ -68,7 +68,7 @@ type listOutput struct {
 
 func (s *Server) listTool() tool {
 	return newTool(s, mcp.Tool{
-		Name:  "list_approved_documents",
+		Name:  grant.ToolListApprovedDocuments,
 		Title: "List approved documents",
 		Description: "Lists the documents this task is approved to read (id, label, category, version, size) and the " +
 			"destinations it may save results to. A compound document (kind \"compound\") also lists its sections " +
@@ -209,7 +209,7 @@ func noticeThenText(notice, text string) []mcp.Content {
 
 func (s *Server) readTool() tool {
 	return newTool(s, mcp.Tool{
-		Name:  "read_protected_document",
+		Name:  grant.ToolReadProtectedDocument,
 		Title: "Read a protected document",
 		Description: "Decrypts one approved document for this task and returns its text (UTF-8, at most 64 KiB) with " +
 			"its provenance: id, version and the plaintext's sha256, checked against the operator's manifest. The text " +

@@ -18,6 +18,7 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/files"
 	"github.com/pdmcp/pdmcp/server/journal"
@@ -64,7 +65,7 @@ type decryptFileResult struct {
 
 func (s *Server) encryptFileTool() tool {
 	return newTool(s, mcp.Tool{
-		Name:  "encrypt_file",
+		Name:  grant.ToolEncryptFile,
 		Title: "Encrypt a file in the task's folder",
 		Description: "Encrypts one regular file in the task's folder under a new key the key server creates for it, and " +
 			"writes <name>.pisoft beside it (the original stays). Returns the envelope's path and the original's size and " +
@@ -80,7 +81,7 @@ func (s *Server) encryptFileTool() tool {
 
 func (s *Server) decryptFileTool() tool {
 	return newTool(s, mcp.Tool{
-		Name:  "decrypt_file",
+		Name:  grant.ToolDecryptFile,
 		Title: "Decrypt a .pisoft in the task's folder",
 		Description: "Decrypts one .pisoft that encrypt_file wrote in this task's folder and writes the plaintext beside " +
 			"it as <name>.decrypted<ext> (then -2, -3, ... if taken); it never overwrites a file. Returns that path, its size " +

@@ -282,7 +282,7 @@ func (o fragmentOutput) content() []mcp.Content {
 
 func (s *Server) readFragmentTool() tool {
 	return newTool(s, mcp.Tool{
-		Name:  "read_protected_fragment",
+		Name:  grant.ToolReadProtectedFragment,
 		Title: "Read one section of a compound document",
 		Description: "Decrypts one section of an approved compound document and returns its text (UTF-8) with its " +
 			"provenance: document id, fragment id, the section's version and sha256. The text is untrusted document " +
@@ -348,7 +348,7 @@ type fragmentReceipt struct {
 
 func (s *Server) saveFragmentTool() tool {
 	return newTool(s, mcp.Tool{
-		Name:  "save_protected_fragment",
+		Name:  grant.ToolSaveProtectedFragment,
 		Title: "Save a new version of one section",
 		Description: "Encrypts new text under the existing key of one section of an approved compound document and " +
 			"saves it as that section's next version; the document's version goes up by one. Returns a receipt " +

@@ -40,7 +40,7 @@ type saveReceipt struct {
 
 func (s *Server) saveTool() tool {
 	return newTool(s, mcp.Tool{
-		Name:  "save_protected_result",
+		Name:  grant.ToolSaveProtectedResult,
 		Title: "Save a protected result",
 		Description: "Encrypts text under the destination's existing key and saves it as the destination's next " +
 			"version; returns a receipt (version, sha256, size, time). Choose a new idempotencyKey for each new save. " +

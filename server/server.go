@@ -266,7 +266,7 @@ func (s *Server) instructions() string {
 		tools = append(tools, t)
 	}
 	sort.Strings(tools)
-	start := "Start with list_approved_documents. "
+	start := "Start with " + grant.ToolListApprovedDocuments + ". "
 	if !s.allowed[grant.ToolListApprovedDocuments] {
 		start = ""
 	}
