@@ -97,14 +97,14 @@ func (s *Server) decryptFileTool() tool {
 func fileRefusal(err error) error {
 	var fe *files.Error
 	if errors.As(err, &fe) {
-		return refuse(string(fe.Code), fe.Status(), "%s; nothing was sent", fe.Detail)
+		return refuseCode(string(fe.Code), "%s; nothing was sent", fe.Detail)
 	}
 	return err
 }
 
 // fileRefuse is a refusal with one of the catalogue's codes, at its status.
 func fileRefuse(code refusal.Code, format string, args ...any) *Refusal {
-	return refuse(string(code), code.Status(), format, args...)
+	return refuseCode(string(code), format, args...)
 }
 
 // encryptFile encrypts one file under a new key into its envelope beside

@@ -10,6 +10,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // Minter mints scoped Gateway sessions; *gateway.Client is one.
@@ -62,7 +63,7 @@ func (g *GrantSessions) session(ctx context.Context, caller Caller) (GatewaySess
 	now := g.now()
 	if !now.Before(g.notAfter) {
 		g.endLocked(ctx)
-		return nil, refuseCode(CodeGrantExpired, "this task's grant has ended; nothing was sent; ask the operator for a new grant")
+		return nil, refusal.GrantEnded(time.Time{}, true)
 	}
 	if g.cur != nil && g.cur.Live() && g.cur.ExpiresAt().Sub(now) > refreshMargin {
 		return g.cur, nil

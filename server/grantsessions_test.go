@@ -15,6 +15,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // clock is a test clock that only moves when told.
@@ -99,8 +100,8 @@ func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 	clk.Add(41 * time.Second)
 	mints := env.Gateway.Count(api.RouteScoped)
 	_, err = acquire(ctx, gs)
-	var r *server.Refusal
-	if !errors.As(err, &r) || r.Code != server.CodeGrantExpired {
+	var r *refusal.Refusal
+	if !errors.As(err, &r) || r.Code != refusal.GrantExpired {
 		t.Fatalf("after the grant: %v", err)
 	}
 	if env.Gateway.Count(api.RouteScoped) != mints {

@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // PooledSessions gives each HTTP caller their own Gateway session, minted
@@ -26,7 +28,7 @@ func NewPooledSessions(pool *gateway.Pool, ex *auth.Exchanger) *PooledSessions {
 // when they hold none.
 func (p *PooledSessions) Acquire(ctx context.Context, c Caller) (GatewaySession, func(), error) {
 	if c.ID == "" || c.Credential.Caller == nil {
-		return nil, nil, refuse(CodeInternal, 500, "no verified caller on this request")
+		return nil, nil, refusal.NoVerifiedCaller()
 	}
 	sess, release, err := p.pool.Acquire(ctx, c.ID, p.subject(c))
 	if err != nil {
@@ -38,7 +40,7 @@ func (p *PooledSessions) Acquire(ctx context.Context, c Caller) (GatewaySession,
 // AcquireWidened is Acquire covering ttag too.
 func (p *PooledSessions) AcquireWidened(ctx context.Context, c Caller, ttag string) (GatewaySession, func(), error) {
 	if c.ID == "" || c.Credential.Caller == nil {
-		return nil, nil, refuse(CodeInternal, 500, "no verified caller on this request")
+		return nil, nil, refusal.NoVerifiedCaller()
 	}
 	sess, release, err := p.pool.AcquireWidened(ctx, c.ID, p.subject(c), ttag)
 	if err != nil {
@@ -54,7 +56,7 @@ func (p *PooledSessions) refusal(c Caller, err error) error {
 	case errors.As(err, &full):
 		return scopeFull(full.Count)
 	case errors.Is(err, gateway.ErrPastNotAfter):
-		return refuse(CodeGrantExpired, 403, "this task's grant has ended; nothing was sent; ask the operator for a new grant")
+		return refusal.GrantEnded(time.Time{}, true)
 	case errors.Is(err, &api.Error{Code: api.CodeSubjectRefused}):
 		// The Gateway would not take the exchanged token: do not present
 		// it again; the next call exchanges afresh.

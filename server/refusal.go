@@ -51,16 +51,12 @@ func (r *Refusal) Error() string {
 }
 
 // refuseCode builds an adapter refusal with the catalogue's status for
-// code.
+// code: no status is given by hand. The refusals several places make are
+// the catalogue's constructors (refusal.GrantEnded,
+// refusal.NoVerifiedCaller), which asRefusal renders the same way.
 func refuseCode(code string, format string, args ...any) *Refusal {
-	return refuse(code, refusal.Code(code).Status(), format, args...)
-}
-
-// refuse builds an adapter refusal with a status given by hand; only
-// tool.go and http.go still call it (TestRefuseStatusesAreTheCatalogues
-// holds them to the catalogue), the rest use refuseCode.
-func refuse(code string, status int, format string, args ...any) *Refusal {
-	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: code, Status: status, Detail: fmt.Sprintf(format, args...)}
+	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: code, Status: refusal.Code(code).Status(),
+		Detail: fmt.Sprintf(format, args...)}
 }
 
 // asRefusal turns any error a tool ended in into a refusal. A Gateway or key

@@ -31,7 +31,7 @@ func serverCodes() map[string]string {
 
 // TestServerCodesAreCatalogued: every code this package refuses with has
 // a catalogue entry (refuseCode's status comes from it), and every code
-// passed to refuse or refuseCode in the source is one of them.
+// passed to refuseCode in the source is one of them.
 func TestServerCodesAreCatalogued(t *testing.T) {
 	codes := serverCodes()
 	for name, code := range codes {
@@ -46,33 +46,13 @@ func TestServerCodesAreCatalogued(t *testing.T) {
 	}
 }
 
-// TestRefuseStatusesAreTheCatalogues holds the refusals whose status is
-// still given by hand (refuse, in tool.go and http.go) to the catalogue:
-// one status per code.
-func TestRefuseStatusesAreTheCatalogues(t *testing.T) {
-	codes, n := serverCodes(), 0
-	for _, c := range refuseCalls(t) {
-		if c.status == 0 {
-			continue
-		}
-		n++
-		if want := refusal.Code(codes[c.name]).Status(); c.status != want {
-			t.Errorf("%s refuses %s with status %d; the catalogue says %d", c.at, c.name, c.status, want)
-		}
-	}
-	if n == 0 {
-		t.Fatal("no refuse call with a status found: has the pattern changed?")
-	}
-}
-
 type refuseCall struct {
 	at, name string
-	status   int // 0 for refuseCode
 }
 
-var refuseCallRE = regexp.MustCompile(`\brefuse(?:Code)?\(((?:grant\.)?Code[A-Za-z]+)(?:, (\d+))?,`)
+var refuseCallRE = regexp.MustCompile(`\brefuseCode\(((?:grant\.)?Code[A-Za-z]+),`)
 
-// refuseCalls finds every refuse and refuseCode call with a constant code
+// refuseCalls finds every refuseCode call with a constant code
 // in this package's source.
 func refuseCalls(t *testing.T) []refuseCall {
 	t.Helper()
@@ -91,11 +71,7 @@ func refuseCalls(t *testing.T) []refuseCall {
 		}
 		for i, line := range strings.Split(string(b), "\n") {
 			for _, m := range refuseCallRE.FindAllStringSubmatch(line, -1) {
-				c := refuseCall{at: f + ":" + strconv.Itoa(i+1), name: m[1]}
-				if m[2] != "" {
-					c.status, _ = strconv.Atoi(m[2])
-				}
-				out = append(out, c)
+				out = append(out, refuseCall{at: f + ":" + strconv.Itoa(i+1), name: m[1]})
 			}
 		}
 	}

@@ -3,10 +3,10 @@ package server
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // retryingSession is the GatewaySession a tool call works with. When the Gateway
@@ -88,8 +88,7 @@ func (l *retryingSession) do(ctx context.Context, op func(GatewaySession) error)
 	l.replaced = true
 	l.mu.Unlock()
 	if l.s.cfg.Grant.Expired(l.s.cfg.Now()) {
-		return refuseCode(CodeGrantExpired, "this task's grant ended at %s; ask the operator for a new grant",
-			l.s.cfg.Grant.NotAfter.UTC().Format(time.RFC3339))
+		return refusal.GrantEnded(l.s.cfg.Grant.NotAfter, false)
 	}
 	l.s.cfg.Sessions.Drop(ctx, l.c.caller, sess)
 	l.s.log.Info("gateway session gone; replacing it and sending the request once more",

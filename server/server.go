@@ -6,7 +6,8 @@
 // asks the Gateway, through package gateway, for everything else.
 //
 // How a tool refuses: a handler built with newTool returns a *Refusal (made
-// with refuse, for the adapter's own decisions) or the error a Gateway call
+// with refuseCode, for the adapter's own decisions), a *refusal.Refusal
+// (the catalogue's constructors, server/files, server/handoff) or the error a Gateway call
 // gave it; newTool turns either into the one refusal rendering
 // (Refusal.result: isError, the refusal JSON in the text content, no
 // structuredContent; refusal.go says why). Anything else a handler returns

@@ -14,6 +14,7 @@ import (
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // tool is one tool this build offers; New registers those the grant allows.
@@ -131,9 +132,7 @@ func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Ti
 	if s.cfg.Grant.Expired(start) {
 		s.RevokeHandOffs(ctx)
 		s.cfg.Sessions.EndAll(context.WithoutCancel(ctx))
-		return zero, refuse(CodeGrantExpired, 403,
-			"this task's grant ended at %s; nothing was sent; ask the operator for a new grant",
-			s.cfg.Grant.NotAfter.UTC().Format(time.RFC3339))
+		return zero, refusal.GrantEnded(s.cfg.Grant.NotAfter, true)
 	}
 	in, r := decodeArgs[In](raw, schema)
 	if r != nil {

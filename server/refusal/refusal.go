@@ -9,7 +9,10 @@
 // (server/handoff).
 package refusal
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Code names one kind of refusal; its status and hint come from the
 // catalogue.
@@ -199,4 +202,30 @@ func (r *Refusal) Status() int { return r.Code.Status() }
 // New is a refusal with code and a detail formatted from format and args.
 func New(code Code, format string, args ...any) *Refusal {
 	return &Refusal{Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// The refusals several places make, made in one place so each reads the
+// same wherever it is decided.
+
+// GrantEnded is GRANT_EXPIRED for a call after the task's grant ended:
+// at notAfter, or, when the caller does not know it (the zero time), just
+// ended. nothingSent says that this call sent nothing to the Gateway; a
+// call that already sent a request says nothing about it.
+func GrantEnded(notAfter time.Time, nothingSent bool) *Refusal {
+	when := "has ended"
+	if !notAfter.IsZero() {
+		when = "ended at " + notAfter.UTC().Format(time.RFC3339)
+	}
+	sent := ""
+	if nothingSent {
+		sent = "; nothing was sent"
+	}
+	return New(GrantExpired, "this task's grant %s%s; ask the operator for a new grant", when, sent)
+}
+
+// NoVerifiedCaller is INTERNAL_ERROR for an HTTP tool call that reached a
+// tool without the verified caller the serving edge attaches to every
+// request: a wiring fault, never the caller's doing.
+func NoVerifiedCaller() *Refusal {
+	return New(Internal, "no verified caller on this request")
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCatalogueHasEveryCode parses this package's source: every Code
@@ -80,6 +81,28 @@ func TestStatusAndHint(t *testing.T) {
 	}
 	if OutsideRoot.Hint() == "" || Code("NO_SUCH_CODE").Hint() != "" {
 		t.Error("hints: a known code has none, or an unknown one has one")
+	}
+}
+
+// TestConstructors: the shared refusals carry their code (so their
+// status) and the sentence each site gave before they were shared.
+func TestConstructors(t *testing.T) {
+	at := time.Date(2026, 7, 1, 12, 0, 0, 0, time.FixedZone("x", 3600))
+	for _, tc := range []struct {
+		r      *Refusal
+		code   Code
+		status int
+		detail string
+	}{
+		{GrantEnded(at, true), GrantExpired, 403,
+			"this task's grant ended at 2026-07-01T11:00:00Z; nothing was sent; ask the operator for a new grant"},
+		{GrantEnded(at, false), GrantExpired, 403, "this task's grant ended at 2026-07-01T11:00:00Z; ask the operator for a new grant"},
+		{GrantEnded(time.Time{}, true), GrantExpired, 403, "this task's grant has ended; nothing was sent; ask the operator for a new grant"},
+		{NoVerifiedCaller(), Internal, 500, "no verified caller on this request"},
+	} {
+		if tc.r.Code != tc.code || tc.r.Status() != tc.status || tc.r.Detail != tc.detail {
+			t.Errorf("%+v (status %d), want %s %d %q", tc.r, tc.r.Status(), tc.code, tc.status, tc.detail)
+		}
 	}
 }
 
