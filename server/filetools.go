@@ -40,40 +40,38 @@ type fileInput struct {
 
 // encryptFileResult is what encrypt_file returns.
 type encryptFileResult struct {
-	// Envelope is the written <name>.pisoft, relative to the task's folder.
-	Envelope string `json:"envelope"`
-	// Path is the file that was encrypted, relative to the task's folder.
-	Path   string `json:"path"`
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256"`
-	// Replayed is true when this content was already encrypted here: the
-	// first result is returned and no key was created.
-	Replayed bool `json:"replayed"`
-	// Rewritten is true when the envelope was missing and was written again
-	// from the server's journal.
-	Rewritten bool `json:"rewritten"`
+	Envelope  string `json:"envelope" jsonschema:"the .pisoft written, relative to the task's folder; pass it to decrypt_file to get the file back"`
+	Path      string `json:"path" jsonschema:"the file that was encrypted, relative to the task's folder; it is left as it was"`
+	Bytes     int64  `json:"bytes" jsonschema:"the size of the encrypted file in bytes"`
+	SHA256    string `json:"sha256" jsonschema:"the hex sha256 of the file's content, which decrypt_file checks"`
+	Replayed  bool   `json:"replayed" jsonschema:"true when this content was already encrypted here: this is the first result and no key was created"`
+	Rewritten bool   `json:"rewritten" jsonschema:"true when the envelope was missing and was written again from the server's record"`
 }
 
 // decryptFileResult is what decrypt_file returns: never the content.
 type decryptFileResult struct {
-	// Path is the written plaintext, relative to the task's folder.
-	Path     string `json:"path"`
-	Envelope string `json:"envelope"`
-	Bytes    int64  `json:"bytes"`
-	SHA256   string `json:"sha256"`
+	Path     string `json:"path" jsonschema:"the plaintext file written, relative to the task's folder; read it if the task needs the content"`
+	Envelope string `json:"envelope" jsonschema:"the .pisoft that was decrypted, relative to the task's folder; it is left as it was"`
+	Bytes    int64  `json:"bytes" jsonschema:"the size of the written file in bytes"`
+	SHA256   string `json:"sha256" jsonschema:"the hex sha256 of the written content, the one recorded when it was encrypted"`
 }
 
 func (s *Server) encryptFileTool() tool {
 	return newTool(s, mcp.Tool{
 		Name:  grant.ToolEncryptFile,
 		Title: "Encrypt a file in the task's folder",
-		Description: "Encrypts one regular file in the task's folder under a new key the key server creates for it, and " +
-			"writes <name>.pisoft beside it (the original stays). Returns the envelope's path and the original's size and " +
-			"sha256. path is relative to the task's folder or absolute; anything outside the folder, a link out of it, a " +
-			"folder, a device, a file with a second name, an empty file, a .pisoft, a file over 16,777,215 bytes, or a name too long for " +
-			"its envelope beside it (NAME_TOO_LONG) is refused before anything is sent. Calling again with the same content returns the first result and creates no " +
-			"second key; a deleted envelope is written again. It never overwrites an existing .pisoft, and never returns " +
-			"the content or the key. To read the file back later, call decrypt_file on the .pisoft.",
+		Description: description{
+			does: "Encrypts one regular file in the task's folder under a new key the key server creates for it, and " +
+				"writes <name>.pisoft beside it; the original stays. Returns the envelope's path and the original's " +
+				"size and sha256.",
+			use: "to protect a file in the task's folder; path is relative to the folder or absolute. Calling again " +
+				"with the same content returns the first result and creates no second key; a deleted envelope is " +
+				"written again. To get the file back later, call decrypt_file on the .pisoft.",
+			refuses: "anything outside the folder, a link out of it, a folder, a device, a file with a second name, an " +
+				"empty file, a .pisoft, a file over 16,777,215 bytes, and a name too long for its envelope beside it " +
+				"(NAME_TOO_LONG), before anything is sent.",
+			never: "overwrites an existing .pisoft, and never returns the content or the key.",
+		}.String(),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
 			OpenWorldHint: ptr(false)},
 	}, s.encryptFile)
@@ -83,11 +81,14 @@ func (s *Server) decryptFileTool() tool {
 	return newTool(s, mcp.Tool{
 		Name:  grant.ToolDecryptFile,
 		Title: "Decrypt a .pisoft in the task's folder",
-		Description: "Decrypts one .pisoft that encrypt_file wrote in this task's folder and writes the plaintext beside " +
-			"it as <name>.decrypted<ext> (then -2, -3, ... if taken); it never overwrites a file. Returns that path, its size " +
-			"and sha256, never the content: read the written file if the task needs it. Only an envelope whose key " +
-			"encrypt_file created in this folder is opened, and only if the plaintext's sha256 matches the one recorded " +
-			"at encryption; the key server decides whether this user may use the key.",
+		Description: description{
+			does: "Decrypts one .pisoft that encrypt_file wrote in this task's folder and writes the plaintext beside " +
+				"it as <name>.decrypted<ext> (then -2, -3, ... if taken). Returns that file's path, size and sha256.",
+			use: "to get a file back from its envelope; read the written file if the task needs its content.",
+			refuses: "an envelope whose key encrypt_file did not create in this folder, and a plaintext whose sha256 is " +
+				"not the one recorded at encryption. The key server decides whether this task's user may use the key.",
+			never: "overwrites a file, and never returns the content.",
+		}.String(),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: false,
 			OpenWorldHint: ptr(false)},
 	}, s.decryptFile)

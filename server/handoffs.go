@@ -24,28 +24,30 @@ type stepInput struct {
 // listedStep is a step as list_approved_documents shows it: never who
 // hands it, who receives it, or a principal id.
 type listedStep struct {
-	StepID string `json:"stepId"`
-	Label  string `json:"label"`
-	// Sections are what hand_off would hand of this task's documents.
-	Sections []handoff.Section `json:"sections"`
-	// Open says this user's hand-off of the step is in force, until
-	// OpenUntil.
-	Open      bool   `json:"open"`
-	OpenUntil string `json:"openUntil,omitempty"`
+	StepID    string            `json:"stepId" jsonschema:"the id to pass to hand_off and close_step"`
+	Label     string            `json:"label" jsonschema:"the operator's name for the step"`
+	Sections  []handoff.Section `json:"sections" jsonschema:"the sections of this task's documents hand_off would hand"`
+	Open      bool              `json:"open" jsonschema:"true when this user's hand-off of the step is in force"`
+	OpenUntil string            `json:"openUntil,omitempty" jsonschema:"when an open hand-off ends (RFC 3339, UTC); absent when the step is not open"`
 }
 
 func (s *Server) handOffTool() tool {
 	return newTool(s, mcp.Tool{
 		Name:  grant.ToolHandOff,
 		Title: "Hand a step's sections to its recipient",
-		Description: "Gives the recipient of one step, defined by the operator, read-only access to the sections the step " +
-			"names in this task's documents, until the step's window ends (never past this task's grant). Name only a " +
-			"stepId from list_approved_documents; the recipient, the sections and the window are the operator's. Only the " +
-			"user the step hands from may call it, and the key server grants each section only if that user holds it with " +
-			"write or owner rights; if any section cannot be handed, nothing is. The recipient cannot save a handed section " +
-			"or pass it on. Some steps ask the user to confirm first. Called again while the step is open it returns the " +
-			"first receipt and grants nothing. It returns no document text, key or user id. Call close_step when the " +
-			"recipient is done.",
+		Description: description{
+			does: "Gives the recipient of one step, defined by the operator, read-only access to the sections the step " +
+				"names in this task's documents, until the step's window ends (never past this task's grant). Returns " +
+				"a receipt: the step, the recipient's name, the sections handed, and when access ends.",
+			use: "when the task needs the step's recipient to read those sections. Pass only a stepId from " +
+				"list_approved_documents; the recipient, the sections and the window are the operator's. Some steps " +
+				"ask the user to confirm first. Called again while the step is open, it returns the first receipt and " +
+				"grants nothing. Call close_step when the recipient is done.",
+			refuses: "every caller but the user the step hands from. The key server grants each section only if that user " +
+				"holds it with write or owner rights; if any section cannot be handed, nothing is.",
+			never: "lets the recipient save a handed section or pass it on, and never returns document text, a key or a " +
+				"user id.",
+		}.String(),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
 			OpenWorldHint: ptr(false)},
 	}, s.handOff)
@@ -55,10 +57,14 @@ func (s *Server) closeStepTool() tool {
 	return newTool(s, mcp.Tool{
 		Name:  grant.ToolCloseStep,
 		Title: "Take back a handed step",
-		Description: "Takes back every access hand_off granted for one step, and checks at the key server that each is gone. " +
-			"Only the user the step hands from may call it. Called again, it returns the first receipt and changes nothing; " +
-			"a step that was never handed is refused STEP_NOT_OPEN. Text the recipient already read is not taken back. It " +
-			"returns no document text, key or user id.",
+		Description: description{
+			does: "Takes back every access hand_off granted for one step, and checks at the key server that each is " +
+				"gone. Returns the step's receipt with the time it was closed.",
+			use: "when the step's recipient is done, with its stepId. Called again, it returns the first receipt and " +
+				"changes nothing.",
+			refuses: "every caller but the user the step hands from, and a step that was never handed (STEP_NOT_OPEN).",
+			never:   "takes back text the recipient already read, and never returns document text, a key or a user id.",
+		}.String(),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(true), IdempotentHint: true,
 			OpenWorldHint: ptr(false)},
 	}, s.closeStep)

@@ -28,25 +28,29 @@ type saveInput struct {
 }
 
 type saveReceipt struct {
-	DestinationID  string `json:"destinationId"`
-	Version        int    `json:"version"`
-	SHA256         string `json:"sha256"`
-	Size           int64  `json:"size"`
-	SavedAt        string `json:"savedAt"`
-	IdempotencyKey string `json:"idempotencyKey"`
-	// Replayed is true when this key was already saved: nothing new was written.
-	Replayed bool `json:"replayed"`
+	DestinationID  string `json:"destinationId" jsonschema:"the destination saved to"`
+	Version        int    `json:"version" jsonschema:"the destination's version this save wrote; earlier versions are kept"`
+	SHA256         string `json:"sha256" jsonschema:"the hex sha256 of the saved text"`
+	Size           int64  `json:"size" jsonschema:"the length of the saved text in bytes"`
+	SavedAt        string `json:"savedAt" jsonschema:"when the save was made (RFC 3339, UTC); on a replay, when the first one was"`
+	IdempotencyKey string `json:"idempotencyKey" jsonschema:"the idempotencyKey this save was made with"`
+	Replayed       bool   `json:"replayed" jsonschema:"true when this key had already saved this text: this is the first receipt and nothing new was written"`
 }
 
 func (s *Server) saveTool() tool {
 	return newTool(s, mcp.Tool{
 		Name:  grant.ToolSaveProtectedResult,
 		Title: "Save a protected result",
-		Description: "Encrypts text under the destination's existing key and saves it as the destination's next " +
-			"version; returns a receipt (version, sha256, size, time). Choose a new idempotencyKey for each new save. " +
-			"Calling again with the same idempotencyKey and the same text returns the first receipt and writes nothing; " +
-			"the same key with different text is refused IDEMPOTENCY_CONFLICT. It never overwrites an earlier version, " +
-			"never creates a key, and never returns the ciphertext or where it is stored.",
+		Description: description{
+			does: "Encrypts text under the destination's existing key and saves it as the destination's next version. " +
+				"Returns a receipt: version, sha256, size and time.",
+			use: "to keep a result of this task at a destinationId from list_approved_documents. Choose a new " +
+				"idempotencyKey for each new save; the same key with the same text returns the first receipt and " +
+				"writes nothing, so a save whose answer was lost can be sent again.",
+			refuses: "a destination outside this task's grant or without a key yet, text over 65,536 bytes, and the same " +
+				"idempotencyKey with other text (IDEMPOTENCY_CONFLICT), before anything is sent.",
+			never: "overwrites an earlier version, creates a key, or returns the ciphertext or where it is stored.",
+		}.String(),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
 			OpenWorldHint: ptr(false)},
 	}, s.save)

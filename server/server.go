@@ -1,19 +1,3 @@
-// Package server is pdmcp's MCP surface: one mcp.Server built from a task
-// grant, the tools the grant allows and nothing else, the refusal type, and
-// the Gateway-session sources tools draw on (GrantSessions over stdio,
-// PooledSessions over HTTP). Package internal/serve runs it over a
-// transport. It decides what the grant allows (the adapter layer) and
-// asks the Gateway, through package gateway, for everything else.
-//
-// How a tool refuses: a handler built with newTool returns a *Refusal (made
-// with refuseCode, for the adapter's own decisions), a *refusal.Refusal
-// (the catalogue's constructors, server/files, server/handoff) or the error a Gateway call
-// gave it; newTool turns either into the one refusal rendering
-// (Refusal.result: isError, the refusal JSON in the text content, no
-// structuredContent; refusal.go says why). Anything else a handler returns
-// is reported as INTERNAL_ERROR without its text. Code outside a tool handler
-// (a middleware) returns r.result() itself. No tool builds its own error
-// result.
 package server
 
 import (

@@ -52,6 +52,28 @@ type needInput struct {
 
 func (*needInput) Error() string { return "the call needs the host's input" }
 
+// description is a tool's description as a model reads it in tools/list:
+// four short paragraphs, always in this order, so a model finds each part
+// where it expects it. Each holds what never changes between calls; a
+// result carries only what varies (TestToolDescriptionsHaveTheirParts
+// checks the shape of every tool's).
+type description struct {
+	// does is what the tool does and what it returns.
+	does string
+	// use completes "Use it ...": when to call it, with what, and what to
+	// call next.
+	use string
+	// refuses completes "It refuses ...": what is refused, and whether
+	// anything was sent first.
+	refuses string
+	// never completes "It never ...".
+	never string
+}
+
+func (d description) String() string {
+	return d.does + "\n\nUse it " + d.use + "\n\nIt refuses " + d.refuses + "\n\nIt never " + d.never
+}
+
 // contenter lets a result choose its own text content (a document read is
 // framed as untrusted text); other results are shown as their JSON.
 type contenter interface {

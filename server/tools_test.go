@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -79,4 +80,90 @@ func TestToolsGolden(t *testing.T) {
 			t.Errorf("%s/%s is no tool's golden file", dir, e.Name())
 		}
 	}
+}
+
+// descriptionParts are the paragraphs after the first of every tool's
+// description, by the words each begins with: when to use it, what it
+// refuses, what it never does.
+var descriptionParts = []string{"Use it ", "It refuses ", "It never "}
+
+// toolNameRE matches a word spelled as tool names are.
+var toolNameRE = regexp.MustCompile(`\b[a-z]+(?:_[a-z]+)+\b`)
+
+// TestToolDescriptionsHaveTheirParts: every tool's description is four
+// short paragraphs (what it does; when to use it; what it refuses; what
+// it never does), names only tools that exist, and every property of its
+// input and output schemas, at any depth, is described, so a model given
+// only a result's structuredContent can read each field's meaning from
+// tools/list.
+func TestToolDescriptionsHaveTheirParts(t *testing.T) {
+	for _, tl := range everyTool(t) {
+		paras := strings.Split(tl.Description, "\n\n")
+		if len(paras) != 1+len(descriptionParts) {
+			t.Errorf("%s: %d paragraphs, want %d: %q", tl.Name, len(paras), 1+len(descriptionParts), tl.Description)
+			continue
+		}
+		for i, p := range paras {
+			prefix := ""
+			if i > 0 {
+				prefix = descriptionParts[i-1]
+			}
+			if !strings.HasPrefix(p, prefix) || len(p) < len(prefix)+20 || len(p) > 600 || strings.Contains(p, "\n") {
+				t.Errorf("%s: paragraph %d (%d bytes) does not begin %q, or is empty, over 600 bytes or split: %q",
+					tl.Name, i+1, len(p), prefix, p)
+			}
+		}
+		for _, name := range toolNameRE.FindAllString(tl.Description, -1) {
+			if !grant.KnownTool(name) {
+				t.Errorf("%s: its description names %q, which is no tool", tl.Name, name)
+			}
+		}
+		for what, schema := range map[string]any{"input": tl.InputSchema, "output": tl.OutputSchema} {
+			b, err := json.Marshal(schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatalf("%s: %s schema: %v", tl.Name, what, err)
+			}
+			n := 0
+			for _, at := range undescribed(m, "", &n) {
+				t.Errorf("%s: %s property %s has no description", tl.Name, what, at)
+			}
+			if what == "output" && n == 0 {
+				t.Errorf("%s: no output property found; has the schema's shape changed?", tl.Name)
+			}
+		}
+	}
+}
+
+// undescribed walks a schema (as JSON) and returns the path of every
+// property, at any depth (nested objects, array items), whose schema has
+// no description; n counts the properties seen.
+func undescribed(schema any, at string, n *int) []string {
+	var out []string
+	switch v := schema.(type) {
+	case map[string]any:
+		if props, ok := v["properties"].(map[string]any); ok {
+			for name, p := range props {
+				*n++
+				ps, _ := p.(map[string]any)
+				if d, _ := ps["description"].(string); strings.TrimSpace(d) == "" {
+					out = append(out, at+"."+name)
+				}
+				out = append(out, undescribed(p, at+"."+name, n)...)
+			}
+		}
+		for k, sub := range v {
+			if k != "properties" {
+				out = append(out, undescribed(sub, at+"/"+k, n)...)
+			}
+		}
+	case []any:
+		for _, sub := range v {
+			out = append(out, undescribed(sub, at, n)...)
+		}
+	}
+	return out
 }

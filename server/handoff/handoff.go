@@ -44,10 +44,10 @@ type ACL interface {
 
 // Section is one section a step hands.
 type Section struct {
-	DocumentID string `json:"documentId"`
-	FragmentID string `json:"fragmentId"`
-	Label      string `json:"label,omitempty"`
-	DataType   string `json:"dataType"`
+	DocumentID string `json:"documentId" jsonschema:"the document the section is of"`
+	FragmentID string `json:"fragmentId" jsonschema:"the section, as list_approved_documents names it"`
+	Label      string `json:"label,omitempty" jsonschema:"the operator's name for the section; absent when it has none"`
+	DataType   string `json:"dataType" jsonschema:"the kind of data the section holds, whose key the hand-off grants"`
 }
 
 // Plan is what one step would hand of this task's documents: the sections,
@@ -67,17 +67,17 @@ type Plan struct {
 // Receipt is what hand_off and close_step answer. Replayed says it is the
 // receipt of an earlier call, returned again, and nothing was changed.
 type Receipt struct {
-	StepID    string    `json:"stepId"`
-	Label     string    `json:"label"`
-	Recipient string    `json:"recipient"`
-	Sections  []Section `json:"sections"`
-	ExpiresAt string    `json:"expiresAt"`
-	ClosedAt  string    `json:"closedAt,omitempty"`
+	StepID    string    `json:"stepId" jsonschema:"the step handed or closed"`
+	Label     string    `json:"label" jsonschema:"the operator's name for the step"`
+	Recipient string    `json:"recipient" jsonschema:"the operator's name for the step's recipient (never a user id)"`
+	Sections  []Section `json:"sections" jsonschema:"the sections the recipient was given read-only access to"`
+	ExpiresAt string    `json:"expiresAt" jsonschema:"when the recipient's access ends (RFC 3339, UTC), never past this task's grant"`
+	ClosedAt  string    `json:"closedAt,omitempty" jsonschema:"when close_step took the access back (RFC 3339, UTC); absent until then"`
 	// LeftAlone are the sections whose key's entry for the recipient was
 	// not the one this server granted (someone changed or replaced it), so
 	// it was not revoked: the recipient may still hold access there.
-	LeftAlone []Section `json:"leftAlone,omitempty"`
-	Replayed  bool      `json:"replayed"`
+	LeftAlone []Section `json:"leftAlone,omitempty" jsonschema:"sections whose access entry someone else changed, so close_step left it: the recipient may still read them; tell the operator"`
+	Replayed  bool      `json:"replayed" jsonschema:"true when this is the receipt of an earlier call, returned again, and nothing was changed"`
 }
 
 // Identity is a principal as the key server names it in an access list.
