@@ -36,15 +36,15 @@ const (
 	CodeInvalidFragmentText = string(refusal.InvalidFragmentText)
 )
 
-// Section outcomes in a mixed view.
+// Fragment outcomes in a mixed view.
 const (
-	sectionOpened   = "opened"
-	sectionWithheld = "withheld"
+	fragmentOpened   = "opened"
+	fragmentWithheld = "withheld"
 )
 
-// sectionOutcome is one section's result in a mixed view: opened, or
+// fragmentOutcome is one section's result in a mixed view: opened, or
 // withheld with the layer and code that refused it.
-type sectionOutcome struct {
+type fragmentOutcome struct {
 	FragmentID string `json:"fragmentId" jsonschema:"the section, as list_approved_documents names it"`
 	Label      string `json:"label" jsonschema:"the operator's name for the section"`
 	DataType   string `json:"dataType" jsonschema:"the kind of data the section holds"`
@@ -151,11 +151,11 @@ func (s *Server) openFragment(ctx context.Context, sess GatewaySession, m *grant
 	return dec.Plaintext, dec.Link, nil
 }
 
-// sectionRefusal tells a refusal that withholds one section in the mixed
+// withholds tells a refusal that withholds one section in the mixed
 // view (the key server's decision, or a key outside the session's scope)
 // from one that fails the whole read (the Gateway unreachable, the
 // session gone, this server's own failure).
-func sectionRefusal(err error) (*Refusal, bool) {
+func withholds(err error) (*Refusal, bool) {
 	var gw *api.Error
 	if !errors.As(err, &gw) {
 		var own *Refusal
@@ -198,20 +198,20 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 		return zero, err
 	}
 	texts := map[string][]byte{}
-	outcomes := make([]sectionOutcome, 0, len(d.Fragments))
+	outcomes := make([]fragmentOutcome, 0, len(d.Fragments))
 	complete := true
 	for _, f := range d.Fragments {
 		start := s.cfg.Now()
-		o := sectionOutcome{FragmentID: f.ID, Label: f.Label, DataType: f.DataType, Outcome: sectionOpened}
+		o := fragmentOutcome{FragmentID: f.ID, Label: f.Label, DataType: f.DataType, Outcome: fragmentOpened}
 		pt, _, err := s.openFragment(ctx, sess, m, docID, f)
 		line := audit.Section{ID: f.ID, Outcome: audit.OutcomeOK, StartedAt: start}
 		if err != nil {
-			r, ok := sectionRefusal(err)
+			r, ok := withholds(err)
 			if !ok {
 				return zero, err
 			}
 			complete = false
-			o.Outcome, o.Layer, o.Code = sectionWithheld, r.Layer, r.Code
+			o.Outcome, o.Layer, o.Code = fragmentWithheld, r.Layer, r.Code
 			line.Outcome, line.Layer, line.Code = audit.OutcomeRefused, r.Layer, r.Code
 			pt = compound.Placeholder(sk, f.ID, f.DataType, r.Layer, r.Code)
 		}
@@ -242,7 +242,7 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 	return readOutput{
 		Notice: untrustedNotice(source), Provenance: prov,
 		Label: d.Label, ContentType: d.ContentType, Size: len(out), Untrusted: true,
-		Kind: grant.KindCompound, Sections: outcomes, Complete: &complete, Text: string(out),
+		Kind: grant.KindCompound, Fragments: outcomes, Complete: &complete, Text: string(out),
 	}, nil
 }
 
@@ -396,7 +396,7 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 			in.DocumentID, MaxTextBytes)
 	}
 	if err := compound.CheckSectionText(sk, f.ID, []byte(in.Text)); err != nil {
-		return zero, sectionTextRefusal(in.DocumentID, f.ID, err)
+		return zero, fragmentTextRefusal(in.DocumentID, f.ID, err)
 	}
 	ttag := m.CompoundKeys[f.DataType]
 	handed, err := s.handoffs.MayBeHanded(ctx, ttag)
@@ -471,10 +471,10 @@ func (fragmentPlacer) points() crashPoints {
 		committed: crashpoint.FragmentCommitted}
 }
 
-// sectionTextRefusal turns compound.CheckSectionText's refusal into the
+// fragmentTextRefusal turns compound.CheckSectionText's refusal into the
 // tool's: NOT_TEXT for a NUL byte, else INVALID_FRAGMENT_TEXT with the rule
 // the text broke (never the text itself).
-func sectionTextRefusal(docID, fragID string, err error) error {
+func fragmentTextRefusal(docID, fragID string, err error) error {
 	var re *compound.RefusedError
 	if !errors.As(err, &re) {
 		return fmt.Errorf("check section text: %w", err)

@@ -26,7 +26,7 @@ type stepInput struct {
 type listedStep struct {
 	StepID    string            `json:"stepId" jsonschema:"the id to pass to hand_off and close_step"`
 	Label     string            `json:"label" jsonschema:"the operator's name for the step"`
-	Sections  []handoff.Section `json:"sections" jsonschema:"the sections of this task's documents hand_off would hand"`
+	Fragments []handoff.Section `json:"sections" jsonschema:"the sections of this task's documents hand_off would hand"`
 	Open      bool              `json:"open" jsonschema:"true when this user's hand-off of the step is in force"`
 	OpenUntil string            `json:"openUntil,omitempty" jsonschema:"when an open hand-off ends (RFC 3339, UTC); absent when the step is not open"`
 }
@@ -341,9 +341,9 @@ func (s *Server) listSteps(ctx context.Context, c *call) ([]listedStep, error) {
 		if !ok {
 			continue
 		}
-		ls := listedStep{StepID: id, Label: st.Label, Sections: []handoff.Section{}}
+		ls := listedStep{StepID: id, Label: st.Label, Fragments: []handoff.Section{}}
 		if p, err := s.handoffs.Plan(m, id); err == nil {
-			ls.Sections = p.Sections
+			ls.Fragments = p.Sections
 		}
 		open, until, err := s.handoffs.Status(ctx, c.caller.ID, id)
 		if err != nil {
