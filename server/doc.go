@@ -15,6 +15,20 @@
 // outside a tool handler (a middleware) returns r.result() itself. No tool builds its own error
 // result.
 //
+// # Fragment, not section
+//
+// A compound document's parts, each under its own key, are fragments in
+// this package's identifiers, as on the wire (read_protected_fragment,
+// fragmentId, grant.Fragment, journal.FragmentKey, crashpoint.Fragment*).
+// The prose a model or operator reads (tool descriptions, refusal details,
+// docs/) calls a fragment a section, the word of the HL7 v2 and C-CDA
+// forms, and list_approved_documents' description says that the two are
+// one. Names fixed on the wire stay as they are: the "sections" of a read
+// and of a step (Go fields named Fragments), and the audit line's. Other
+// packages' Section names (handoff.Section, audit.Section,
+// compound.CheckSectionText) are the next to follow; server/compound's
+// C-CDA section is the XML element, and keeps its name.
+//
 // # Adding a tool
 //
 // A tool is a name, two types and a handler; these are the steps, each

@@ -68,9 +68,9 @@ func (s *Server) listTool() tool {
 			does: "Lists what this task may use: the documents it is approved to read (id, label, category, version, " +
 				"size), the destinations it may save results to, and, when the task may hand sections to another " +
 				"user, each step (its stepId and label, the sections it would hand, whether it is open and until " +
-				"when). A compound document (kind \"compound\") also lists its sections (fragmentId, label, dataType), " +
-				"each under its own key, so some may be withheld from this task's user; it has no size, since its " +
-				"length would tell how long a withheld section is.",
+				"when). A compound document (kind \"compound\") also lists its fragments, the sections (fragmentId, " +
+				"label, dataType) each under its own key, so some may be withheld from this task's user; it has no " +
+				"size, since its length would tell how long a withheld section is.",
 			use: "first, before any other tool. Then pass a documentId to read_protected_document, a fragmentId with " +
 				"its documentId to read_protected_fragment or save_protected_fragment, a destinationId to " +
 				"save_protected_result, and a stepId to hand_off and close_step. Documents not listed are not " +
