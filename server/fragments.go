@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -340,11 +339,7 @@ type fragmentReceipt struct {
 	FragmentID      string `json:"fragmentId" jsonschema:"the section saved"`
 	Version         int    `json:"version" jsonschema:"the section's version this save wrote"`
 	DocumentVersion int    `json:"documentVersion" jsonschema:"the whole document's version with this save in it, as list_approved_documents and read_protected_document name it"`
-	SHA256          string `json:"sha256" jsonschema:"the hex sha256 of the saved text"`
-	Size            int64  `json:"size" jsonschema:"the length of the saved text in bytes"`
-	SavedAt         string `json:"savedAt" jsonschema:"when the save was made (RFC 3339, UTC); on a replay, when the first one was"`
-	IdempotencyKey  string `json:"idempotencyKey" jsonschema:"the idempotencyKey this save was made with"`
-	Replayed        bool   `json:"replayed" jsonschema:"true when this key had already saved this text: this is the first receipt and nothing new was written"`
+	savedText
 }
 
 func (s *Server) saveFragmentTool() tool {
@@ -495,6 +490,6 @@ func fragmentTextRefusal(docID, fragID string, err error) error {
 }
 
 func fragmentReceiptOf(idem string, rc journal.Receipt, replayed bool) fragmentReceipt {
-	return fragmentReceipt{DocumentID: rc.DocumentID, FragmentID: rc.FragmentID, Version: rc.Version, DocumentVersion: rc.DocumentVersion, SHA256: rc.SHA256,
-		Size: rc.Size, SavedAt: rc.SavedAt.UTC().Format(time.RFC3339), IdempotencyKey: idem, Replayed: replayed}
+	return fragmentReceipt{DocumentID: rc.DocumentID, FragmentID: rc.FragmentID, Version: rc.Version,
+		DocumentVersion: rc.DocumentVersion, savedText: savedTextOf(idem, rc, replayed)}
 }

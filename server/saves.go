@@ -27,14 +27,25 @@ type saveInput struct {
 	IdempotencyKey string `json:"idempotencyKey" jsonschema:"1 to 128 characters you choose for this save; reuse it only to retry the same save"`
 }
 
-type saveReceipt struct {
-	DestinationID  string `json:"destinationId" jsonschema:"the destination saved to"`
-	Version        int    `json:"version" jsonschema:"the destination's version this save wrote; earlier versions are kept"`
+// savedText is how both save receipts end: what was saved, when, under
+// which idempotencyKey, and whether this is a replay.
+type savedText struct {
 	SHA256         string `json:"sha256" jsonschema:"the hex sha256 of the saved text"`
 	Size           int64  `json:"size" jsonschema:"the length of the saved text in bytes"`
 	SavedAt        string `json:"savedAt" jsonschema:"when the save was made (RFC 3339, UTC); on a replay, when the first one was"`
 	IdempotencyKey string `json:"idempotencyKey" jsonschema:"the idempotencyKey this save was made with"`
 	Replayed       bool   `json:"replayed" jsonschema:"true when this key had already saved this text: this is the first receipt and nothing new was written"`
+}
+
+func savedTextOf(idem string, rc journal.Receipt, replayed bool) savedText {
+	return savedText{SHA256: rc.SHA256, Size: rc.Size, SavedAt: rc.SavedAt.UTC().Format(time.RFC3339),
+		IdempotencyKey: idem, Replayed: replayed}
+}
+
+type saveReceipt struct {
+	DestinationID string `json:"destinationId" jsonschema:"the destination saved to"`
+	Version       int    `json:"version" jsonschema:"the destination's version this save wrote; earlier versions are kept"`
+	savedText
 }
 
 func (s *Server) saveTool() tool {
@@ -145,6 +156,5 @@ func (s *Server) encryptUnderKey(ctx context.Context, c *call, ttag, text string
 }
 
 func receiptOf(idem string, rc journal.Receipt, replayed bool) saveReceipt {
-	return saveReceipt{DestinationID: rc.Destination, Version: rc.Version, SHA256: rc.SHA256, Size: rc.Size,
-		SavedAt: rc.SavedAt.UTC().Format(time.RFC3339), IdempotencyKey: idem, Replayed: replayed}
+	return saveReceipt{DestinationID: rc.Destination, Version: rc.Version, savedText: savedTextOf(idem, rc, replayed)}
 }
