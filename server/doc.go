@@ -56,8 +56,7 @@
 //     part a few sentences: what it does and returns, when to use it and
 //     what to call next, what it refuses, what it never does. Guidance
 //     that holds for every call belongs here, not in a result.
-//     Annotations: ReadOnlyHint, DestructiveHint, IdempotentHint, and
-//     OpenWorldHint false.
+//     Annotations: readsOnly() or writes(idempotent, destructive).
 //  6. Refusals: refuseCode with a code of the catalogue (package
 //     server/refusal: the code, its one status, its hint and its docs
 //     page), or one of its constructors (refusal.GrantEnded,

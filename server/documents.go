@@ -79,7 +79,7 @@ func (s *Server) listTool() tool {
 				"(GRANT_EXPIRED).",
 			never: "reads document text, sends anything to the key server, or names a path, a key, or what anyone saved.",
 		}.String(),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		Annotations: readsOnly(),
 	}, s.list)
 }
 
@@ -222,7 +222,7 @@ func (s *Server) readTool() tool {
 				"compound read, and asking again will not open it.",
 			never: "returns a key, a path or a credential, and never writes anything.",
 		}.String(),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		Annotations: readsOnly(),
 	}, s.read)
 }
 

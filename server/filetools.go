@@ -72,8 +72,7 @@ func (s *Server) encryptFileTool() tool {
 				"(NAME_TOO_LONG), before anything is sent.",
 			never: "overwrites an existing .pisoft, and never returns the content or the key.",
 		}.String(),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
-			OpenWorldHint: ptr(false)},
+		Annotations: writes(true, false),
 	}, s.encryptFile)
 }
 
@@ -89,8 +88,7 @@ func (s *Server) decryptFileTool() tool {
 				"not the one recorded at encryption. The key server decides whether this task's user may use the key.",
 			never: "overwrites a file, and never returns the content.",
 		}.String(),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: false,
-			OpenWorldHint: ptr(false)},
+		Annotations: writes(false, false),
 	}, s.decryptFile)
 }
 

@@ -294,7 +294,7 @@ func (s *Server) readFragmentTool() tool {
 				"(layer keyserver, ACL_DENIED), and asking again will not open it.",
 			never: "returns a key, a path or a credential, and never writes anything.",
 		}.String(),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		Annotations: readsOnly(),
 	}, s.readFragment)
 }
 
@@ -362,8 +362,7 @@ func (s *Server) saveFragmentTool() tool {
 				"save it.",
 			never: "creates a key, overwrites an earlier version, or returns the ciphertext or where it is stored.",
 		}.String(),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
-			OpenWorldHint: ptr(false)},
+		Annotations: writes(true, false),
 	}, s.saveFragment)
 }
 

@@ -48,8 +48,7 @@ func (s *Server) handOffTool() tool {
 			never: "lets the recipient save a handed section or pass it on, and never returns document text, a key or a " +
 				"user id.",
 		}.String(),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
-			OpenWorldHint: ptr(false)},
+		Annotations: writes(true, false),
 	}, s.handOff)
 }
 
@@ -65,8 +64,7 @@ func (s *Server) closeStepTool() tool {
 			refuses: "every caller but the user the step hands from, and a step that was never handed (STEP_NOT_OPEN).",
 			never:   "takes back text the recipient already read, and never returns document text, a key or a user id.",
 		}.String(),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(true), IdempotentHint: true,
-			OpenWorldHint: ptr(false)},
+		Annotations: writes(true, true),
 	}, s.closeStep)
 }
 

@@ -62,8 +62,7 @@ func (s *Server) saveTool() tool {
 				"idempotencyKey with other text (IDEMPOTENCY_CONFLICT), before anything is sent.",
 			never: "overwrites an earlier version, creates a key, or returns the ciphertext or where it is stored.",
 		}.String(),
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true,
-			OpenWorldHint: ptr(false)},
+		Annotations: writes(true, false),
 	}, s.save)
 }
 

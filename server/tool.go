@@ -74,6 +74,20 @@ func (d description) String() string {
 	return d.does + "\n\nUse it " + d.use + "\n\nIt refuses " + d.refuses + "\n\nIt never " + d.never
 }
 
+// readsOnly is the annotations of a tool that changes nothing: no tool
+// here reaches beyond the task's own documents, keys and folder (no open
+// world).
+func readsOnly() *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}
+}
+
+// writes is the annotations of a tool that writes: whether calling it
+// again with the same arguments changes nothing more, and whether it
+// takes away something that was there.
+func writes(idempotent, destructive bool) *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{DestructiveHint: ptr(destructive), IdempotentHint: idempotent, OpenWorldHint: ptr(false)}
+}
+
 // contenter lets a result choose its own text content (a document read is
 // framed as untrusted text); other results are shown as their JSON.
 type contenter interface {
