@@ -20,13 +20,11 @@ import (
 // its tool is declared in filetools.go.
 func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryptFileResult, error) {
 	var zero decryptFileResult
-	f, err := s.files.Open(in.Path)
+	f, dir, name, err := s.openFile(c, in.Path)
 	if err != nil {
-		return zero, fileRefusal(err)
+		return zero, err
 	}
 	defer f.Close()
-	c.line.Path = f.Rel
-	dir, name := path.Split(f.Rel)
 	if !files.IsEnvelopeName(name) {
 		return zero, fileRefuse(files.CodeNotAnEnvelope,
 			"%q is not a .pisoft envelope; nothing was sent; decrypt_file opens only what encrypt_file wrote", f.Rel)

@@ -92,6 +92,18 @@ func (s *Server) decryptFileTool() tool {
 	}, s.decryptFile)
 }
 
+// openFile opens a file tool's path in the task's folder, refused as
+// package files decides (nothing sent), and names it in the audit line;
+// dir and name split its path relative to the folder.
+func (s *Server) openFile(c *call, p string) (f *files.File, dir, name string, err error) {
+	if f, err = s.files.Open(p); err != nil {
+		return nil, "", "", fileRefusal(err)
+	}
+	c.line.Path = f.Rel
+	dir, name = path.Split(f.Rel)
+	return f, dir, name, nil
+}
+
 // fileRefusal turns a path or file refusal into the adapter's refusal.
 func fileRefusal(err error) error {
 	var fe *files.Error
@@ -114,13 +126,11 @@ func fileRefuse(code refusal.Code, format string, args ...any) *Refusal {
 // mark the row done. The crash points sit between the steps.
 func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryptFileResult, error) {
 	var zero encryptFileResult
-	f, err := s.files.Open(in.Path)
+	f, dir, name, err := s.openFile(c, in.Path)
 	if err != nil {
-		return zero, fileRefusal(err)
+		return zero, err
 	}
 	defer f.Close()
-	c.line.Path = f.Rel
-	dir, name := path.Split(f.Rel)
 	data, err := readToEncrypt(f, name)
 	if err != nil {
 		return zero, err

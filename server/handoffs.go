@@ -87,27 +87,27 @@ func (s *Server) stepPlan(c *call, stepID string) (*handoff.Plan, error) {
 	return p, nil
 }
 
-// delegatorSession is the caller's Gateway session, once it shows the
-// caller is the step's user. Over HTTP that is known only from the
-// session: minting it sends nothing to the crypto or key routes.
-func (s *Server) delegatorSession(ctx context.Context, c *call, p *handoff.Plan) (GatewaySession, error) {
+// delegatorPlan is stepPlan and the caller's Gateway session, once it
+// shows the caller is the step's user. Over HTTP that is known only from
+// the session: minting it sends nothing to the crypto or key routes.
+func (s *Server) delegatorPlan(ctx context.Context, c *call, stepID string) (*handoff.Plan, GatewaySession, error) {
+	p, err := s.stepPlan(c, stepID)
+	if err != nil {
+		return nil, nil, err
+	}
 	sess, err := s.session(ctx, c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !p.IsDelegator(sess.ActingAs()) {
-		return nil, handoff.NotDelegator(p.StepID)
+		return nil, nil, handoff.NotDelegator(p.StepID)
 	}
-	return sess, nil
+	return p, sess, nil
 }
 
 func (s *Server) handOff(ctx context.Context, c *call, in stepInput) (handoff.Receipt, error) {
 	var zero handoff.Receipt
-	p, err := s.stepPlan(c, in.StepID)
-	if err != nil {
-		return zero, err
-	}
-	sess, err := s.delegatorSession(ctx, c, p)
+	p, sess, err := s.delegatorPlan(ctx, c, in.StepID)
 	if err != nil {
 		return zero, err
 	}
@@ -137,11 +137,7 @@ func (s *Server) handOff(ctx context.Context, c *call, in stepInput) (handoff.Re
 
 func (s *Server) closeStep(ctx context.Context, c *call, in stepInput) (handoff.Receipt, error) {
 	var zero handoff.Receipt
-	p, err := s.stepPlan(c, in.StepID)
-	if err != nil {
-		return zero, err
-	}
-	sess, err := s.delegatorSession(ctx, c, p)
+	p, sess, err := s.delegatorPlan(ctx, c, in.StepID)
 	if err != nil {
 		return zero, err
 	}
