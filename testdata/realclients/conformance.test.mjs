@@ -9,11 +9,11 @@
 // the reason (README.md repeats the list). A scenario the suite adds in a
 // later version is in neither list, and fails the test until it is sorted.
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 
-import { cleanEnv, describeRun, devInfo, devToken, here, mask, run, secret, tempDir } from './lib.mjs';
+import { assertReadmeLists, conformanceSuite, results } from './conformance/lib.mjs';
+import { describeRun, here, mask, secret } from './lib.mjs';
 
 export const applicable = {
   'server-initialize': 'initialize handshake over Streamable HTTP with the token',
@@ -60,40 +60,10 @@ export const notApplicable = {
 };
 
 const suiteBin = path.join(here, 'node_modules', '@modelcontextprotocol', 'conformance', 'dist', 'index.js');
-const preload = path.join(here, 'conformance', 'preload.mjs');
 
 describe('MCP conformance suite', () => {
-  let info;
-  let token;
-  before(async () => {
-    info = devInfo();
-    token = await devToken('alice');
-  });
-
-  function conformance(t, args, { bearer = token } = {}) {
-    const cwd = tempDir(t, 'conformance');
-    const env = cleanEnv({
-      HOME: cwd,
-      NODE_EXTRA_CA_CERTS: info.caFile,
-      PDMCP_CONFORMANCE_URL: info.mcpUrl,
-      PDMCP_CONFORMANCE_TOKEN: bearer,
-      NO_COLOR: '1',
-    });
-    return run(process.execPath, ['--import', preload, suiteBin, ...args], { env, cwd, timeoutMs: 240_000 })
-      .then((r) => ({ ...r, cwd }));
-  }
-
-  // results reads each scenario's checks.json from the suite's output
-  // folder (one folder per scenario, named server-<scenario>-<time>).
-  function results(dir) {
-    const out = {};
-    for (const d of readdirSync(dir)) {
-      const m = /^server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z$/.exec(d);
-      if (!m) continue;
-      out[m[1]] = JSON.parse(readFileSync(path.join(dir, d, 'checks.json'), 'utf8'));
-    }
-    return out;
-  }
+  const suite = conformanceSuite({ node: process.execPath, suiteBin, prefix: 'conformance' });
+  const conformance = suite.conformance;
 
   test('the suite lists exactly the server scenarios sorted here', { timeout: 60_000 }, async (t) => {
     const r = await conformance(t, ['list']);
@@ -106,17 +76,11 @@ describe('MCP conformance suite', () => {
   });
 
   test('README.md lists the same scenarios as applicable and not', () => {
-    const readme = readFileSync(path.join(here, 'README.md'), 'utf8');
-    const part = (from, to) => readme.slice(readme.indexOf(from), readme.indexOf(to));
-    const named = (text) => [...new Set([...text.matchAll(/`([a-z0-9-]+)`/g)].map((m) => m[1]))]
-      .filter((n) => n in applicable || n in notApplicable);
-    assert.deepEqual(named(part('Applicable (must pass):', 'Not applicable (why):')).sort(), Object.keys(applicable).sort());
-    assert.deepEqual(named(part('Not applicable (why):', '`conformance.test.mjs` keeps')).sort(),
-      Object.keys(notApplicable).sort());
+    assertReadmeLists({ testFile: 'conformance.test.mjs', applicable, notApplicable });
   });
 
   test('every applicable server scenario passes with alice\'s token', { timeout: 300_000 }, async (t) => {
-    const r = await conformance(t, ['server', '--url', info.mcpUrl, '--suite', 'all', '-o', 'results']);
+    const r = await conformance(t, ['server', '--url', suite.info.mcpUrl, '--suite', 'all', '-o', 'results']);
     // The suite exits 1 when any scenario fails; the not-applicable ones
     // do, so its exit status says nothing here. Its per-scenario checks do.
     assert.ok(r.code === 0 || r.code === 1, describeRun('conformance server', r));
@@ -138,8 +102,8 @@ describe('MCP conformance suite', () => {
   });
 
   test('the token is what gets the suite in: a wrong one fails server-initialize', { timeout: 120_000 }, async (t) => {
-    const wrong = secret(`${token.slice(0, -8)}AAAAAAAA`);
-    const r = await conformance(t, ['server', '--url', info.mcpUrl, '--scenario', 'server-initialize', '-o', 'results'],
+    const wrong = secret(`${suite.token.slice(0, -8)}AAAAAAAA`);
+    const r = await conformance(t, ['server', '--url', suite.info.mcpUrl, '--scenario', 'server-initialize', '-o', 'results'],
       { bearer: wrong });
     assert.notEqual(r.code, 0, describeRun('conformance with a wrong token', r));
     const checks = results(path.join(r.cwd, 'results'))['server-initialize'];

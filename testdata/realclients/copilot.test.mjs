@@ -6,28 +6,19 @@
 // (alice's token), listed with `copilot mcp list` / `get`, and `copilot -p`
 // runs the scripted model's call of read_protected_document.
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  assertNoticeThenText, assertRefusalCode, bin, cleanEnv, describeRun, devInfo, devToken, mask, removeDir, run, tempDir,
+  assertNoticeThenText, assertRefusalCode, aliceHome, bin, cleanEnv, describeRun, mask, removeDir, run,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
 
 describe('GitHub Copilot CLI (offline, own model)', () => {
-  let info;
-  let root;
-  let dirs;
-  let token;
-  before(async () => {
-    info = devInfo();
-    token = await devToken('alice');
-    // One home for every run: Copilot unpacks itself into it on first use.
-    root = tempDir(null, 'copilot');
-    dirs = { home: path.join(root, 'home'), work: path.join(root, 'work') };
-    for (const d of Object.values(dirs)) mkdirSync(d);
-  });
+  let info, token, root, dirs;
+  // One home for every run: Copilot unpacks itself into it on first use.
+  before(async () => ({ info, token, root, dirs } = await aliceHome('copilot')));
   after(() => removeDir(root));
 
   function copilot(args, { model, timeoutMs = 150_000 } = {}) {

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -68,6 +68,27 @@ export function tempDir(t, prefix) {
   const d = mkdtempSync(path.join(os.tmpdir(), `${prefix}-`));
   t?.after(() => rmSync(d, { recursive: true, force: true }));
   return d;
+}
+
+/**
+ * A fresh folder (tempDir) holding one empty folder per entry of names,
+ * which maps a key of dirs to the folder's name: a host's home, config and
+ * working folders.
+ */
+export function hostDirs(t, prefix, names = { home: 'home', work: 'work' }) {
+  const root = tempDir(t, prefix);
+  const dirs = Object.fromEntries(Object.entries(names).map(([k, n]) => [k, path.join(root, n)]));
+  for (const d of Object.values(dirs)) mkdirSync(d);
+  return { root, dirs };
+}
+
+/**
+ * What a host test that signs in with a bearer header starts from: the
+ * running stack's info, alice's token and a fresh home and working folder
+ * under root (the caller removes root).
+ */
+export async function aliceHome(prefix) {
+  return { info: devInfo(), token: await devToken('alice'), ...hostDirs(null, prefix) };
 }
 
 export function removeDir(d) {

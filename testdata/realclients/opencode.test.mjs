@@ -9,29 +9,17 @@
 // scripted) as bob, after which `opencode mcp list` connects as bob; that
 // home is kept in $PDMCP_KEEP.
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  assertNoticeThenText, assertRefusalCode, auditLines, bin, callerDigest, describeRun, devInfo, devToken, mask,
-  newAuditLines, removeDir, run, scriptedSignIn, start, tempDir, user,
+  aliceHome, assertNoticeThenText, assertRefusalCode, auditLines, bin, callerDigest, describeRun, mask, newAuditLines, removeDir, run, scriptedSignIn, start, user,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
 import { oauthEntry, oauthHome, opencodeOptions, plain } from './opencode-lib.mjs';
 
 describe('opencode', () => {
-  let info;
-  let root;
-  let dirs;
-  let token;
-  before(async () => {
-    info = devInfo();
-    token = await devToken('alice');
-    root = tempDir(null, 'opencode');
-    dirs = { home: path.join(root, 'home'), work: path.join(root, 'work') };
-    for (const d of Object.values(dirs)) mkdirSync(d);
-  });
+  let info, token, root, dirs;
+  before(async () => ({ info, token, root, dirs } = await aliceHome('opencode')));
   after(() => removeDir(root));
 
   // opencode returns run() options for opencode in home (by default the

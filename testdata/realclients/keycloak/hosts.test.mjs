@@ -27,7 +27,7 @@ import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { gemini, geminiDirs, geminiReads, listLine } from '../gemini-lib.mjs';
 import {
   assertNoticeThenText, assertRefusalCode, auditLines, bin, cleanEnv, describeRun, devInfo, devOutput, gatewayCounts,
-  mask, newAuditLines, run, scriptedSignIn, start, tempDir, user,
+  hostDirs, mask, newAuditLines, run, scriptedSignIn, start, tempDir, user,
 } from '../lib.mjs';
 import { connect as connectRemote, oauthArgs, signInAs } from '../mcpremote-lib.mjs';
 import { callPrompt, startModel } from '../model.mjs';
@@ -189,9 +189,8 @@ describe('Claude Code at Keycloak: claude mcp login, then claude -p (alice)', ()
   });
 
   test('claude mcp add as docs/hosts.md says, claude mcp login', { timeout: 180_000 }, async (t) => {
-    const root = tempDir(t, 'kc-claude');
-    d = { home: path.join(root, 'home'), config: path.join(root, 'config'), work: path.join(root, 'work') };
-    for (const x of Object.values(d)) mkdirSync(x);
+    const { root, dirs } = hostDirs(t, 'kc-claude', { home: 'home', config: 'config', work: 'work' });
+    d = dirs;
     const add = await run(bin('claude'), ['mcp', 'add', '--transport', 'http', '--client-id', info.hostClientId,
       '--callback-port', String(info.callbackPort), info.serverName, info.mcpUrl], { env: env(), cwd: d.work });
     assert.equal(add.code, 0, describeRun('claude mcp add', add));
@@ -236,9 +235,7 @@ describe('Claude Code at Keycloak: claude mcp login, then claude -p (alice)', ()
 
 describe('Codex at Keycloak: codex mcp login, then codex exec (bob)', () => {
   test('the printed block, codex mcp login, codex exec', { timeout: 300_000 }, async (t) => {
-    const root = tempDir(t, 'kc-codex');
-    const d = { home: path.join(root, 'home'), codexHome: path.join(root, 'codex-home'), work: path.join(root, 'work') };
-    for (const x of Object.values(d)) mkdirSync(x);
+    const { dirs: d } = hostDirs(t, 'kc-codex', { home: 'home', codexHome: 'codex-home', work: 'work' });
     const model = await startModel();
     t.after(() => model.close());
     const lines = devOutput().split('\n');
