@@ -12,7 +12,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  aliceHome, assertNoticeThenText, assertRefusalCode, auditLines, bin, callerDigest, describeRun, mask, newAuditLines, removeDir, run, scriptedSignIn, start, user,
+  aliceHome, assertNoticeThenText, assertRefusalCode, auditLines, bin, callerDigest, describeRun, mask, newAuditLines,
+  removeDir, run, scriptedSignIn, start, user,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
 import { oauthEntry, oauthHome, opencodeOptions, plain } from './opencode-lib.mjs';
