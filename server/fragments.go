@@ -89,16 +89,6 @@ func (s *Server) compoundDoc(ctx context.Context, c *call, docID, fragID string)
 	return m, d, f, nil
 }
 
-// compoundSize is what the whole document takes: the skeleton and every
-// section as the manifest records them.
-func compoundSize(skeleton int, d grant.Document) int64 {
-	n := int64(skeleton)
-	for _, f := range d.Fragments {
-		n += f.Size
-	}
-	return n
-}
-
 // loadSkeleton reads a compound document's skeleton and checks it against
 // the manifest: its sha256, and one marker for each fragment.
 func (s *Server) loadSkeleton(docID string, d grant.Document) ([]byte, error) {
@@ -174,12 +164,6 @@ func withholds(err error) (*Refusal, bool) {
 // section, each the key server's decision for this user.
 func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *grant.Manifest, d grant.Document) (readOutput, error) {
 	var zero readOutput
-	// The refusals below name no length: the document's, less what the
-	// caller's mixed view shows, would be the withheld sections' length.
-	if d.Size > MaxTextBytes {
-		return zero, refuseCode(CodeResultTooLarge, "document %q is over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
-			docID, MaxTextBytes)
-	}
 	if !isTextType(d.ContentType) {
 		return zero, refuseCode(CodeNotText,
 			"document %q is %s, not text; nothing was sent; this tool returns text only", docID, d.ContentType)
@@ -188,9 +172,23 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 	if err != nil {
 		return zero, err
 	}
-	if n := compoundSize(len(sk), d); n > MaxTextBytes {
-		return zero, refuseCode(CodeResultTooLarge, "document %q's skeleton and sections are over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
+	// Nothing is refused here for the document's length: the document's,
+	// less what the caller's mixed view shows, is the length of the
+	// sections withheld from them, and a refusal that depends on it (one a
+	// save can move past) would let them find it. What is checked before
+	// anything is sent is what the caller sees anyway (the skeleton) or
+	// what read_protected_fragment checks too (one section over one read,
+	// which also bounds what is decrypted); the mixed view itself, which
+	// holds only what this caller may read, is checked below.
+	if len(sk) > MaxTextBytes {
+		return zero, refuseCode(CodeResultTooLarge, "document %q's skeleton is over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
 			docID, MaxTextBytes)
+	}
+	for _, f := range d.Fragments {
+		if f.Size > MaxTextBytes {
+			return zero, refuseCode(CodeResultTooLarge, "section %q of %q is over the %d-byte limit of one read; nothing was sent; read the other sections one by one with read_protected_fragment",
+				f.ID, docID, MaxTextBytes)
+		}
 	}
 	sess, err := s.session(ctx, c)
 	if err != nil {
@@ -330,7 +328,7 @@ func (s *Server) readFragment(ctx context.Context, c *call, in fragmentInput) (f
 type saveFragmentInput struct {
 	DocumentID     string `json:"documentId" jsonschema:"a compound document's id from list_approved_documents"`
 	FragmentID     string `json:"fragmentId" jsonschema:"one of that document's fragmentIds"`
-	Text           string `json:"text" jsonschema:"the section's new text, UTF-8; the whole document must stay within 65536 bytes"`
+	Text           string `json:"text" jsonschema:"the section's new text, UTF-8, at most 65536 bytes"`
 	IdempotencyKey string `json:"idempotencyKey" jsonschema:"1 to 128 characters you choose for this save; reuse it only to retry the same save"`
 }
 
@@ -382,12 +380,14 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 	if err != nil {
 		return zero, err
 	}
-	if n := compoundSize(len(sk), d) - f.Size + int64(len(in.Text)); n > MaxTextBytes || len(in.Text) > MaxTextBytes {
-		// No length: less this text, it would be the other sections',
-		// some of which this caller may not read.
+	// Only the text's own length: a limit on the document it would make
+	// would turn on the other sections' lengths, some of which this caller
+	// may not read, and answering texts of chosen lengths would measure
+	// them. A document that grows past one read is still read section by
+	// section, and its mixed view is checked against what each caller sees.
+	if len(in.Text) > MaxTextBytes {
 		return zero, refuseCode(CodeResultTooLarge,
-			"with this text document %q would be over the %d-byte limit of one read; nothing was sent; save a shorter section",
-			in.DocumentID, MaxTextBytes)
+			"the text is over the %d-byte limit of one section; nothing was sent; save a shorter section", MaxTextBytes)
 	}
 	if err := compound.CheckSectionText(sk, f.ID, []byte(in.Text)); err != nil {
 		return zero, fragmentTextRefusal(in.DocumentID, f.ID, err)

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pdmcp/pdmcp/grant"
@@ -17,8 +21,8 @@ var byteCounts = regexp.MustCompile(`(?:^|[^\w-])(\d+)`)
 // the length of a section withheld from them. list_approved_documents gives
 // a compound document no size (a single document keeps its size), the
 // mixed view's size is that of the text returned, and the RESULT_TOO_LARGE
-// refusals of the section tools name no length but the limit: today's
-// document length less the mixed view's would be the withheld sections'.
+// refusals of the section tools name no length but the limit: the
+// document's length less the mixed view's would be the withheld sections'.
 func TestStdioCompoundSizeNotShown(t *testing.T) {
 	s := newCompoundStack(t)
 	s.giveAgent(t, "results")
@@ -49,8 +53,7 @@ func TestStdioCompoundSizeNotShown(t *testing.T) {
 		t.Fatalf("mixed view: complete %v, size %v for %d bytes of text", got["complete"], got["size"], len(got["text"].(string)))
 	}
 
-	// Grow a withheld section in the manifest past one read, and the
-	// whole of the other document.
+	// Grow a withheld section in the manifest past one read.
 	m, err := grant.LoadManifest(s.manifest)
 	if err != nil {
 		t.Fatal(err)
@@ -64,9 +67,6 @@ func TestStdioCompoundSizeNotShown(t *testing.T) {
 		}
 	}
 	m.Documents["ccd-0001"] = ccd
-	oru := m.Documents["oru-0001"]
-	oru.Size = 70003
-	m.Documents["oru-0001"] = oru
 	if err := m.Save(s.manifest); err != nil {
 		t.Fatal(err)
 	}
@@ -77,10 +77,9 @@ func TestStdioCompoundSizeNotShown(t *testing.T) {
 		args map[string]any
 	}{
 		{"read_protected_document", map[string]any{"documentId": "ccd-0001"}},
-		{"read_protected_document", map[string]any{"documentId": "oru-0001"}},
 		{"read_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": withheld}},
 		{"save_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "results",
-			"text": "<section/>", "idempotencyKey": "size-1"}},
+			"text": strings.Repeat("x", server.MaxTextBytes+1), "idempotencyKey": "size-1"}},
 	} {
 		s.quiet(t, tc.tool+" too large", func() {
 			got, isErr := call(t, cs, tc.tool, tc.args)
@@ -92,5 +91,60 @@ func TestStdioCompoundSizeNotShown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStdioCompoundAnswersIgnoreWithheldLengths: what read_protected_document
+// and save_protected_fragment answer does not turn on the length of a
+// section withheld from the caller. Before, both refused RESULT_TOO_LARGE
+// once the skeleton and all sections were over one read, so a save of text
+// of a chosen length that then fails the section-text check (nothing
+// saved) told whether the other sections' total was over the limit less
+// that length: a free binary search for the withheld sections' length.
+func TestStdioCompoundAnswersIgnoreWithheldLengths(t *testing.T) {
+	s := newCompoundStack(t)
+	s.giveAgent(t, "results")
+	// Text a section save refuses after the length check (a NUL byte), of
+	// a length that fits one section: nothing is ever saved.
+	probe := strings.Repeat("x", 30000) + "\x00"
+	answers := func() []string {
+		cs := s.connect(t)
+		got, isErr := call(t, cs, "read_protected_document", map[string]any{"documentId": "ccd-0001"})
+		text, _ := got["text"].(string)
+		out := []string{fmt.Sprintf("read: isError %v code %v complete %v text sha256 %x", isErr, got["code"], got["complete"], sha256.Sum256([]byte(text)))}
+		s.quiet(t, "the save probe", func() {
+			got, isErr = call(t, cs, "save_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "results",
+				"text": probe, "idempotencyKey": "probe-1"})
+			out = append(out, fmt.Sprintf("save: isError %v code %v", isErr, got["code"]))
+		})
+		return out
+	}
+	before := answers()
+	if !strings.Contains(before[0], "isError false") || !strings.Contains(before[1], "isError true") ||
+		strings.Contains(before[1], "RESULT_TOO_LARGE") {
+		t.Fatalf("before: %q, want the mixed view and the probe refused for its text", before)
+	}
+
+	// A withheld section 64,000 bytes longer: every section still fits one
+	// read, the document does not.
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccd := m.Documents["ccd-0001"]
+	grown := false
+	for i, f := range ccd.Fragments {
+		if f.DataType != "results" && !grown {
+			ccd.Fragments[i].Size += 64000
+			ccd.Size += 64000
+			grown = true
+		}
+	}
+	m.Documents["ccd-0001"] = ccd
+	if err := m.Save(s.manifest); err != nil {
+		t.Fatal(err)
+	}
+	if after := answers(); !slices.Equal(after, before) {
+		t.Errorf("with a withheld section 64,000 bytes longer the answers changed:\n before %q\n after  %q", before, after)
 	}
 }

@@ -152,7 +152,7 @@ func TestStdioCompoundMixedView(t *testing.T) {
 		got, isErr = call(t, cs, "read_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "social"})
 		wantRefused(t, got, isErr, "adapter", "UNKNOWN_FRAGMENT")
 		got, isErr = call(t, cs, "save_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "results",
-			"text": strings.Repeat("x", 65000), "idempotencyKey": "big"})
+			"text": strings.Repeat("x", 65537), "idempotencyKey": "big"})
 		wantRefused(t, got, isErr, "adapter", "RESULT_TOO_LARGE")
 		got, isErr = call(t, cs, "read_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "results", "path": "x"})
 		wantRefused(t, got, isErr, "adapter", "UNEXPECTED_ARGUMENT")
@@ -354,9 +354,9 @@ func TestStdioCompoundAdapterRefusals(t *testing.T) {
 		}
 	}
 	m.Documents["ccd-0001"] = ccd
-	// A document too large for one read.
+	// A section too large for one read.
 	oru := m.Documents["oru-0001"]
-	oru.Size = 70000
+	oru.Fragments[0].Size = 70000
 	m.Documents["oru-0001"] = oru
 	if err := m.Save(s.manifest); err != nil {
 		t.Fatal(err)
