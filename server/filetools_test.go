@@ -19,8 +19,8 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
+	"github.com/pdmcp/pdmcp/internal/filestest"
 	"github.com/pdmcp/pdmcp/server"
-	"github.com/pdmcp/pdmcp/server/files/filestest"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 

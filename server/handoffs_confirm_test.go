@@ -8,8 +8,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/handofftest"
 	"github.com/pdmcp/pdmcp/server"
-	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 

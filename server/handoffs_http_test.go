@@ -15,7 +15,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
-	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
+	"github.com/pdmcp/pdmcp/internal/handofftest"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
+	"github.com/pdmcp/pdmcp/internal/handofftest"
 	"github.com/pdmcp/pdmcp/server"
-	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )

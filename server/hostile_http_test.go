@@ -12,8 +12,8 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/handofftest"
 	"github.com/pdmcp/pdmcp/internal/serve"
-	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 )
 
 // The hostile-input suite: malformed JSON-RPC, oversized bodies, oversized

@@ -9,7 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/grant"
-	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
+	"github.com/pdmcp/pdmcp/internal/handofftest"
 )
 
 // contentTypes records the Content-Type of every POST answered 200.

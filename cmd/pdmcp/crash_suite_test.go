@@ -10,7 +10,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
-	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
+	"github.com/pdmcp/pdmcp/internal/handofftest"
 )
 
 // The crash-consistency suite: the server (or protect) killed with SIGKILL

@@ -19,8 +19,8 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/handofftest"
 	"github.com/pdmcp/pdmcp/server"
-	"github.com/pdmcp/pdmcp/server/handoff/handofftest"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 

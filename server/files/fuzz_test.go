@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pdmcp/pdmcp/server/files/filestest"
+	"github.com/pdmcp/pdmcp/internal/filestest"
 )
 
 // FuzzOpen checks the security claim itself: whatever the path, an accepted

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/pdmcp/pdmcp/server/files/filestest"
+	"github.com/pdmcp/pdmcp/internal/filestest"
 )
 
 func TestOpenHostilePaths(t *testing.T) {
