@@ -5,8 +5,6 @@ package server_test
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -20,6 +18,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/internal/filestest"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
@@ -33,20 +32,6 @@ func withFileRoot(root string, docTools bool) func(*grant.Grant, *grant.Manifest
 			g.AllowedTools = append(grant.DocumentTools(), grant.FileTools()...)
 		}
 	}
-}
-
-func newFileRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-func sha(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }
 
 func (f *fixture) totalRequests() int {
@@ -78,7 +63,7 @@ func (f *fixture) auditLines(t *testing.T, tool string) []map[string]any {
 }
 
 func TestEncryptDecryptFileRoundTrip(t *testing.T) {
-	root := newFileRoot(t)
+	root := mcptest.FileRoot(t)
 	content := []byte("quarterly figures, synthetic\n")
 	if err := os.MkdirAll(filepath.Join(root, "reports"), 0o755); err != nil {
 		t.Fatal(err)
@@ -93,7 +78,7 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 	enc0 := gw.Count(api.RouteEncrypt)
 	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "reports/q3.csv"})
 	if isErr || res["envelope"] != "reports/q3.csv.pisoft" || res["path"] != "reports/q3.csv" ||
-		res["bytes"] != float64(len(content)) || res["sha256"] != sha(content) || res["replayed"] != false {
+		res["bytes"] != float64(len(content)) || res["sha256"] != mcptest.SHA256(content) || res["replayed"] != false {
 		t.Fatalf("encrypt_file: %v", res)
 	}
 	if n := gw.Count(api.RouteEncrypt) - enc0; n != 1 {
@@ -111,7 +96,7 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 	pt, _ := env["plaintext"].(map[string]any)
 	if env["format"] != "pisoft-file-envelope" || env["formatVersion"] != float64(1) || env["ttag"] == "" ||
 		env["iv"] == "" || env["ciphertext"] == "" || env["createdAt"] == "" || pt["name"] != "q3.csv" ||
-		pt["bytes"] != float64(len(content)) || pt["sha256"] != sha(content) || len(env) != 7 || len(pt) != 3 {
+		pt["bytes"] != float64(len(content)) || pt["sha256"] != mcptest.SHA256(content) || len(env) != 7 || len(pt) != 3 {
 		t.Fatalf("envelope fields: %s", envBytes)
 	}
 	if bytes.Contains(envBytes, content) {
@@ -143,7 +128,7 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	dec, isErr := f.call(t, "decrypt_file", map[string]any{"path": "reports/q3.csv.pisoft"})
-	if isErr || dec["path"] != "reports/q3.decrypted.csv" || dec["sha256"] != sha(content) || dec["bytes"] != float64(len(content)) {
+	if isErr || dec["path"] != "reports/q3.decrypted.csv" || dec["sha256"] != mcptest.SHA256(content) || dec["bytes"] != float64(len(content)) {
 		t.Fatalf("decrypt_file: %v", dec)
 	}
 	if strings.Contains(mustJSON(t, dec), string(content[:10])) {
@@ -176,14 +161,14 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 	// The audit lines name the path, the plaintext's sha256, minted and
 	// the key link, and never the content or the t-Tag.
 	lines := f.auditLines(t, "encrypt_file")
-	if len(lines) != 3 || lines[0]["path"] != "reports/q3.csv" || lines[0]["plaintextSha256"] != sha(content) ||
+	if len(lines) != 3 || lines[0]["path"] != "reports/q3.csv" || lines[0]["plaintextSha256"] != mcptest.SHA256(content) ||
 		lines[0]["minted"] != true || len(lines[0]["keyLink"].(string)) != 12 || lines[1]["minted"] != nil ||
 		lines[1]["keyLink"] != lines[0]["keyLink"] {
 		t.Fatalf("encrypt_file audit lines: %v", lines)
 	}
 	dlines := f.auditLines(t, "decrypt_file")
 	if len(dlines) != 2 || dlines[0]["path"] != "reports/q3.csv.pisoft" || dlines[0]["keyLink"] != lines[0]["keyLink"] ||
-		dlines[0]["plaintextSha256"] != sha(content) {
+		dlines[0]["plaintextSha256"] != mcptest.SHA256(content) {
 		t.Fatalf("decrypt_file audit lines: %v", dlines)
 	}
 	raw, _ := os.ReadFile(f.auditLog)
@@ -252,7 +237,7 @@ func TestFileToolsHostilePathsSendNothing(t *testing.T) {
 // minted here, an edited envelope, one too large, an envelope already in
 // the way.
 func TestFileToolsEnvelopeRefusals(t *testing.T) {
-	root := newFileRoot(t)
+	root := mcptest.FileRoot(t)
 	write := func(name string, b []byte) {
 		t.Helper()
 		if err := os.WriteFile(filepath.Join(root, name), b, 0o644); err != nil {
@@ -333,7 +318,7 @@ func TestFileToolsEnvelopeRefusals(t *testing.T) {
 // An encrypt whose answer is lost is never sent again: the retry says a
 // key may have been created, and sends nothing.
 func TestEncryptFileAnswerLostIsNotRetried(t *testing.T) {
-	root := newFileRoot(t)
+	root := mcptest.FileRoot(t)
 	if err := os.WriteFile(filepath.Join(root, "c.txt"), []byte("charlie"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +344,7 @@ func TestEncryptFileAnswerLostIsNotRetried(t *testing.T) {
 // The largest file the key server round-trips does; one byte more is
 // refused with nothing sent.
 func TestFileSizeLimit(t *testing.T) {
-	root := newFileRoot(t)
+	root := mcptest.FileRoot(t)
 	max := bytes.Repeat([]byte("0123456789abcdef"), (api.MaxDataBytes+16)/16)[:api.MaxDataBytes]
 	if err := os.WriteFile(filepath.Join(root, "max.bin"), max, 0o644); err != nil {
 		t.Fatal(err)
@@ -382,11 +367,11 @@ func TestFileSizeLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, isErr = f.call(t, "decrypt_file", map[string]any{"path": "max.bin.pisoft"})
-	if isErr || res["sha256"] != sha(max) {
+	if isErr || res["sha256"] != mcptest.SHA256(max) {
 		t.Fatalf("decrypt 16,777,215 bytes: %v", res)
 	}
 	got, err := os.ReadFile(filepath.Join(root, "max.decrypted.bin"))
-	if err != nil || sha(got) != sha(max) {
+	if err != nil || mcptest.SHA256(got) != mcptest.SHA256(max) {
 		t.Fatalf("decrypted file differs (%v)", err)
 	}
 }
@@ -395,7 +380,7 @@ func TestFileSizeLimit(t *testing.T) {
 // encrypting more files than that gets a fresh session when the scope is
 // full, and every file is encrypted under its own key.
 func TestEncryptFileBeyondOneSessionsScope(t *testing.T) {
-	root := newFileRoot(t)
+	root := mcptest.FileRoot(t)
 	const n = api.MaxObjects + 6
 	for i := range n {
 		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("f%03d.txt", i)), []byte(fmt.Sprintf("file %d", i)), 0o644); err != nil {
@@ -410,7 +395,7 @@ func TestEncryptFileBeyondOneSessionsScope(t *testing.T) {
 		if res, isErr := f.call(t, "encrypt_file", map[string]any{"path": name}); isErr {
 			t.Fatalf("encrypt_file %s: %v", name, res)
 		}
-		ttags[envelopeTTag(t, filepath.Join(root, name+".pisoft"))] = true
+		ttags[mcptest.EnvelopeTTag(t, filepath.Join(root, name+".pisoft"))] = true
 	}
 	if len(ttags) != n {
 		t.Fatalf("%d files under %d keys", n, len(ttags))
@@ -476,7 +461,7 @@ func TestFileToolsSwappedFileSendsNothing(t *testing.T) {
 // and a deleted envelope is rewritten from it; with that copy gone too, the
 // rewrite is refused and nothing is sent (no second key).
 func TestEncryptFileCiphertextCopy(t *testing.T) {
-	root := newFileRoot(t)
+	root := mcptest.FileRoot(t)
 	if err := os.WriteFile(filepath.Join(root, "d.txt"), []byte("delta"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +502,7 @@ func TestEncryptFileCiphertextCopy(t *testing.T) {
 // before anything is sent: no key is made for a file whose outputs cannot
 // be written. The longest name that fits goes all the way round.
 func TestFileToolsNameTooLongSendsNothing(t *testing.T) {
-	root := newFileRoot(t)
+	root := mcptest.FileRoot(t)
 	// 227 bytes: the envelope (234) fits, its temporary name (256) not.
 	long := strings.Repeat("n", 223) + ".csv"
 	fits := strings.Repeat("n", 222) + ".csv"

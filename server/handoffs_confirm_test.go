@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/handofftest"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
@@ -46,19 +48,19 @@ func TestConfirmationAnswersTheQuestionAsked(t *testing.T) {
 	o.now = func() time.Time { return time.Now().Add(skew) }
 	o.client = func(co *mcp.ClientOptions) { co.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true} }
 	f := newStepFixture(t, o)
-	before := keyRouteCounts(f.env.Gateway)
+	before := mcptest.KeyRouteCounts(f.env.Gateway)
 	asksAgain := func(what string, res *mcp.CallToolResult) {
 		t.Helper()
 		if !res.NeedsInput() || res.InputRequests["confirm-hand-off"] == nil || res.RequestState == "" {
 			t.Fatalf("%s: got %+v, want the question asked again", what, res)
 		}
-		if after := keyRouteCounts(f.env.Gateway); !mapsEqual(before, after) {
+		if after := mcptest.KeyRouteCounts(f.env.Gateway); !maps.Equal(before, after) {
 			t.Fatalf("%s reached the crypto or key routes: %v -> %v", what, before, after)
 		}
 		if doctorHolds(t, f) {
 			t.Fatalf("%s: the doctor holds an entry", what)
 		}
-		before = keyRouteCounts(f.env.Gateway) // doctorHolds reads the access list
+		before = mcptest.KeyRouteCounts(f.env.Gateway) // doctorHolds reads the access list
 	}
 
 	asksAgain("an answer nobody asked for", rawHandOff(t, f, handofftest.StepReferral, accepted, ""))
@@ -82,7 +84,7 @@ func TestConfirmationAnswersTheQuestionAsked(t *testing.T) {
 	if doctorHolds(t, f) {
 		t.Fatal("an entry after close_step")
 	}
-	before = keyRouteCounts(f.env.Gateway)
+	before = mcptest.KeyRouteCounts(f.env.Gateway)
 	asksAgain("the same answer again", rawHandOff(t, f, handofftest.StepReferral, accepted, state))
 
 	// A question left unanswered past its time is asked again.
@@ -102,13 +104,13 @@ func TestConfirmationBefore20260728IsAskedDuringTheCall(t *testing.T) {
 			asked++
 			return &mcp.ElicitResult{Action: "decline"}, nil
 		}})
-	before := keyRouteCounts(f.env.Gateway)
+	before := mcptest.KeyRouteCounts(f.env.Gateway)
 	res := rawHandOff(t, f, handofftest.StepReferral, accepted, "")
 	r, ok := server.RefusalOf(res)
 	if !res.IsError || !ok || r.Code != string(refusal.ConfirmationDeclined) || asked != 1 {
 		t.Fatalf("an answer sent with the call: %+v (asked %d times)", res, asked)
 	}
-	if after := keyRouteCounts(f.env.Gateway); !mapsEqual(before, after) {
+	if after := mcptest.KeyRouteCounts(f.env.Gateway); !maps.Equal(before, after) {
 		t.Fatalf("the hand-off reached the crypto or key routes: %v -> %v", before, after)
 	}
 	if doctorHolds(t, f) {

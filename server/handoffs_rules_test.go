@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/internal/handofftest"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/refusal"
@@ -177,7 +179,7 @@ func TestConcurrentHandOffsSharingAKey(t *testing.T) {
 		}
 	}
 	list, _ := f.call(t, "list_approved_documents", nil)
-	if !stepOpen(list, handofftest.StepReferral) || stepOpen(list, stepProblems) {
+	if !mcptest.StepOpen(list, handofftest.StepReferral) || mcptest.StepOpen(list, stepProblems) {
 		t.Fatalf("list: %v", list["steps"])
 	}
 }
@@ -262,14 +264,14 @@ func TestReadOnlyHoldsByIdentity(t *testing.T) {
 	for name, man := range map[string]*grant.Manifest{"actingAs differs": m, "steps removed": noSteps} {
 		t.Run(name, func(t *testing.T) {
 			doctor := f.serverAs(t, f.w.Doctor.Name, tools, man, nil)
-			before := keyRouteCounts(f.env.Gateway)
-			res, isErr := callOn(t, doctor, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
+			before := mcptest.KeyRouteCounts(f.env.Gateway)
+			res, isErr := mcptest.Call(t, doctor, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
 				"fragmentId": "problems", "text": "<section><text>changed by the doctor</text></section>",
 				"idempotencyKey": "doc-" + strings.ReplaceAll(name, " ", "-")})
 			if !isErr || res["code"] != string(refusal.HandedOffReadOnly) || res["layer"] != "adapter" {
 				t.Fatalf("the doctor's save: %v", res)
 			}
-			if after := keyRouteCounts(f.env.Gateway); !mapsEqual(before, after) {
+			if after := mcptest.KeyRouteCounts(f.env.Gateway); !maps.Equal(before, after) {
 				t.Fatalf("HANDED_OFF_READ_ONLY reached the crypto or key routes: %v -> %v", before, after)
 			}
 		})
@@ -301,7 +303,7 @@ func TestReadOnlyCheckedUnderTheLock(t *testing.T) {
 			await(handed)
 		})
 	})
-	res, isErr := callOn(t, doctor, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
+	res, isErr := mcptest.Call(t, doctor, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
 		"fragmentId": "problems", "text": "<section><text>changed by the doctor</text></section>", "idempotencyKey": "race"})
 	<-handed
 	if !isErr || res["layer"] != "keyserver" || res["code"] != api.CodeACLDenied {

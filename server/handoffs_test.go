@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/internal/handofftest"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/refusal"
@@ -138,19 +140,6 @@ func (f *stepFixture) call(t *testing.T, name string, args map[string]any) (map[
 	return m, false
 }
 
-// keyRoutes are the Gateway's crypto and key routes: an adapter refusal
-// sends nothing to any of them.
-var keyRoutes = []string{api.RouteEncrypt, api.RouteDecrypt, api.RouteACLGet, api.RouteACLGrant, api.RouteACLUpdate,
-	api.RouteACLRevoke, api.RouteKeyExpire, api.RouteKeyRemove}
-
-func keyRouteCounts(g *reference.Gateway) map[string]int {
-	out := map[string]int{}
-	for _, r := range keyRoutes {
-		out[r] = g.Count(r)
-	}
-	return out
-}
-
 func (f *stepFixture) lastAudit(t *testing.T, tool string) map[string]any {
 	t.Helper()
 	file, err := os.Open(f.auditLog)
@@ -259,12 +248,12 @@ func TestHandOffAdapterRefusalsSendNothing(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newStepFixture(t, tc.o)
-			before := keyRouteCounts(f.env.Gateway)
+			before := mcptest.KeyRouteCounts(f.env.Gateway)
 			m, isErr := f.call(t, tc.tool, tc.args)
 			if !isErr || m["layer"] != "adapter" || m["code"] != tc.code || m["refused"] != true {
 				t.Fatalf("got %v, want adapter %s", m, tc.code)
 			}
-			if after := keyRouteCounts(f.env.Gateway); !mapsEqual(before, after) {
+			if after := mcptest.KeyRouteCounts(f.env.Gateway); !maps.Equal(before, after) {
 				t.Fatalf("the refusal reached the crypto or key routes: %v -> %v", before, after)
 			}
 			for _, k := range f.w.Keys {
@@ -274,18 +263,6 @@ func TestHandOffAdapterRefusalsSendNothing(t *testing.T) {
 			}
 		})
 	}
-}
-
-func mapsEqual(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestHandOffConfirmation: the go-sdk client's elicitation handler is asked

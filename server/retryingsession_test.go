@@ -2,64 +2,14 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
-	"os"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
-
-// toolLine is what these tests read of an audit tool line.
-type toolLine struct {
-	Event           string `json:"event"`
-	Tool            string `json:"tool"`
-	Outcome         string `json:"outcome"`
-	Code            string `json:"code"`
-	HandleDigest    string `json:"handleDigest"`
-	JKT             string `json:"jkt"`
-	SessionReplaced bool   `json:"sessionReplaced"`
-	GatewayRequests []struct {
-		Route  string `json:"route"`
-		Status int    `json:"status"`
-		Code   string `json:"code"`
-	} `json:"gatewayRequests"`
-}
-
-func toolLines(t *testing.T, path string) []toolLine {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []toolLine
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var tl toolLine
-		if err := json.Unmarshal([]byte(l), &tl); err != nil {
-			t.Fatalf("audit line %q: %v", l, err)
-		}
-		if tl.Event == "tool" {
-			out = append(out, tl)
-		}
-	}
-	return out
-}
-
-// routes lists a line's Gateway requests as "route status code".
-func (l toolLine) routes() []string {
-	var out []string
-	for _, r := range l.GatewayRequests {
-		out = append(out, strings.TrimSpace(r.Route+" "+itoa(r.Status)+" "+r.Code))
-	}
-	return out
-}
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 // TestSessionReplacedAfterAdminRevoke: an operator revokes the task's
 // session at the Gateway. The next read and the next save are each refused
@@ -73,7 +23,7 @@ func TestSessionReplacedAfterAdminRevoke(t *testing.T) {
 	if m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
 		t.Fatalf("first read: %v", m)
 	}
-	first := toolLines(t, f.auditLog)
+	first := mcptest.ToolLines(t, f.auditLog)
 	before := first[len(first)-1]
 
 	for i, tc := range []struct {
@@ -99,10 +49,10 @@ func TestSessionReplacedAfterAdminRevoke(t *testing.T) {
 		if counts[tc.route] != 2 || counts[api.RouteScoped] != 1 || counts[api.RouteRevoke] != 0 {
 			t.Fatalf("%s: Gateway counts %v; want the call twice around one mint, and no revoke of a dead session", tc.tool, counts)
 		}
-		lines := toolLines(t, f.auditLog)
+		lines := mcptest.ToolLines(t, f.auditLog)
 		got := lines[len(lines)-1]
 		want := []string{tc.route + " 401 SESSION_REVOKED", api.RouteScoped + " 200", tc.route + " 200"}
-		if !got.SessionReplaced || got.Outcome != "ok" || strings.Join(got.routes(), "|") != strings.Join(want, "|") {
+		if !got.SessionReplaced || got.Outcome != "ok" || strings.Join(got.Routes(), "|") != strings.Join(want, "|") {
 			t.Fatalf("%s audit line %+v; want sessionReplaced, ok, requests %v", tc.tool, got, want)
 		}
 		if got.HandleDigest == "" || got.HandleDigest == before.HandleDigest || got.JKT == before.JKT {
@@ -117,90 +67,9 @@ func TestSessionReplacedAfterAdminRevoke(t *testing.T) {
 	if m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
 		t.Fatalf("read: %v", m)
 	}
-	lines := toolLines(t, f.auditLog)
+	lines := mcptest.ToolLines(t, f.auditLog)
 	if last := lines[len(lines)-1]; last.SessionReplaced || f.env.Gateway.Count(api.RouteScoped) != 0 {
 		t.Fatalf("a call on a live session was marked replaced or minted: %+v", last)
-	}
-}
-
-// TestHTTPSessionsReplacedAfterGatewayRestart: the Gateway restarts on the
-// same state and port under a running HTTP server and forgets every
-// session, the service's included. Each user's next call is refused
-// SESSION_MISSING once; the pool drops that user's session, the service
-// signs in again, a new session is minted and the call goes through.
-func TestHTTPSessionsReplacedAfterGatewayRestart(t *testing.T) {
-	hs := newHTTPStack(t, 4)
-	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
-	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
-	for who, c := range map[string]*mcp.ClientSession{"alice": alice, "bob": bob} {
-		if m, e := callOn(t, c, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); e {
-			t.Fatalf("%s before the restart: %v", who, m)
-		}
-	}
-	url := hs.env.URL
-	hs.env.RestartSamePort(t)
-	if hs.env.URL != url {
-		t.Fatalf("the Gateway came back at %s, not %s", hs.env.URL, url)
-	}
-	for _, who := range []string{"alice", "bob"} {
-		c := map[string]*mcp.ClientSession{"alice": alice, "bob": bob}[who]
-		hs.env.Gateway.ResetCounts()
-		m, e := callOn(t, c, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
-		if e {
-			t.Fatalf("%s after the restart: %v", who, m)
-		}
-		// The first call after the restart also finds the service's own
-		// session forgotten: its mint is refused once, the service signs
-		// in again, and the mint is sent again.
-		wantLogins, wantMints := 0, 1
-		if who == "alice" {
-			wantLogins, wantMints = 1, 2
-		}
-		counts := hs.env.Gateway.Counts()
-		if counts[api.RouteDecrypt] != 2 || counts[api.RouteScoped] != wantMints || counts[api.RouteServiceLogin] != wantLogins {
-			t.Fatalf("%s: Gateway counts %v; want the decrypt twice around %d mint(s) and %d sign-in(s)", who, counts,
-				wantMints, wantLogins)
-		}
-		lines := toolLines(t, hs.audit)
-		got := lines[len(lines)-1]
-		if !got.SessionReplaced || got.routes()[0] != api.RouteDecrypt+" 401 SESSION_MISSING" {
-			t.Fatalf("%s audit line %+v: want sessionReplaced after SESSION_MISSING", who, got)
-		}
-	}
-	b, _ := os.ReadFile(hs.audit)
-	if !strings.Contains(string(b), `"serviceRelogin":true`) {
-		t.Error("no audit line says the service signed in again")
-	}
-}
-
-// TestHTTPMintAnsweringAnotherPrincipalIsRefused: over HTTP the Gateway
-// maps the user; a session it answers acting outside the service's prefix
-// is revoked at once and the call refused SESSION_IDENTITY_MISMATCH, with
-// nothing decrypted and an error on the server's log.
-func TestHTTPMintAnsweringAnotherPrincipalIsRefused(t *testing.T) {
-	hs := newHTTPStack(t, 4)
-	other := hs.env.Service(t, "other", true)
-	stranger := reftest.Principal(t, hs.env.ServiceClient(t, other), other.Prefix+"stranger")
-	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
-	hs.env.Gateway.SetFaults(reference.Faults{MintAsPrincipal: stranger.Name})
-	hs.env.Gateway.ResetCounts()
-	m, isErr := callOn(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
-	if !isErr || m["layer"] != "adapter" || m["code"] != api.CodeSessionIdentityMismatch {
-		t.Fatalf("read with a Gateway answering another principal: %v", m)
-	}
-	counts := hs.env.Gateway.Counts()
-	if counts[api.RouteScoped] != 1 || counts[api.RouteRevoke] != 1 || counts[api.RouteDecrypt] != 0 {
-		t.Fatalf("Gateway counts %v: want one mint and its revoke, no decrypt", counts)
-	}
-	if live, _ := hs.env.Gateway.LiveScopedSessions(); live != 0 {
-		t.Fatalf("%d scoped sessions live, want 0", live)
-	}
-	if l := hs.stderr.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, api.CodeSessionIdentityMismatch) {
-		t.Fatalf("no error log of the mismatch:\n%s", l)
-	}
-	hs.env.Gateway.SetFaults(reference.Faults{})
-	if m, isErr := callOn(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
-		t.Fatalf("read once the Gateway answers rightly: %v", m)
 	}
 }
 
@@ -230,62 +99,12 @@ func TestSessionReplacedOnlyOnce(t *testing.T) {
 		if counts[api.RouteDecrypt] != 2 || counts[api.RouteScoped] != 1 {
 			t.Fatalf("gone %d times: Gateway counts %v; want two decrypts and one mint", tc.gone, counts)
 		}
-		lines := toolLines(t, f.auditLog)
+		lines := mcptest.ToolLines(t, f.auditLog)
 		if last := lines[len(lines)-1]; !last.SessionReplaced {
 			t.Fatalf("audit line %+v does not say sessionReplaced", last)
 		}
 	}
 	f.env.Gateway.SetFaults(reference.Faults{})
-}
-
-// TestHTTPAllSessionsBusyIsRetryable: with maxCallers 1 and alice's read
-// held at the Gateway, bob's read finds the one session busy, waits the
-// bounded time and is refused SESSIONS_BUSY with retryAfter, with no mint
-// sent for him; once alice's call ends, bob's next read takes the place.
-func TestHTTPAllSessionsBusyIsRetryable(t *testing.T) {
-	hs := newHTTPStack(t, 1)
-	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
-	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
-	gw := hs.env.Gateway
-	gw.SetFaults(reference.Faults{Delay: time.Hour, DelayActingAs: hs.svc.Prefix + "t.alice"})
-	t.Cleanup(func() { gw.SetFaults(reference.Faults{}) })
-
-	decrypts := gw.Count(api.RouteDecrypt)
-	aliceDone := make(chan bool, 1)
-	go func() {
-		res, err := alice.CallTool(context.Background(), &mcp.CallToolParams{Name: "read_protected_document",
-			Arguments: map[string]any{"documentId": "proposal-aurora"}})
-		aliceDone <- err == nil && !res.IsError
-	}()
-	for gw.Count(api.RouteDecrypt) == decrypts {
-		time.Sleep(time.Millisecond)
-	}
-
-	mints := gw.Count(api.RouteScoped)
-	m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
-	if !isErr || m["layer"] != "adapter" || m["code"] != api.CodeSessionsBusy || m["status"] != float64(503) {
-		t.Fatalf("bob's read with the one session busy: %v", m)
-	}
-	if ra, _ := m["retryAfter"].(float64); ra < 1 {
-		t.Fatalf("no retryAfter in %v", m)
-	}
-	if gw.Count(api.RouteScoped) != mints {
-		t.Fatal("a mint was sent for bob while every place was busy")
-	}
-	if live, _ := gw.LiveScopedSessions(); live != 1 {
-		t.Fatalf("%d scoped sessions live, want alice's alone", live)
-	}
-
-	gw.SetFaults(reference.Faults{})
-	if ok := <-aliceDone; !ok {
-		t.Fatal("alice's held read failed")
-	}
-	if m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
-		t.Fatalf("bob's retry: %v", m)
-	}
-	if live, peak := gw.LiveScopedSessions(); live != 1 || peak > 1 {
-		t.Fatalf("live %d, peak %d with maxCallers 1", live, peak)
-	}
 }
 
 // TestStdioMintAnsweringAnotherPrincipalIsRefused: over stdio the grant

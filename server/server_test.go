@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
@@ -125,7 +127,7 @@ func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manif
 	f.audit, f.logs = a, &testutil.LogBuffer{}
 	sessions := server.NewGrantSessions(c, g.LocalUser, grant.Keys(g, m), g.NotAfter, nil, nil)
 	cfg := server.Config{Grant: g, Manifest: m, ManifestPath: f.manifest, Journal: j, Audit: a,
-		Sessions: sessions, Version: "test", RunID: "run-test", Logger: slogTo(f.logs)}
+		Sessions: sessions, Version: "test", RunID: "run-test", Logger: slog.New(slog.NewTextHandler(f.logs, nil))}
 	for _, c := range configure {
 		c(&cfg)
 	}
@@ -163,27 +165,7 @@ func (f *fixture) call(t *testing.T, name string, args map[string]any) (map[stri
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	return resultMap(t, res), res.IsError
-}
-
-// resultMap is a result as a map: a success's structured content, or the
-// refusal a client reads from an isError result's text content (which then
-// carries no structured content, so SDK clients do not validate it against
-// the tool's output schema).
-func resultMap(t *testing.T, res *mcp.CallToolResult) map[string]any {
-	t.Helper()
-	v := res.StructuredContent
-	if res.IsError {
-		r, ok := server.RefusalOf(res)
-		if !ok || res.StructuredContent != nil {
-			t.Fatalf("isError result is not a content-only refusal: %+v", res)
-		}
-		v = r
-	}
-	b, _ := json.Marshal(v)
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
-	return m
+	return mcptest.Result(t, res), res.IsError
 }
 
 var basicDocs = []doc{

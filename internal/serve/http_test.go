@@ -1,4 +1,4 @@
-package server_test
+package serve_test
 
 import (
 	"bytes"
@@ -30,6 +30,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/internal/testutil"
@@ -39,7 +40,7 @@ import (
 // httpStack is the HTTP transport end to end in one process: a reference
 // Gateway, the development OpenID provider, the seeded data with users
 // alice (every document), bob (aurora and the criteria) and carol (nothing),
-// and server.Run serving Streamable HTTP over TLS on 127.0.0.1.
+// and serve.Run serving Streamable HTTP over TLS on 127.0.0.1.
 type httpStack struct {
 	env    *reftest.Env
 	idp    *devidp.Provider
@@ -174,7 +175,7 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 		hs.done <- serve.Run(runCtx, serve.Options{ConfigPath: cfgPath, ManifestPath: hs.manifst, GrantPath: grantPath,
 			AuditPath: hs.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln, GatewayTimeout: hs.gatewayTimeout,
 			OpsAddr: "127.0.0.1:0", OpsReady: func(u string) { hs.opsURL = u },
-			Logger: slogTo(hs.stderr), Ready: func(u string) { ready <- u }})
+			Logger: slog.New(slog.NewTextHandler(hs.stderr, nil)), Ready: func(u string) { ready <- u }})
 	}()
 	select {
 	case hs.url = <-ready:
@@ -228,15 +229,6 @@ func (hs *httpStack) connect(t *testing.T, token string) *mcp.ClientSession {
 	return cs
 }
 
-func callOn(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (map[string]any, bool) {
-	t.Helper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return resultMap(t, res), res.IsError
-}
-
 func TestHTTPUsersEachActAsThemselves(t *testing.T) {
 	hs := newHTTPStack(t, 8)
 	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
@@ -255,7 +247,7 @@ func TestHTTPUsersEachActAsThemselves(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				m, e := callOn(t, cs, "read_protected_document", map[string]any{"documentId": doc})
+				m, e := mcptest.Call(t, cs, "read_protected_document", map[string]any{"documentId": doc})
 				mu.Lock()
 				results[name+"/"+doc] = result{m, e}
 				mu.Unlock()
@@ -318,18 +310,18 @@ func TestHTTPSavesAreKeptApartPerUser(t *testing.T) {
 	hs := newHTTPStack(t, 8)
 	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
 	args := map[string]any{"destinationId": "evaluation-summary", "text": "alice's summary", "idempotencyKey": "same-key"}
-	a, isErr := callOn(t, alice, "save_protected_result", args)
+	a, isErr := mcptest.Call(t, alice, "save_protected_result", args)
 	if isErr {
 		t.Fatal(a)
 	}
 	// bob has no entry on the destination's key: his save with the same
 	// key is his own call, refused by the key server, not alice's receipt.
 	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
-	b, isErr := callOn(t, bob, "save_protected_result", args)
+	b, isErr := mcptest.Call(t, bob, "save_protected_result", args)
 	if !isErr || b["layer"] != "keyserver" {
 		t.Fatalf("bob's save with alice's idempotencyKey: %v", b)
 	}
-	again, isErr := callOn(t, alice, "save_protected_result", args)
+	again, isErr := mcptest.Call(t, alice, "save_protected_result", args)
 	if isErr || again["replayed"] != true || again["version"] != a["version"] {
 		t.Fatalf("alice's retry: %v", again)
 	}
@@ -457,7 +449,7 @@ func TestHTTPEvictionReloginAndIdPUnavailable(t *testing.T) {
 	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
 	carol := hs.connect(t, hs.token(t, "carol", "pw-c"))
 	read := func(cs *mcp.ClientSession) (map[string]any, bool) {
-		return callOn(t, cs, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
+		return mcptest.Call(t, cs, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
 	}
 	if m, e := read(alice); e {
 		t.Fatal(m)
@@ -507,8 +499,6 @@ func TestHTTPEvictionReloginAndIdPUnavailable(t *testing.T) {
 	hs.env.Gateway.SetFaults(reference.Faults{})
 }
 
-func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
-
 // TestHTTPEveryProtocolRevision connects a go-sdk client speaking each
 // revision the SDK supports: the session-less newest one goes to the
 // stateless handler, the others keep a session bound to the user.
@@ -528,7 +518,7 @@ func TestHTTPEveryProtocolRevision(t *testing.T) {
 			if got := cs.InitializeResult().ProtocolVersion; got != v {
 				t.Errorf("negotiated %s, asked for %s", got, v)
 			}
-			m, isErr := callOn(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"})
+			m, isErr := mcptest.Call(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"})
 			if isErr {
 				t.Fatalf("read over %s: %v", v, m)
 			}
@@ -539,15 +529,15 @@ func TestHTTPEveryProtocolRevision(t *testing.T) {
 func TestHTTPOperationsEndpoints(t *testing.T) {
 	hs := newHTTPStack(t, 8)
 	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
-	if m, isErr := callOn(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
+	if m, isErr := mcptest.Call(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
 		t.Fatal(m)
 	}
-	callOn(t, alice, "read_protected_document", map[string]any{"documentId": "nope"})
+	mcptest.Call(t, alice, "read_protected_document", map[string]any{"documentId": "nope"})
 	// A tool name is the model's own text: one this build does not offer
 	// must not become a label on the unauthenticated /metrics (it could
 	// carry document text, and each new name is a new series).
 	const madeUp = "copy_of_secret_words_in_a_tool_name"
-	if m, isErr := callOn(t, alice, madeUp, map[string]any{}); !isErr || m["code"] != server.CodeToolNotInGrant {
+	if m, isErr := mcptest.Call(t, alice, madeUp, map[string]any{}); !isErr || m["code"] != server.CodeToolNotInGrant {
 		t.Fatalf("made-up tool: %v", m)
 	}
 	resp, err := hs.hc.Post(hs.url, "application/json", strings.NewReader(`{}`))
@@ -629,7 +619,7 @@ func TestHTTPMalformedAndBatchKeepServing(t *testing.T) {
 		}
 	}
 	cs := hs.connect(t, tok)
-	if m, isErr := callOn(t, cs, "list_approved_documents", map[string]any{}); isErr {
+	if m, isErr := mcptest.Call(t, cs, "list_approved_documents", map[string]any{}); isErr {
 		t.Fatalf("the server stopped serving after bad requests: %v", m)
 	}
 }
@@ -685,11 +675,11 @@ func TestHTTPGoSDKOAuthClient(t *testing.T) {
 		return cs
 	}
 	alice := connect("alice", "pw-a")
-	if m, isErr := callOn(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-cirrus"}); isErr {
+	if m, isErr := mcptest.Call(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-cirrus"}); isErr {
 		t.Fatalf("alice: %v", m)
 	}
 	bob := connect("bob", "pw-b")
-	m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-cirrus"})
+	m, isErr := mcptest.Call(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-cirrus"})
 	if !isErr || m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
 		t.Fatalf("bob on a document he may not read: %v", m)
 	}
@@ -711,13 +701,13 @@ func TestHTTPRefusedExchangedTokenIsNotReused(t *testing.T) {
 	}
 	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
 	bind("some-other-client")
-	m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
+	m, isErr := mcptest.Call(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"})
 	if !isErr || m["code"] != "SUBJECT_TOKEN_REFUSED" {
 		t.Fatalf("with the provider bound to another client: %v", m)
 	}
 	bind(devidp.DefaultAdapterClientID)
 	before := hs.exchanges.Load()
-	if m, isErr := callOn(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
+	if m, isErr := mcptest.Call(t, bob, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
 		t.Fatalf("after the binding is fixed: %v", m)
 	}
 	if got := hs.exchanges.Load() - before; got != 1 {

@@ -1,11 +1,11 @@
 //go:build unix
 
-package server_test
+package serve_test
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,6 +14,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
 // Over HTTP each user's encrypt_file mints that user's own key and keeps
@@ -21,7 +22,7 @@ import (
 // user opens another's envelope only when the key server's access list
 // says so, and the server writes nothing when it does not.
 func TestHTTPFileToolsKeepUsersApart(t *testing.T) {
-	root := newFileRoot(t)
+	root := mcptest.FileRoot(t)
 	hs := newHTTPStack(t, 8, fileTools(root))
 	content := []byte("the same content, encrypted by two users\n")
 	shared := filepath.Join(root, "shared.txt")
@@ -31,7 +32,7 @@ func TestHTTPFileToolsKeepUsersApart(t *testing.T) {
 	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
 	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
 
-	a, isErr := callOn(t, alice, "encrypt_file", map[string]any{"path": "shared.txt"})
+	a, isErr := mcptest.Call(t, alice, "encrypt_file", map[string]any{"path": "shared.txt"})
 	if isErr || a["replayed"] != false {
 		t.Fatalf("alice's encrypt_file: %v", a)
 	}
@@ -41,15 +42,15 @@ func TestHTTPFileToolsKeepUsersApart(t *testing.T) {
 	}
 	// bob, same content, same path: not alice's row, so his own key.
 	encrypts := hs.env.Gateway.Count(api.RouteEncrypt)
-	b, isErr := callOn(t, bob, "encrypt_file", map[string]any{"path": "shared.txt"})
+	b, isErr := mcptest.Call(t, bob, "encrypt_file", map[string]any{"path": "shared.txt"})
 	if isErr || b["replayed"] != false {
 		t.Fatalf("bob's encrypt_file: %v", b)
 	}
 	if n := hs.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {
 		t.Fatalf("bob's encrypt sent %d encrypts, want 1", n)
 	}
-	aliceTTag := envelopeTTag(t, aliceEnv)
-	bobTTag := envelopeTTag(t, shared+".pisoft")
+	aliceTTag := mcptest.EnvelopeTTag(t, aliceEnv)
+	bobTTag := mcptest.EnvelopeTTag(t, shared+".pisoft")
 	if aliceTTag == bobTTag {
 		t.Fatal("two users got the same key")
 	}
@@ -57,14 +58,14 @@ func TestHTTPFileToolsKeepUsersApart(t *testing.T) {
 	if err := os.Rename(shared+".pisoft", filepath.Join(root, "bob.pisoft")); err != nil {
 		t.Fatal(err)
 	}
-	if again, isErr := callOn(t, alice, "encrypt_file", map[string]any{"path": "shared.txt"}); isErr ||
-		again["replayed"] != true || envelopeTTag(t, shared+".pisoft") != aliceTTag {
+	if again, isErr := mcptest.Call(t, alice, "encrypt_file", map[string]any{"path": "shared.txt"}); isErr ||
+		again["replayed"] != true || mcptest.EnvelopeTTag(t, shared+".pisoft") != aliceTTag {
 		t.Fatalf("alice's retry: %v", again)
 	}
 
 	// bob opens alice's envelope: the key was minted here, so the server
 	// asks, and the key server refuses; nothing is written.
-	res, isErr := callOn(t, bob, "decrypt_file", map[string]any{"path": "alice.pisoft"})
+	res, isErr := mcptest.Call(t, bob, "decrypt_file", map[string]any{"path": "alice.pisoft"})
 	if !isErr || res["layer"] != "keyserver" {
 		t.Fatalf("bob's decrypt of alice's envelope: %v", res)
 	}
@@ -72,7 +73,7 @@ func TestHTTPFileToolsKeepUsersApart(t *testing.T) {
 		t.Fatal("a refused decrypt wrote a file")
 	}
 	// bob's own envelope opens for him.
-	if res, isErr := callOn(t, bob, "decrypt_file", map[string]any{"path": "bob.pisoft"}); isErr || res["path"] != "shared.decrypted.txt" {
+	if res, isErr := mcptest.Call(t, bob, "decrypt_file", map[string]any{"path": "bob.pisoft"}); isErr || res["path"] != "shared.decrypted.txt" {
 		t.Fatalf("bob's decrypt of his envelope: %v", res)
 	}
 
@@ -92,8 +93,8 @@ func TestHTTPFileToolsKeepUsersApart(t *testing.T) {
 		Rights: []string{api.RightRead}}); err != nil {
 		t.Fatal(err)
 	}
-	res, isErr = callOn(t, bob, "decrypt_file", map[string]any{"path": "alice.pisoft"})
-	if isErr || res["sha256"] != sha(content) {
+	res, isErr = mcptest.Call(t, bob, "decrypt_file", map[string]any{"path": "alice.pisoft"})
+	if isErr || res["sha256"] != mcptest.SHA256(content) {
 		t.Fatalf("bob's decrypt once alice allowed it: %v", res)
 	}
 	got, err := os.ReadFile(filepath.Join(root, res["path"].(string)))
@@ -102,23 +103,10 @@ func TestHTTPFileToolsKeepUsersApart(t *testing.T) {
 	}
 }
 
-func envelopeTTag(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m["ttag"].(string)
-}
-
 // Over HTTP too: the largest file round-trips, one byte more is refused
 // with nothing sent.
 func TestHTTPFileRoundTripAtTheLimit(t *testing.T) {
-	root := newFileRoot(t)
+	root := mcptest.FileRoot(t)
 	hs := newHTTPStack(t, 8, fileTools(root))
 	max := bytes.Repeat([]byte{1, 2, 3, 250}, api.MaxDataBytes/4+1)[:api.MaxDataBytes]
 	if err := os.WriteFile(filepath.Join(root, "max.bin"), max, 0o644); err != nil {
@@ -129,25 +117,25 @@ func TestHTTPFileRoundTripAtTheLimit(t *testing.T) {
 	}
 	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
 	before := hs.env.Gateway.Counts()
-	res, isErr := callOn(t, alice, "encrypt_file", map[string]any{"path": "over.bin"})
+	res, isErr := mcptest.Call(t, alice, "encrypt_file", map[string]any{"path": "over.bin"})
 	if !isErr || res["code"] != "FILE_TOO_LARGE" || res["layer"] != "adapter" {
 		t.Fatalf("16,777,216 bytes over HTTP: %v", res)
 	}
-	if after := hs.env.Gateway.Counts(); !mapsEqual(before, after) {
+	if after := hs.env.Gateway.Counts(); !maps.Equal(before, after) {
 		t.Fatalf("the refusal reached the Gateway: %v -> %v", before, after)
 	}
-	if res, isErr = callOn(t, alice, "encrypt_file", map[string]any{"path": "max.bin"}); isErr {
+	if res, isErr = mcptest.Call(t, alice, "encrypt_file", map[string]any{"path": "max.bin"}); isErr {
 		t.Fatalf("16,777,215 bytes over HTTP: %v", res)
 	}
 	if err := os.Remove(filepath.Join(root, "max.bin")); err != nil {
 		t.Fatal(err)
 	}
-	res, isErr = callOn(t, alice, "decrypt_file", map[string]any{"path": "max.bin.pisoft"})
-	if isErr || res["sha256"] != sha(max) {
+	res, isErr = mcptest.Call(t, alice, "decrypt_file", map[string]any{"path": "max.bin.pisoft"})
+	if isErr || res["sha256"] != mcptest.SHA256(max) {
 		t.Fatalf("decrypt over HTTP: %v", res)
 	}
 	got, err := os.ReadFile(filepath.Join(root, res["path"].(string)))
-	if err != nil || sha(got) != sha(max) {
+	if err != nil || mcptest.SHA256(got) != mcptest.SHA256(max) {
 		t.Fatalf("decrypted copy differs (%v)", err)
 	}
 }

@@ -1,9 +1,10 @@
-package server_test
+package serve_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/handofftest"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
@@ -64,19 +66,19 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 
 	// The doctor is not the step's user: refused once his session shows
 	// who he is, with nothing sent to the crypto or key routes.
-	before := keyRouteCounts(hs.env.Gateway)
-	m, isErr := callOn(t, bob, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	before := mcptest.KeyRouteCounts(hs.env.Gateway)
+	m, isErr := mcptest.Call(t, bob, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
 	if !isErr || m["code"] != string(refusal.NotStepDelegator) || m["layer"] != "adapter" {
 		t.Fatalf("bob's hand_off: %v", m)
 	}
-	if after := keyRouteCounts(hs.env.Gateway); !mapsEqual(before, after) {
+	if after := mcptest.KeyRouteCounts(hs.env.Gateway); !maps.Equal(before, after) {
 		t.Fatalf("NOT_STEP_DELEGATOR reached the crypto or key routes: %v -> %v", before, after)
 	}
 	if code := doctorReads("problems"); code != "ACL_DENIED" {
 		t.Fatalf("doctor before the hand-off: %q", code)
 	}
 
-	rec, isErr := callOn(t, alice, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	rec, isErr := mcptest.Call(t, alice, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
 	if isErr || len(rec["sections"].([]any)) != 3 {
 		t.Fatalf("alice's hand_off: %v", rec)
 	}
@@ -88,7 +90,7 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	}
 	// The same through his agent's tools.
 	frag := func(id string) map[string]any {
-		m, _ := callOn(t, bob, "read_protected_fragment", map[string]any{"documentId": handofftest.DocID, "fragmentId": id})
+		m, _ := mcptest.Call(t, bob, "read_protected_fragment", map[string]any{"documentId": handofftest.DocID, "fragmentId": id})
 		return m
 	}
 	if m := frag("problems"); m["refused"] != nil || !strings.Contains(fmt.Sprint(m), "persistent cough") {
@@ -97,20 +99,20 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	if m := frag("results"); m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
 		t.Fatalf("bob's agent reading results: %v", m)
 	}
-	if m, _ := callOn(t, bob, "read_protected_document", map[string]any{"documentId": handofftest.DocID}); !strings.Contains(fmt.Sprint(m["text"]), "persistent cough") ||
+	if m, _ := mcptest.Call(t, bob, "read_protected_document", map[string]any{"documentId": handofftest.DocID}); !strings.Contains(fmt.Sprint(m["text"]), "persistent cough") ||
 		strings.Contains(fmt.Sprint(m["text"]), "chest film") {
 		t.Fatalf("bob's mixed view: %v", m)
 	}
 	// Over HTTP his save of a handed section is refused here, before any
 	// crypto or key route.
-	before = keyRouteCounts(hs.env.Gateway)
-	m, isErr = callOn(t, bob, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
+	before = mcptest.KeyRouteCounts(hs.env.Gateway)
+	m, isErr = mcptest.Call(t, bob, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
 		"fragmentId": "problems", "text": `<section><text>changed by the doctor</text></section>`,
 		"idempotencyKey": "bob-1"})
 	if !isErr || m["layer"] != "adapter" || m["code"] != string(refusal.HandedOffReadOnly) {
 		t.Fatalf("bob's save of a handed section: %v", m)
 	}
-	if after := keyRouteCounts(hs.env.Gateway); !mapsEqual(before, after) {
+	if after := mcptest.KeyRouteCounts(hs.env.Gateway); !maps.Equal(before, after) {
 		t.Fatalf("HANDED_OFF_READ_ONLY reached the crypto or key routes: %v -> %v", before, after)
 	}
 	// Not passed on: the key server refuses a READ holder's grant.
@@ -123,18 +125,18 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	}
 	s.Revoke(ctx)
 	// The step is open for alice, and for bob (who did not hand it) not.
-	if l, _ := callOn(t, alice, "list_approved_documents", nil); !stepOpen(l, handofftest.StepReferral) {
+	if l, _ := mcptest.Call(t, alice, "list_approved_documents", nil); !mcptest.StepOpen(l, handofftest.StepReferral) {
 		t.Errorf("alice's list: %v", l)
 	}
-	if l, _ := callOn(t, bob, "list_approved_documents", nil); stepOpen(l, handofftest.StepReferral) {
+	if l, _ := mcptest.Call(t, bob, "list_approved_documents", nil); mcptest.StepOpen(l, handofftest.StepReferral) {
 		t.Errorf("bob's list shows alice's hand-off open: %v", l)
 	}
-	if m, isErr := callOn(t, bob, "close_step", map[string]any{"stepId": handofftest.StepReferral}); !isErr ||
+	if m, isErr := mcptest.Call(t, bob, "close_step", map[string]any{"stepId": handofftest.StepReferral}); !isErr ||
 		m["code"] != string(refusal.NotStepDelegator) {
 		t.Fatalf("bob's close_step: %v", m)
 	}
 
-	if m, isErr := callOn(t, alice, "close_step", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+	if m, isErr := mcptest.Call(t, alice, "close_step", map[string]any{"stepId": handofftest.StepReferral}); isErr {
 		t.Fatalf("alice's close_step: %v", m)
 	}
 	if code := doctorReads("problems"); code != "ACL_DENIED" {
@@ -145,7 +147,7 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	}
 
 	// Handed again, then the server stops (SIGTERM): it revokes on its way out.
-	if m, isErr := callOn(t, alice, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr || m["replayed"] != false {
+	if m, isErr := mcptest.Call(t, alice, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr || m["replayed"] != false {
 		t.Fatalf("alice's second hand_off: %v", m)
 	}
 	if code := doctorReads("problems"); code != "" {
@@ -155,16 +157,6 @@ func TestHTTPHandOffBetweenTwoUsers(t *testing.T) {
 	if code := doctorReads("problems"); code != "ACL_DENIED" {
 		t.Fatalf("doctor after the server stopped: %q", code)
 	}
-}
-
-func stepOpen(list map[string]any, id string) bool {
-	steps, _ := list["steps"].([]any)
-	for _, s := range steps {
-		if m, ok := s.(map[string]any); ok && m["stepId"] == id {
-			return m["open"] == true
-		}
-	}
-	return false
 }
 
 // TestHTTPHandOffConfirmation: over HTTP the go-sdk client's elicitation
@@ -189,17 +181,17 @@ func TestHTTPHandOffConfirmation(t *testing.T) {
 	}
 	args := map[string]any{"stepId": handofftest.StepReferral}
 
-	before := keyRouteCounts(hs.env.Gateway)
-	if m, isErr := callOn(t, connect("", nil), "hand_off", args); !isErr || m["code"] != string(refusal.ConfirmationUnavailable) {
+	before := mcptest.KeyRouteCounts(hs.env.Gateway)
+	if m, isErr := mcptest.Call(t, connect("", nil), "hand_off", args); !isErr || m["code"] != string(refusal.ConfirmationUnavailable) {
 		t.Fatalf("without elicitation: %v", m)
 	}
 	decline := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 		return &mcp.ElicitResult{Action: "decline"}, nil
 	}
-	if m, isErr := callOn(t, connect("", decline), "hand_off", args); !isErr || m["code"] != string(refusal.ConfirmationDeclined) {
+	if m, isErr := mcptest.Call(t, connect("", decline), "hand_off", args); !isErr || m["code"] != string(refusal.ConfirmationDeclined) {
 		t.Fatalf("declined: %v", m)
 	}
-	if after := keyRouteCounts(hs.env.Gateway); !mapsEqual(before, after) {
+	if after := mcptest.KeyRouteCounts(hs.env.Gateway); !maps.Equal(before, after) {
 		t.Fatalf("an unconfirmed hand-off reached the crypto or key routes: %v -> %v", before, after)
 	}
 	for _, proto := range []string{"", "2025-11-25"} {
@@ -208,13 +200,13 @@ func TestHTTPHandOffConfirmation(t *testing.T) {
 			asked++
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
 		})
-		if m, isErr := callOn(t, cs, "hand_off", args); isErr || asked != 1 {
+		if m, isErr := mcptest.Call(t, cs, "hand_off", args); isErr || asked != 1 {
 			t.Fatalf("protocol %q, accepted: %v (asked %d times)", proto, m, asked)
 		}
 		if _, ok := w.Entry(t, w.Keys["problems"], w.Doctor); !ok {
 			t.Fatalf("protocol %q: accepted, but nothing was handed", proto)
 		}
-		if m, isErr := callOn(t, cs, "close_step", args); isErr {
+		if m, isErr := mcptest.Call(t, cs, "close_step", args); isErr {
 			t.Fatalf("close_step: %v", m)
 		}
 	}
@@ -229,16 +221,16 @@ func TestHTTPShortWindowEndsAtTheKeyServer(t *testing.T) {
 	hs := newHTTPStack(t, 8, withSteps(&w, handofftest.Options{Window: 5}))
 	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
 	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
-	if m, isErr := callOn(t, alice, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+	if m, isErr := mcptest.Call(t, alice, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
 		t.Fatalf("hand_off: %v", m)
 	}
 	args := map[string]any{"documentId": handofftest.DocID, "fragmentId": "problems"}
-	if m, isErr := callOn(t, bob, "read_protected_fragment", args); isErr {
+	if m, isErr := mcptest.Call(t, bob, "read_protected_fragment", args); isErr {
 		t.Fatalf("bob within the window: %v", m)
 	}
 	hs.env.Gateway.SetFaults(reference.Faults{ClockSkew: 30 * time.Second})
 	t.Cleanup(func() { hs.env.Gateway.SetFaults(reference.Faults{}) })
-	if m, isErr := callOn(t, bob, "read_protected_fragment", args); !isErr || m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
+	if m, isErr := mcptest.Call(t, bob, "read_protected_fragment", args); !isErr || m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
 		t.Fatalf("bob after the window: %v", m)
 	}
 }

@@ -1,4 +1,4 @@
-package server_test
+package serve_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
 // TestHTTPAllowedClients: with allowedClients naming another host, a valid
@@ -51,7 +52,7 @@ func TestHTTPAllowedClients(t *testing.T) {
 	t.Run("named", func(t *testing.T) {
 		hs := newHTTPStack(t, 8, withHTTPConfig(`,"allowedClients":["some-other-host",`+jsonString(devidp.DefaultHostClientID)+`]`))
 		alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
-		if m, isErr := callOn(t, alice, "list_approved_documents", map[string]any{}); isErr {
+		if m, isErr := mcptest.Call(t, alice, "list_approved_documents", map[string]any{}); isErr {
 			t.Fatalf("a named client's token: %v", m)
 		}
 	})

@@ -1,4 +1,4 @@
-package server_test
+package serve_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
 // TestHTTPSlowSaveDoesNotBlockAnotherUser: while the Gateway holds bob's
@@ -37,7 +38,7 @@ func TestHTTPSlowSaveDoesNotBlockAnotherUser(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 
-	a, isErr := callOn(t, alice, "save_protected_result",
+	a, isErr := mcptest.Call(t, alice, "save_protected_result",
 		map[string]any{"destinationId": "evaluation-summary", "text": "alice's summary", "idempotencyKey": "a-1"})
 	if isErr || a["version"] != float64(1) {
 		t.Fatalf("alice's save while bob's encrypt is held: %v", a)
@@ -53,7 +54,7 @@ func TestHTTPSlowSaveDoesNotBlockAnotherUser(t *testing.T) {
 	if res == nil {
 		t.Fatal("bob's save failed at the protocol level")
 	}
-	m := resultMap(t, res)
+	m := mcptest.Result(t, res)
 	// bob has no entry on the destination's key: the key server says so.
 	if !res.IsError || m["layer"] != "keyserver" {
 		t.Fatalf("bob's save after the hold: %v", m)

@@ -1,4 +1,4 @@
-package server_test
+package serve_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server"
 )
 
@@ -213,7 +214,7 @@ func TestUndeclaredCapabilitiesAreNotAnswered(t *testing.T) {
 					t.Errorf("%s answered %v, want JSON-RPC error -32601", method, err)
 				}
 			}
-			if m, isErr := callOn(t, cs, "list_approved_documents", map[string]any{}); isErr {
+			if m, isErr := mcptest.Call(t, cs, "list_approved_documents", map[string]any{}); isErr {
 				t.Errorf("tools no longer served: %v", m)
 			}
 		})

@@ -1,4 +1,4 @@
-package server_test
+package serve_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
 // TestGatewayFaults is the Gateway-faults suite, on one HTTP stack with
@@ -46,7 +47,7 @@ func TestGatewayFaults(t *testing.T) {
 	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
 	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
 	read := func(cs *mcp.ClientSession, doc string) (map[string]any, bool) {
-		return callOn(t, cs, "read_protected_document", map[string]any{"documentId": doc})
+		return mcptest.Call(t, cs, "read_protected_document", map[string]any{"documentId": doc})
 	}
 	bobServed := func(after string) {
 		t.Helper()
@@ -129,17 +130,17 @@ func TestGatewayFaults(t *testing.T) {
 		args := map[string]any{"destinationId": "evaluation-summary", "text": "lost once", "idempotencyKey": "fault-lost-1"}
 		encrypts := gw.Count(api.RouteEncrypt)
 		gw.SetFaults(reference.Faults{LoseEncryptAnswer: 1})
-		m, isErr := callOn(t, alice, "save_protected_result", args)
+		m, isErr := mcptest.Call(t, alice, "save_protected_result", args)
 		wantRefusal("a lost answer", m, isErr, "gateway", api.CodeUnreachable)
 		if n := gw.Count(api.RouteEncrypt) - encrypts; n != 1 {
 			t.Fatalf("%d encrypts for a lost answer, want exactly 1 (never resent)", n)
 		}
 		bobServed("a lost answer")
-		first, isErr := callOn(t, alice, "save_protected_result", args)
+		first, isErr := mcptest.Call(t, alice, "save_protected_result", args)
 		if isErr || first["version"] != float64(1) {
 			t.Fatalf("the same idempotencyKey after the lost answer: %v", first)
 		}
-		again, isErr := callOn(t, alice, "save_protected_result", args)
+		again, isErr := mcptest.Call(t, alice, "save_protected_result", args)
 		if isErr || again["replayed"] != true || again["savedAt"] != first["savedAt"] {
 			t.Fatalf("the replay %v, first %v", again, first)
 		}

@@ -1,4 +1,4 @@
-package server_test
+package serve_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/handofftest"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/internal/serve"
 )
 
@@ -54,7 +55,7 @@ func hostileSuite(t *testing.T, hs *httpStack, other, otherPW, goodTool string, 
 	bob := hs.connect(t, hs.token(t, other, otherPW))
 	stillServed := func(after string) {
 		t.Helper()
-		if m, isErr := callOn(t, bob, goodTool, goodArgs); isErr {
+		if m, isErr := mcptest.Call(t, bob, goodTool, goodArgs); isErr {
 			t.Fatalf("after %s, %s was not served: %v", after, other, m)
 		}
 	}
@@ -81,7 +82,7 @@ func hostileSuite(t *testing.T, hs *httpStack, other, otherPW, goodTool string, 
 			t.Errorf("%s: answered as a success", what)
 			return
 		}
-		m := resultMap(t, res)
+		m := mcptest.Result(t, res)
 		code, _ := m["code"].(string)
 		detail, _ := m["detail"].(string)
 		if m["refused"] != true || (len(codes) > 0 && !contains(codes, code)) || !strings.Contains(detail, want) {
@@ -127,7 +128,7 @@ func hostileSuite(t *testing.T, hs *httpStack, other, otherPW, goodTool string, 
 					if err == nil && !res.IsError {
 						t.Errorf("an oversized %s was served", name)
 					} else if err == nil {
-						if m := resultMap(t, res); m["refused"] != true || m["detail"] == "" {
+						if m := mcptest.Result(t, res); m["refused"] != true || m["detail"] == "" {
 							t.Errorf("oversized %s: %v", name, m)
 						}
 					}
@@ -209,7 +210,7 @@ func hostileSuite(t *testing.T, hs *httpStack, other, otherPW, goodTool string, 
 			t.Errorf("hostile input reached %s %d times", api.RouteDecrypt, n)
 		}
 	}
-	if m, isErr := callOn(t, alice, "list_approved_documents", map[string]any{}); isErr {
+	if m, isErr := mcptest.Call(t, alice, "list_approved_documents", map[string]any{}); isErr {
 		t.Fatalf("alice is no longer served after her hostile calls: %v", m)
 	}
 }

@@ -1,4 +1,4 @@
-package server_test
+package serve_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
 // TestHTTPHostAndOriginNameThisServer: a Host or Origin that names this
@@ -97,7 +99,7 @@ func TestHTTPHostAndOriginNameThisServer(t *testing.T) {
 		t.Fatalf("connect to https://localhost:%s/mcp: %v", port, err)
 	}
 	defer cs.Close()
-	if m, isErr := callOn(t, cs, "list_approved_documents", map[string]any{}); isErr || len(m["documents"].([]any)) == 0 {
+	if m, isErr := mcptest.Call(t, cs, "list_approved_documents", map[string]any{}); isErr || len(m["documents"].([]any)) == 0 {
 		t.Fatalf("list over localhost: %v", m)
 	}
 }

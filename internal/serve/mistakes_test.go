@@ -1,4 +1,4 @@
-package server_test
+package serve_test
 
 import (
 	"io"
