@@ -73,19 +73,36 @@ type ToolLine struct {
 // ToolLines reads the tool lines of the audit file at path, in order.
 func ToolLines(t *testing.T, path string) []ToolLine {
 	t.Helper()
+	var out []ToolLine
+	for _, tl := range jsonLines[ToolLine](t, path) {
+		if tl.Event == "tool" {
+			out = append(out, tl)
+		}
+	}
+	return out
+}
+
+// AuditLines reads every line of the audit file at path, in order.
+func AuditLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	return jsonLines[map[string]any](t, path)
+}
+
+// jsonLines reads the file at path as one JSON value a line; a line that
+// is not one fails the test.
+func jsonLines[T any](t *testing.T, path string) []T {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []ToolLine
+	var out []T
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var tl ToolLine
-		if err := json.Unmarshal([]byte(l), &tl); err != nil {
+		var v T
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
 			t.Fatalf("audit line %q: %v", l, err)
 		}
-		if tl.Event == "tool" {
-			out = append(out, tl)
-		}
+		out = append(out, v)
 	}
 	return out
 }

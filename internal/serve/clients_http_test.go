@@ -3,7 +3,6 @@ package serve_test
 import (
 	"encoding/json"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
@@ -32,21 +31,16 @@ func TestHTTPAllowedClients(t *testing.T) {
 			t.Errorf("refusals counted: %v, want 1", n)
 		}
 		hs.stop()
-		b, err := os.ReadFile(hs.audit)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lines := hs.auditLines(t)
 		found := false
-		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			var m map[string]any
-			_ = json.Unmarshal([]byte(l), &m)
+		for _, m := range lines {
 			if m["event"] == "auth-refused" && m["class"] == "client-not-allowed" && m["reason"] == "CLIENT_NOT_ALLOWED" &&
 				m["status"] == float64(401) {
 				found = true
 			}
 		}
 		if !found {
-			t.Fatalf("no client-not-allowed line:\n%s", b)
+			t.Fatalf("no client-not-allowed line:\n%v", lines)
 		}
 	})
 	t.Run("named", func(t *testing.T) {

@@ -56,14 +56,8 @@ func (w *wireTap) String() string {
 // first text content block is the same notice.
 func TestDocumentTextComesWithTheNotice(t *testing.T) {
 	hs := newHTTPStack(t, 8)
-	tap := &wireTap{base: &bearer{token: hs.token(t, "alice", "pw-a"), base: hs.hc.Transport}}
-	c := mcp.NewClient(&mcp.Implementation{Name: "notice-test", Version: "1"}, nil)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url,
-		HTTPClient: &http.Client{Transport: tap}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
+	tap := &wireTap{base: hs.as(hs.token(t, "alice", "pw-a"), nil).Transport}
+	cs := hs.dial(t, "notice-test", &http.Client{Transport: tap}, nil, nil)
 
 	list, err := cs.ListTools(context.Background(), nil)
 	if err != nil {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,23 +18,6 @@ import (
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
-
-// withSteps serves the hand-off world instead of the seed's documents:
-// alice is the patient, bob the doctor, carol the nurse, each signed in
-// through the provider and acting as themselves.
-func withSteps(w **handofftest.World, o handofftest.Options) stackOption {
-	return func(t *testing.T, hs *httpStack, data string, lo *grant.LaunchOptions) {
-		o.Patient, o.Doctor, o.Nurse = "t.alice", "t.bob", "t.carol"
-		*w = handofftest.BuildWith(t, hs.svc, hs.env.ServiceClient(t, hs.svc), filepath.Join(data, "steps"), o)
-		hs.manifst = (*w).Manifest
-		lo.ManifestPath = (*w).Manifest
-		lo.AllApproved = false
-		lo.Documents = []string{handofftest.DocID, handofftest.PlainDocID}
-		lo.Tools = []string{grant.ToolListApprovedDocuments, grant.ToolReadProtectedDocument, grant.ToolHandOff,
-			grant.ToolCloseStep, grant.ToolReadProtectedFragment, grant.ToolSaveProtectedFragment}
-		lo.Steps = []string{handofftest.StepReferral, handofftest.StepByNurse}
-	}
-}
 
 // TestHTTPHandOffBetweenTwoUsers: over Streamable HTTP, one grant serves
 // the patient and the doctor. Only the patient hands the step; the doctor
@@ -169,15 +150,8 @@ func TestHTTPHandOffConfirmation(t *testing.T) {
 	hs := newHTTPStack(t, 8, withSteps(&w, handofftest.Options{Confirm: grant.ConfirmElicit}))
 	token := hs.token(t, "alice", "pw-a")
 	connect := func(proto string, handler func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) *mcp.ClientSession {
-		hc := &http.Client{Transport: &bearer{token: token, base: hs.hc.Transport}}
-		c := mcp.NewClient(&mcp.Implementation{Name: "http-elicit", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: handler})
-		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc},
+		return hs.dial(t, "http-elicit", hs.as(token, nil), &mcp.ClientOptions{ElicitationHandler: handler},
 			&mcp.ClientSessionOptions{ProtocolVersion: proto})
-		if err != nil {
-			t.Fatalf("connect: %v", err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
 	}
 	args := map[string]any{"stepId": handofftest.StepReferral}
 

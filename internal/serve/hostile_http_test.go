@@ -3,8 +3,6 @@ package serve_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -24,7 +22,7 @@ import (
 // Gateway's crypto and access-list routes see nothing, and another user
 // is served throughout. Run alone:
 //
-//	go test ./server -run TestHostileInput
+//	go test ./internal/serve -run TestHostileInput
 
 // gatewayWork are the routes a hostile call must never reach.
 var gatewayWork = []string{api.RouteEncrypt, api.RouteDecrypt, api.RouteACLGrant, api.RouteACLGet, api.RouteACLRevoke,
@@ -152,18 +150,8 @@ func hostileSuite(t *testing.T, hs *httpStack, other, otherPW, goodTool string, 
 
 	// Malformed JSON-RPC and oversized bodies, raw.
 	post := func(body string) (int, string) {
-		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
-		resp, err := hs.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		return resp.StatusCode, string(b)
+		resp, b := hs.post(t, tok, "", "2026-07-28", body)
+		return resp.StatusCode, b
 	}
 	call := func(params string) string {
 		return `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":` + params + `}`

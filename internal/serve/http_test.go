@@ -3,19 +3,13 @@ package serve_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,210 +18,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
-	"github.com/pdmcp/pdmcp/auth/devpki"
-	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
-	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
-	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/internal/serve"
-	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 )
-
-// httpStack is the HTTP transport end to end in one process: a reference
-// Gateway, the development OpenID provider, the seeded data with users
-// alice (every document), bob (aurora and the criteria) and carol (nothing),
-// and serve.Run serving Streamable HTTP over TLS on 127.0.0.1.
-type httpStack struct {
-	env    *reftest.Env
-	idp    *devidp.Provider
-	issuer string
-	caFile string
-	hc     *http.Client // trusts the dev CA only
-	url    string
-	opsURL string
-	// exchanges counts token-exchange requests at the provider.
-	exchanges atomic.Int64
-	audit     string
-	stderr    *testutil.LogBuffer
-	cancel    context.CancelFunc
-	done      chan error
-	svc       *gateway.ServiceConfig
-	// httpExtra is appended to mcp-http.json's members (",\"name\":value").
-	httpExtra string
-	manifst   string
-	// gatewayTimeout, when set, is serve.Options.GatewayTimeout.
-	gatewayTimeout time.Duration
-}
-
-// stackOption changes what newHTTPStack serves: it may replace the
-// manifest and the grant's launch options, after the seed.
-type stackOption func(t *testing.T, hs *httpStack, data string, lo *grant.LaunchOptions)
-
-func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack {
-	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	hs := &httpStack{env: reftest.Start(t, reference.Config{}), stderr: &testutil.LogBuffer{}}
-	ca, err := devpki.LoadOrCreateCA(filepath.Join(dir, "ca"), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs.caFile = ca.CertPEM
-	hs.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-
-	// The provider, on its own TLS listener with a certificate from the CA.
-	idpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs.issuer = "https://" + idpLn.Addr().String()
-	hs.idp, err = devidp.New(ctx, devidp.Config{Issuer: hs.issuer, AdapterClientSecret: "adapter-secret", Users: []devidp.User{
-		{Username: "alice", Password: "pw-a"}, {Username: "bob", Password: "pw-b"}, {Username: "carol", Password: "pw-c"},
-		{Username: "dave", Password: "pw-d"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	idpCert, idpKey, err := ca.Issue(filepath.Join(dir, "ca"), "idp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	idpSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/token") {
-			_ = r.ParseForm()
-			if strings.HasSuffix(r.PostForm.Get("grant_type"), "token-exchange") {
-				hs.exchanges.Add(1)
-			}
-		}
-		hs.idp.ServeHTTP(w, r)
-	})}
-	go func() { _ = idpSrv.ServeTLS(idpLn, idpCert, idpKey) }()
-	t.Cleanup(func() { idpSrv.Close() })
-
-	// The service, the seed with three users, the provider binding and the
-	// identity mappings (dave is never mapped).
-	hs.svc = hs.env.Service(t, "svc", true)
-	data := filepath.Join(dir, "task-data")
-	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: hs.svc, OutDir: data, Tag: "t", Users: []operator.SeedUser{
-		{Name: "alice", Documents: []string{"proposal-aurora", "proposal-borealis", "proposal-cirrus", "proposal-doldrum", "evaluation-criteria"}, Save: true},
-		{Name: "bob", Documents: []string{"proposal-aurora", "evaluation-criteria"}},
-		{Name: "carol"},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = rec
-	caPEM, _ := os.ReadFile(ca.CertPEM)
-	admin := hs.env.Client(t).Admin(reftest.AdminUser, reftest.AdminPassword)
-	if err := admin.BindProvider(ctx, api.BindProviderRequest{ServiceID: hs.svc.ServiceID, Issuer: hs.issuer,
-		Audience: devidp.DefaultGatewayAudience, AllowedClient: devidp.DefaultAdapterClientID, CAPEM: string(caPEM)}); err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range []string{"alice", "bob", "carol"} {
-		if err := admin.MapIdentity(ctx, api.MapIdentityRequest{ServiceID: hs.svc.ServiceID, Issuer: hs.issuer, Subject: u,
-			Principal: hs.svc.Prefix + "t." + u}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	hs.manifst = filepath.Join(data, "manifest.json")
-	grantPath := filepath.Join(data, "grant.json")
-	lo := grant.LaunchOptions{ManifestPath: hs.manifst, AllApproved: true, CallerIdentity: true, TTL: time.Hour, Out: grantPath}
-	for _, o := range opts {
-		o(t, hs, data, &lo)
-	}
-	if _, err := grant.Launch(lo); err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := gateway.WriteServiceConfig(cfgPath, hs.svc); err != nil {
-		t.Fatal(err)
-	}
-
-	// mcp-http.json, on a port bound now.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	mcpCert, mcpKey, err := ca.Issue(filepath.Join(dir, "ca"), "mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("adapter-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	httpCfg := fmt.Sprintf(`{"listen":{"host":"127.0.0.1","port":%d},"tls":{"certificate":%q,"key":%q},
-		"provider":{"issuer":%q,"caFile":%q,"allowedAlgs":["ES256","RS256"],"jwksRefreshMinSeconds":1},
-		"exchange":{"clientId":"mcp-adapter","clientSecretFile":"secret","gatewayAudience":"gateway-api"},
-		"requiredScopes":["openid"],"maxCallers":%d%s}`, port, mcpCert, mcpKey, hs.issuer, ca.CertPEM, maxCallers, hs.httpExtra)
-	httpCfgPath := filepath.Join(dir, "mcp-http.json")
-	if err := os.WriteFile(httpCfgPath, []byte(httpCfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hs.audit = filepath.Join(data, "audit.jsonl")
-	runCtx, cancel := context.WithCancel(ctx)
-	hs.cancel, hs.done = cancel, make(chan error, 1)
-	ready := make(chan string, 1)
-	go func() {
-		hs.done <- serve.Run(runCtx, serve.Options{ConfigPath: cfgPath, ManifestPath: hs.manifst, GrantPath: grantPath,
-			AuditPath: hs.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln, GatewayTimeout: hs.gatewayTimeout,
-			OpsAddr: "127.0.0.1:0", OpsReady: func(u string) { hs.opsURL = u },
-			Logger: slog.New(slog.NewTextHandler(hs.stderr, nil)), Ready: func(u string) { ready <- u }})
-	}()
-	select {
-	case hs.url = <-ready:
-	case err := <-hs.done:
-		t.Fatalf("serve.Run: %v", err)
-	}
-	t.Cleanup(hs.stop)
-	return hs
-}
-
-func (hs *httpStack) stop() {
-	if hs.cancel != nil {
-		hs.cancel()
-		<-hs.done
-		hs.cancel = nil
-	}
-}
-
-// token gets a user's access token through the real code flow.
-func (hs *httpStack) token(t *testing.T, user, password string) string {
-	t.Helper()
-	tok, err := devidp.Login(context.Background(), hs.hc, devidp.LoginParams{Issuer: hs.issuer, ClientID: devidp.DefaultHostClientID,
-		RedirectURL: "http://127.0.0.1:18124/callback", Username: user, Password: password, Resource: hs.url})
-	if err != nil {
-		t.Fatalf("login %s: %v", user, err)
-	}
-	return tok.AccessToken
-}
-
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
-// connect connects the go-sdk client with a bearer token.
-func (hs *httpStack) connect(t *testing.T, token string) *mcp.ClientSession {
-	t.Helper()
-	hc := &http.Client{Transport: &bearer{token: token, base: hs.hc.Transport}}
-	c := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, nil)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs
-}
 
 func TestHTTPUsersEachActAsThemselves(t *testing.T) {
 	hs := newHTTPStack(t, 8)
@@ -274,11 +71,8 @@ func TestHTTPUsersEachActAsThemselves(t *testing.T) {
 	}
 	// Each user's own session and key: three distinct holder keys, each
 	// acting as that user's principal, in the audit.
-	b, _ := os.ReadFile(hs.audit)
 	jkts := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var m map[string]any
-		_ = json.Unmarshal([]byte(line), &m)
+	for _, m := range hs.auditLines(t) {
 		if m["tool"] == "read_protected_document" && m["jkt"] != nil {
 			actingAs := m["actingAs"].(string)
 			if prev, ok := jkts[actingAs]; ok && prev != m["jkt"] {
@@ -330,31 +124,8 @@ func TestHTTPSavesAreKeptApartPerUser(t *testing.T) {
 func TestHTTPSessionIDWithAnotherUsersTokenIsRefused(t *testing.T) {
 	hs := newHTTPStack(t, 8)
 	alice, bob := hs.token(t, "alice", "pw-a"), hs.token(t, "bob", "pw-b")
-	post := func(token, session, body string) *http.Response {
-		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := hs.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
-	resp := post(alice, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`)
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	sid := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode != 200 || sid == "" {
-		t.Fatalf("initialize: %d, session %q", resp.StatusCode, sid)
-	}
-	resp = post(bob, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
+	sid := hs.initialize(t, alice)
+	if resp := hs.rpc(t, bob, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("bob on alice's session: %d, want 403", resp.StatusCode)
 	}
 }
@@ -507,14 +278,7 @@ func TestHTTPEveryProtocolRevision(t *testing.T) {
 	tok := hs.token(t, "alice", "pw-a")
 	for _, v := range mcp.SupportedProtocolVersions() {
 		t.Run(v, func(t *testing.T) {
-			hc := &http.Client{Transport: &bearer{token: tok, base: hs.hc.Transport}}
-			c := mcp.NewClient(&mcp.Implementation{Name: "rev-" + v, Version: "1"}, nil)
-			cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc},
-				&mcp.ClientSessionOptions{ProtocolVersion: v})
-			if err != nil {
-				t.Fatalf("connect with %s: %v", v, err)
-			}
-			defer cs.Close()
+			cs := hs.dial(t, "rev-"+v, hs.as(tok, nil), nil, &mcp.ClientSessionOptions{ProtocolVersion: v})
 			if got := cs.InitializeResult().ProtocolVersion; got != v {
 				t.Errorf("negotiated %s, asked for %s", got, v)
 			}
@@ -589,18 +353,8 @@ func TestHTTPMalformedAndBatchKeepServing(t *testing.T) {
 	hs := newHTTPStack(t, 8)
 	tok := hs.token(t, "alice", "pw-a")
 	post := func(body string) (int, string) {
-		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-		resp, err := hs.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		resp, b := hs.post(t, tok, "", "2025-11-25", body)
+		return resp.StatusCode, b
 	}
 	for name, body := range map[string]string{
 		"malformed": `{"jsonrpc":"2.0","id":1,"method":`,
@@ -712,5 +466,84 @@ func TestHTTPRefusedExchangedTokenIsNotReused(t *testing.T) {
 	}
 	if got := hs.exchanges.Load() - before; got != 1 {
 		t.Errorf("token exchanges after the refusal: %d, want 1 (the refused token must not be reused)", got)
+	}
+}
+
+// TestHTTPListLineNamesThePooledSession: over HTTP, a list after a read
+// names the caller's pooled Gateway session, as the read does.
+func TestHTTPListLineNamesThePooledSession(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	if m, isErr := mcptest.Call(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
+		t.Fatal(m)
+	}
+	if m, isErr := mcptest.Call(t, alice, "list_approved_documents", map[string]any{}); isErr {
+		t.Fatal(m)
+	}
+	hs.stop()
+	lines := hs.auditLines(t)
+	byTool := map[string]map[string]any{}
+	for _, m := range lines {
+		if m["event"] == "tool" {
+			byTool[m["tool"].(string)] = m
+		}
+	}
+	read, list := byTool["read_protected_document"], byTool["list_approved_documents"]
+	if read == nil || list == nil {
+		t.Fatalf("audit lacks the read or the list:\n%v", lines)
+	}
+	for _, k := range []string{"actingAs", "jkt", "handleDigest"} {
+		if s, _ := read[k].(string); s == "" || list[k] != read[k] {
+			t.Errorf("%s: read %v, list %v", k, read[k], list[k])
+		}
+	}
+}
+
+// TestHTTPSlowSaveDoesNotBlockAnotherUser: while the Gateway holds bob's
+// encrypt, alice's save runs to its receipt; bob's save is still waiting
+// when alice's returns, and ends once the Gateway lets it go.
+func TestHTTPSlowSaveDoesNotBlockAnotherUser(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
+	// Held until the faults change: the order below does not depend on
+	// how fast the machine is.
+	hs.env.Gateway.SetFaults(reference.Faults{Delay: time.Hour, DelayActingAs: hs.svc.Prefix + "t.bob"})
+	t.Cleanup(func() { hs.env.Gateway.SetFaults(reference.Faults{}) })
+
+	encrypts := hs.env.Gateway.Count(api.RouteEncrypt)
+	bobDone := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := bob.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result",
+			Arguments: map[string]any{"destinationId": "evaluation-summary", "text": "bob's summary", "idempotencyKey": "b-1"}})
+		if err != nil {
+			res = nil
+		}
+		bobDone <- res
+	}()
+	for hs.env.Gateway.Count(api.RouteEncrypt) == encrypts {
+		time.Sleep(time.Millisecond)
+	}
+
+	a, isErr := mcptest.Call(t, alice, "save_protected_result",
+		map[string]any{"destinationId": "evaluation-summary", "text": "alice's summary", "idempotencyKey": "a-1"})
+	if isErr || a["version"] != float64(1) {
+		t.Fatalf("alice's save while bob's encrypt is held: %v", a)
+	}
+	select {
+	case <-bobDone:
+		t.Fatal("bob's save ended before alice's, though the Gateway still held his encrypt")
+	default:
+	}
+
+	hs.env.Gateway.SetFaults(reference.Faults{})
+	res := <-bobDone
+	if res == nil {
+		t.Fatal("bob's save failed at the protocol level")
+	}
+	m := mcptest.Result(t, res)
+	// bob has no entry on the destination's key: the key server says so.
+	if !res.IsError || m["layer"] != "keyserver" {
+		t.Fatalf("bob's save after the hold: %v", m)
 	}
 }

@@ -3,7 +3,6 @@ package serve_test
 import (
 	"bufio"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -22,29 +21,12 @@ func TestHTTPClientAndAuthRefusedLinesNameCallersByDigest(t *testing.T) {
 	alice, bob := hs.token(t, "alice", "pw-a"), hs.token(t, "bob", "pw-b")
 	aliceID, bobID := hs.issuer+"|alice", hs.issuer+"|bob"
 
-	post := func(token, session, body string) *http.Response {
-		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := hs.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
-	resp := post(alice, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`)
+	resp := hs.rpc(t, alice, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`)
 	sid := resp.Header.Get("Mcp-Session-Id")
 	if resp.StatusCode != 200 || sid == "" {
 		t.Fatalf("initialize: %d, session %q", resp.StatusCode, sid)
 	}
-	if resp := post(bob, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`); resp.StatusCode != http.StatusForbidden {
+	if resp := hs.rpc(t, bob, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("bob on alice's session: %d, want 403", resp.StatusCode)
 	}
 	// And a 2026-07-28 host introducing itself with server/discover.

@@ -1,79 +1,11 @@
 package serve_test
 
 import (
-	"bufio"
-	"encoding/json"
-	"io"
 	"net/http"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/pdmcp/pdmcp/audit"
-	"github.com/pdmcp/pdmcp/grant"
 )
-
-func withHTTPConfig(members string) stackOption {
-	return func(_ *testing.T, hs *httpStack, _ string, _ *grant.LaunchOptions) { hs.httpExtra += members }
-}
-
-// rpc posts one JSON-RPC message as a host would, on session sid ("" for
-// none), and returns the response.
-func (hs *httpStack) rpc(t *testing.T, token, sid, body string) *http.Response {
-	t.Helper()
-	req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-	if sid != "" {
-		req.Header.Set("Mcp-Session-Id", sid)
-	}
-	resp, err := hs.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp
-}
-
-const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"loop","version":"1"}}}`
-
-// initialize opens an MCP session and never ends it, as hosts that send
-// no DELETE do.
-func (hs *httpStack) initialize(t *testing.T, token string) string {
-	t.Helper()
-	resp := hs.rpc(t, token, "", initBody)
-	sid := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode != 200 || sid == "" {
-		t.Fatalf("initialize: %d, session %q", resp.StatusCode, sid)
-	}
-	return sid
-}
-
-// metric reads one unlabelled value from /metrics.
-func (hs *httpStack) metric(t *testing.T, name string) float64 {
-	t.Helper()
-	resp, err := http.Get(hs.opsURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("/metrics has no %s", name)
-	return 0
-}
 
 // TestHTTPSessionsBoundedPerUser: a loop of initializes from one user with
 // no DELETE leaves that user at the bound, the oldest of their sessions
@@ -140,14 +72,9 @@ func TestHTTPAnotherUsersSessionAudited(t *testing.T) {
 		t.Fatalf("alice on her own session afterwards: %d", resp.StatusCode)
 	}
 	hs.stop()
-	b, err := os.ReadFile(hs.audit)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lines := hs.auditLines(t)
 	found := false
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var m map[string]any
-		_ = json.Unmarshal([]byte(l), &m)
+	for _, m := range lines {
 		if m["event"] == "auth-refused" && m["class"] == "session-user-mismatch" {
 			found = true
 			if m["status"] != float64(403) || m["reason"] != "SESSION_USER_MISMATCH" || m["caller"] != audit.Digest12(hs.issuer+"|bob") {
@@ -156,6 +83,6 @@ func TestHTTPAnotherUsersSessionAudited(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Fatalf("no session-user-mismatch line:\n%s", b)
+		t.Fatalf("no session-user-mismatch line:\n%v", lines)
 	}
 }

@@ -1,8 +1,6 @@
 package serve_test
 
 import (
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -15,21 +13,8 @@ func TestHTTPClientMistakesAreNotServerErrors(t *testing.T) {
 	hs := newHTTPStack(t, 8)
 	tok := hs.token(t, "alice", "pw-a")
 	post := func(body, session string) (int, string, string) {
-		req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := hs.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), resp.Header.Get("Mcp-Session-Id")
+		resp, b := hs.post(t, tok, session, "2025-11-25", body)
+		return resp.StatusCode, b, resp.Header.Get("Mcp-Session-Id")
 	}
 	const marker = "MARKER-d41d8cd98f"
 	before := len(hs.stderr.String())

@@ -91,7 +91,7 @@ func TestHTTPHostAndOriginNameThisServer(t *testing.T) {
 
 	// https://localhost:<port>/mcp works end to end: the certificate names
 	// localhost, and the server takes the Host.
-	hc := &http.Client{Transport: &bearer{token: tok, base: hs.hc.Transport}}
+	hc := hs.as(tok, nil)
 	c := mcp.NewClient(&mcp.Implementation{Name: "localhost-test", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
 		Endpoint: "https://localhost:" + port + "/mcp", HTTPClient: hc}, nil)

@@ -178,14 +178,7 @@ func TestUndeclaredCapabilitiesAreNotAnswered(t *testing.T) {
 	}
 	for _, v := range mcp.SupportedProtocolVersions() {
 		t.Run(v, func(t *testing.T) {
-			hc := &http.Client{Transport: &bearer{token: tok, base: hs.hc.Transport}}
-			c := mcp.NewClient(&mcp.Implementation{Name: "caps-" + v, Version: "1"}, nil)
-			cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc},
-				&mcp.ClientSessionOptions{ProtocolVersion: v})
-			if err != nil {
-				t.Fatalf("connect with %s: %v", v, err)
-			}
-			defer cs.Close()
+			cs := hs.dial(t, "caps-"+v, hs.as(tok, nil), nil, &mcp.ClientSessionOptions{ProtocolVersion: v})
 			ic := cs.InitializeResult().Capabilities
 			if ic.Tools == nil || ic.Prompts != nil || ic.Resources != nil || ic.Completions != nil {
 				t.Errorf("initialize declares %+v, want tools only", ic)

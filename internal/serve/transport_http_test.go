@@ -46,14 +46,7 @@ func TestHTTPSingleAnswersAreJSON(t *testing.T) {
 		for _, v := range []string{"2025-11-25", "2026-07-28"} {
 			t.Run(name+"/"+v, func(t *testing.T) {
 				rec := &contentTypes{base: hs.hc.Transport}
-				hc := &http.Client{Transport: &bearer{token: tok, base: rec}}
-				c := mcp.NewClient(&mcp.Implementation{Name: "json-" + v, Version: "1"}, nil)
-				cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc},
-					&mcp.ClientSessionOptions{ProtocolVersion: v})
-				if err != nil {
-					t.Fatalf("connect: %v", err)
-				}
-				defer cs.Close()
+				cs := hs.dial(t, "json-"+v, hs.as(tok, rec), nil, &mcp.ClientSessionOptions{ProtocolVersion: v})
 				rec.mu.Lock()
 				rec.seen = nil
 				rec.mu.Unlock()

@@ -1,0 +1,336 @@
+package serve_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/auth/devidp"
+	"github.com/pdmcp/pdmcp/auth/devpki"
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/handofftest"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
+	"github.com/pdmcp/pdmcp/internal/operator"
+	"github.com/pdmcp/pdmcp/internal/serve"
+	"github.com/pdmcp/pdmcp/internal/testutil"
+)
+
+// httpStack is the HTTP transport end to end in one process: a reference
+// Gateway, the development OpenID provider, the seeded data with users
+// alice (every document), bob (aurora and the criteria) and carol (nothing),
+// and serve.Run serving Streamable HTTP over TLS on 127.0.0.1.
+type httpStack struct {
+	env    *reftest.Env
+	idp    *devidp.Provider
+	issuer string
+	caFile string
+	hc     *http.Client // trusts the dev CA only
+	url    string
+	opsURL string
+	// exchanges counts token-exchange requests at the provider.
+	exchanges atomic.Int64
+	audit     string
+	stderr    *testutil.LogBuffer
+	cancel    context.CancelFunc
+	done      chan error
+	svc       *gateway.ServiceConfig
+	// httpExtra is appended to mcp-http.json's members (",\"name\":value").
+	httpExtra string
+	manifst   string
+	// gatewayTimeout, when set, is serve.Options.GatewayTimeout.
+	gatewayTimeout time.Duration
+}
+
+// stackOption changes what newHTTPStack serves: it may replace the
+// manifest and the grant's launch options, after the seed.
+type stackOption func(t *testing.T, hs *httpStack, data string, lo *grant.LaunchOptions)
+
+func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	hs := &httpStack{env: reftest.Start(t, reference.Config{}), stderr: &testutil.LogBuffer{}}
+	ca, err := devpki.LoadOrCreateCA(filepath.Join(dir, "ca"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.caFile = ca.CertPEM
+	hs.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+
+	// The provider, on its own TLS listener with a certificate from the CA.
+	idpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.issuer = "https://" + idpLn.Addr().String()
+	hs.idp, err = devidp.New(ctx, devidp.Config{Issuer: hs.issuer, AdapterClientSecret: "adapter-secret", Users: []devidp.User{
+		{Username: "alice", Password: "pw-a"}, {Username: "bob", Password: "pw-b"}, {Username: "carol", Password: "pw-c"},
+		{Username: "dave", Password: "pw-d"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idpCert, idpKey, err := ca.Issue(filepath.Join(dir, "ca"), "idp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idpSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/token") {
+			_ = r.ParseForm()
+			if strings.HasSuffix(r.PostForm.Get("grant_type"), "token-exchange") {
+				hs.exchanges.Add(1)
+			}
+		}
+		hs.idp.ServeHTTP(w, r)
+	})}
+	go func() { _ = idpSrv.ServeTLS(idpLn, idpCert, idpKey) }()
+	t.Cleanup(func() { idpSrv.Close() })
+
+	// The service, the seed with three users, the provider binding and the
+	// identity mappings (dave is never mapped).
+	hs.svc = hs.env.Service(t, "svc", true)
+	data := filepath.Join(dir, "task-data")
+	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: hs.svc, OutDir: data, Tag: "t", Users: []operator.SeedUser{
+		{Name: "alice", Documents: []string{"proposal-aurora", "proposal-borealis", "proposal-cirrus", "proposal-doldrum", "evaluation-criteria"}, Save: true},
+		{Name: "bob", Documents: []string{"proposal-aurora", "evaluation-criteria"}},
+		{Name: "carol"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rec
+	caPEM, _ := os.ReadFile(ca.CertPEM)
+	admin := hs.env.Client(t).Admin(reftest.AdminUser, reftest.AdminPassword)
+	if err := admin.BindProvider(ctx, api.BindProviderRequest{ServiceID: hs.svc.ServiceID, Issuer: hs.issuer,
+		Audience: devidp.DefaultGatewayAudience, AllowedClient: devidp.DefaultAdapterClientID, CAPEM: string(caPEM)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"alice", "bob", "carol"} {
+		if err := admin.MapIdentity(ctx, api.MapIdentityRequest{ServiceID: hs.svc.ServiceID, Issuer: hs.issuer, Subject: u,
+			Principal: hs.svc.Prefix + "t." + u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs.manifst = filepath.Join(data, "manifest.json")
+	grantPath := filepath.Join(data, "grant.json")
+	lo := grant.LaunchOptions{ManifestPath: hs.manifst, AllApproved: true, CallerIdentity: true, TTL: time.Hour, Out: grantPath}
+	for _, o := range opts {
+		o(t, hs, data, &lo)
+	}
+	if _, err := grant.Launch(lo); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := gateway.WriteServiceConfig(cfgPath, hs.svc); err != nil {
+		t.Fatal(err)
+	}
+
+	// mcp-http.json, on a port bound now.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	mcpCert, mcpKey, err := ca.Issue(filepath.Join(dir, "ca"), "mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("adapter-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	httpCfg := fmt.Sprintf(`{"listen":{"host":"127.0.0.1","port":%d},"tls":{"certificate":%q,"key":%q},
+		"provider":{"issuer":%q,"caFile":%q,"allowedAlgs":["ES256","RS256"],"jwksRefreshMinSeconds":1},
+		"exchange":{"clientId":"mcp-adapter","clientSecretFile":"secret","gatewayAudience":"gateway-api"},
+		"requiredScopes":["openid"],"maxCallers":%d%s}`, port, mcpCert, mcpKey, hs.issuer, ca.CertPEM, maxCallers, hs.httpExtra)
+	httpCfgPath := filepath.Join(dir, "mcp-http.json")
+	if err := os.WriteFile(httpCfgPath, []byte(httpCfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hs.audit = filepath.Join(data, "audit.jsonl")
+	runCtx, cancel := context.WithCancel(ctx)
+	hs.cancel, hs.done = cancel, make(chan error, 1)
+	ready := make(chan string, 1)
+	go func() {
+		hs.done <- serve.Run(runCtx, serve.Options{ConfigPath: cfgPath, ManifestPath: hs.manifst, GrantPath: grantPath,
+			AuditPath: hs.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln, GatewayTimeout: hs.gatewayTimeout,
+			OpsAddr: "127.0.0.1:0", OpsReady: func(u string) { hs.opsURL = u },
+			Logger: slog.New(slog.NewTextHandler(hs.stderr, nil)), Ready: func(u string) { ready <- u }})
+	}()
+	select {
+	case hs.url = <-ready:
+	case err := <-hs.done:
+		t.Fatalf("serve.Run: %v", err)
+	}
+	t.Cleanup(hs.stop)
+	return hs
+}
+
+func (hs *httpStack) stop() {
+	if hs.cancel != nil {
+		hs.cancel()
+		<-hs.done
+		hs.cancel = nil
+	}
+}
+
+// token gets a user's access token through the real code flow.
+func (hs *httpStack) token(t *testing.T, user, password string) string {
+	t.Helper()
+	tok, err := devidp.Login(context.Background(), hs.hc, devidp.LoginParams{Issuer: hs.issuer, ClientID: devidp.DefaultHostClientID,
+		RedirectURL: "http://127.0.0.1:18124/callback", Username: user, Password: password, Resource: hs.url})
+	if err != nil {
+		t.Fatalf("login %s: %v", user, err)
+	}
+	return tok.AccessToken
+}
+
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+// connect connects the go-sdk client with a bearer token.
+func (hs *httpStack) connect(t *testing.T, token string) *mcp.ClientSession {
+	t.Helper()
+	return hs.dial(t, "http-test", hs.as(token, nil), nil, nil)
+}
+
+// as is an HTTP client that trusts the stack and sends token on every
+// request, through base (the stack's own transport when nil).
+func (hs *httpStack) as(token string, base http.RoundTripper) *http.Client {
+	if base == nil {
+		base = hs.hc.Transport
+	}
+	return &http.Client{Transport: &bearer{token: token, base: base}}
+}
+
+// dial connects a go-sdk client named name over hc, with the client and
+// session options given (nil for the SDK's defaults); the session is
+// closed when the test ends.
+func (hs *httpStack) dial(t *testing.T, name string, hc *http.Client, copts *mcp.ClientOptions, sopts *mcp.ClientSessionOptions) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, copts)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hc}, sopts)
+	if err != nil {
+		t.Fatalf("connect %s: %v", name, err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// post sends one JSON-RPC message as a host would, with token, on MCP
+// session sid ("" for none), naming protocol revision proto; it returns
+// the response, its body read (up to 1 MiB) and closed, and the body.
+func (hs *httpStack) post(t *testing.T, token, sid, proto, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", proto)
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	resp, err := hs.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp, string(b)
+}
+
+// auditLines reads every line of the stack's audit file.
+func (hs *httpStack) auditLines(t *testing.T) []map[string]any {
+	t.Helper()
+	return mcptest.AuditLines(t, hs.audit)
+}
+
+// withHTTPConfig adds members to mcp-http.json.
+func withHTTPConfig(members string) stackOption {
+	return func(_ *testing.T, hs *httpStack, _ string, _ *grant.LaunchOptions) { hs.httpExtra += members }
+}
+
+// rpc posts one JSON-RPC message as a 2025-11-25 host would, on session sid
+// ("" for none), and returns the response.
+func (hs *httpStack) rpc(t *testing.T, token, sid, body string) *http.Response {
+	t.Helper()
+	resp, _ := hs.post(t, token, sid, "2025-11-25", body)
+	return resp
+}
+
+const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"loop","version":"1"}}}`
+
+// initialize opens an MCP session and never ends it, as hosts that send
+// no DELETE do.
+func (hs *httpStack) initialize(t *testing.T, token string) string {
+	t.Helper()
+	resp := hs.rpc(t, token, "", initBody)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d, session %q", resp.StatusCode, sid)
+	}
+	return sid
+}
+
+// metric reads one unlabelled value from /metrics.
+func (hs *httpStack) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(hs.opsURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return 0
+}
+
+// withSteps serves the hand-off world instead of the seed's documents:
+// alice is the patient, bob the doctor, carol the nurse, each signed in
+// through the provider and acting as themselves.
+func withSteps(w **handofftest.World, o handofftest.Options) stackOption {
+	return func(t *testing.T, hs *httpStack, data string, lo *grant.LaunchOptions) {
+		o.Patient, o.Doctor, o.Nurse = "t.alice", "t.bob", "t.carol"
+		*w = handofftest.BuildWith(t, hs.svc, hs.env.ServiceClient(t, hs.svc), filepath.Join(data, "steps"), o)
+		hs.manifst = (*w).Manifest
+		lo.ManifestPath = (*w).Manifest
+		lo.AllApproved = false
+		lo.Documents = []string{handofftest.DocID, handofftest.PlainDocID}
+		lo.Tools = []string{grant.ToolListApprovedDocuments, grant.ToolReadProtectedDocument, grant.ToolHandOff,
+			grant.ToolCloseStep, grant.ToolReadProtectedFragment, grant.ToolSaveProtectedFragment}
+		lo.Steps = []string{handofftest.StepReferral, handofftest.StepByNurse}
+	}
+}
