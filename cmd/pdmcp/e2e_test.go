@@ -24,7 +24,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
-	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
 // buildOnce builds the pdmcp binary once for every end-to-end test.
@@ -114,21 +114,6 @@ func newStack(t testing.TB, grantArgs ...string) *stack {
 	return s
 }
 
-// toolNames lists the tools the server offers, sorted.
-func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
-	t.Helper()
-	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range tools.Tools {
-		names = append(names, tl.Name)
-	}
-	slices.Sort(names)
-	return names
-}
-
 // callDies starts a server that dies at the crash point and calls tool on
 // it: the call must fail, the server gone.
 func (s *stack) callDies(t *testing.T, point, tool string, args map[string]any) {
@@ -170,27 +155,10 @@ func (l *testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// call calls a tool and returns its structured content as a map.
+// call calls a tool and returns its result as a map (mcptest.Result).
 func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (map[string]any, bool) {
 	t.Helper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("call %s: protocol error %v", name, err)
-	}
-	v := res.StructuredContent
-	if res.IsError {
-		r, ok := server.RefusalOf(res)
-		if !ok || res.StructuredContent != nil {
-			t.Fatalf("call %s: isError result is not a content-only refusal: %+v", name, res)
-		}
-		v = r
-	}
-	b, _ := json.Marshal(v)
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("call %s: structured content %s: %v", name, b, err)
-	}
-	return m, res.IsError
+	return mcptest.Call(t, cs, name, args)
 }
 
 // wantRefused asserts a refusal's layer and code.
@@ -227,7 +195,7 @@ func TestStdioEndToEnd(t *testing.T) {
 	s := newStack(t)
 	cs := s.connect(t)
 
-	names := toolNames(t, cs)
+	names := mcptest.ToolNames(t, cs)
 	if want := []string{"list_approved_documents", "read_protected_document", "save_protected_result"}; !slices.Equal(names, want) {
 		t.Fatalf("tools/list = %v, want %v", names, want)
 	}

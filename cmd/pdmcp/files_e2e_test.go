@@ -12,6 +12,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
 // newFileStack is a stack whose grant gives the file tools on a fresh
@@ -61,7 +62,7 @@ func TestFileToolsOverStdio(t *testing.T) {
 	}
 
 	cs := s.connect(t)
-	names := toolNames(t, cs)
+	names := mcptest.ToolNames(t, cs)
 	if !slices.Equal(names, []string{"decrypt_file", "encrypt_file"}) {
 		t.Fatalf("tools/list: %v", names)
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strings"
 	"testing"
 
@@ -220,15 +219,7 @@ func TestUndeclaredCapabilitiesAreNotAnswered(t *testing.T) {
 func TestInstructionsReadAsASentence(t *testing.T) {
 	hs := newHTTPStack(t, 4)
 	cs := hs.connect(t, hs.token(t, "alice", "pw-a"))
-	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range tools.Tools {
-		names = append(names, tl.Name)
-	}
-	sort.Strings(names)
+	names := mcptest.ToolNames(t, cs)
 	if len(names) < 3 {
 		t.Fatalf("the grant has %d tools; the test needs three or more", len(names))
 	}
