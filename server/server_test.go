@@ -161,11 +161,7 @@ func mustSession(t testing.TB, c *gateway.Client, who string) *gateway.Session {
 
 func (f *fixture) call(t *testing.T, name string, args map[string]any) (map[string]any, bool) {
 	t.Helper()
-	res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return mcptest.Result(t, res), res.IsError
+	return mcptest.Call(t, f.cs, name, args)
 }
 
 var basicDocs = []doc{
