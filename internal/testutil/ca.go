@@ -32,6 +32,13 @@ func NewCA(t testing.TB, name string) *CA {
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
+	return &CA{Cert: SelfSigned(t, tmpl, key), Key: key}
+}
+
+// SelfSigned issues tmpl signed by its own key and parses it; the DER is
+// in the certificate's Raw. A failure fails the test.
+func SelfSigned(t testing.TB, tmpl *x509.Certificate, key *ecdsa.PrivateKey) *x509.Certificate {
+	t.Helper()
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +47,7 @@ func NewCA(t testing.TB, name string) *CA {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &CA{Cert: cert, Key: key}
+	return cert
 }
 
 // Sign issues tmpl, signed by the CA, for a new P-256 key, and returns the

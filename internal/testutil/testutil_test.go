@@ -138,3 +138,25 @@ func TestGolden(t *testing.T) {
 		t.Error("a missing golden file passed")
 	}
 }
+
+// TestSelfSignedIsSignedByItsKey: the certificate is for key and its
+// signature checks against itself.
+func TestSelfSignedIsSignedByItsKey(t *testing.T) {
+	key := NewKey(t)
+	c := SelfSigned(t, &x509.Certificate{SerialNumber: big.NewInt(3), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Minute)}, key)
+	if !c.PublicKey.(*ecdsa.PublicKey).Equal(&key.PublicKey) {
+		t.Fatal("the certificate is not for the given key")
+	}
+	if err := c.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature); err != nil {
+		t.Fatalf("signature: %v", err)
+	}
+}
+
+// TestWaitForReturnsOnceTheConditionHolds: cond is polled until it holds.
+func TestWaitForReturnsOnceTheConditionHolds(t *testing.T) {
+	n := 0
+	WaitFor(t, "the third poll", func() bool { n++; return n == 3 })
+	if n != 3 {
+		t.Fatalf("polled %d times, want 3", n)
+	}
+}
