@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
@@ -42,11 +41,7 @@ func issue(t *testing.T, ca *testutil.CA, tmpl *x509.Certificate) string {
 	if ca != nil {
 		der, _ = ca.Sign(t, tmpl)
 	} else {
-		key := testutil.NewKey(t)
-		var err error
-		if der, err = x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key); err != nil {
-			t.Fatal(err)
-		}
+		der = testutil.SelfSigned(t, tmpl, testutil.NewKey(t)).Raw
 	}
 	path := filepath.Join(t.TempDir(), "server.pem")
 	writePEM(t, path, "CERTIFICATE", der, 0o644)

@@ -8,20 +8,8 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
-
-// waitFor polls cond until it holds; it fails the test when it does not
-// within a generous bound (a property that never comes, not a timing).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // sparePlaces is the places of newSparePool's pool.
 const sparePlaces = 2
@@ -52,7 +40,7 @@ func TestPoolKeepsAPlaceFreeAhead(t *testing.T) {
 	aliceSess := w.session(t, p, alice)
 	w.session(t, p, bob)
 	// Bob's mint filled the pool: alice, idle, is ended in the background.
-	waitFor(t, "a place freed ahead of need", func() bool { return p.Places() == sparePlaces-1 })
+	testutil.WaitFor(t, "a place freed ahead of need", func() bool { return p.Places() == sparePlaces-1 })
 	w.wantEnded(t, aliceSess)
 	if n := w.count(api.RouteRevoke); n != 1 {
 		t.Fatalf("%d revokes, want alice's only", n)
@@ -76,7 +64,7 @@ func TestPoolKeepsAPlaceFreeAhead(t *testing.T) {
 		t.Fatal("carol was not served while revokes were held: her mint waited on a revoke")
 	}
 	// Her mint filled the pool again: bob's revoke is on its way, held.
-	waitFor(t, "bob's revoke sent ahead of need", func() bool { return w.count(api.RouteRevoke) == revokes+1 })
+	testutil.WaitFor(t, "bob's revoke sent ahead of need", func() bool { return w.count(api.RouteRevoke) == revokes+1 })
 	if live, peak := w.env.Gateway.LiveScopedSessions(); live > sparePlaces || peak > sparePlaces {
 		t.Fatalf("live %d, peak %d with a revoke held; maxCallers is %d", live, peak, sparePlaces)
 	}
@@ -84,7 +72,7 @@ func TestPoolKeepsAPlaceFreeAhead(t *testing.T) {
 		t.Fatalf("%d places held while bob's revoke is in flight, want %d (his place is freed only once revoked)", n, sparePlaces)
 	}
 	w.env.Gateway.SetFaults(reference.Faults{})
-	waitFor(t, "bob's place freed once his revoke is answered", func() bool { return p.Places() == sparePlaces-1 })
+	testutil.WaitFor(t, "bob's place freed once his revoke is answered", func() bool { return p.Places() == sparePlaces-1 })
 	if live, peak := w.env.Gateway.LiveScopedSessions(); live != 1 || peak > sparePlaces {
 		t.Fatalf("live %d, peak %d; want carol's alone, never over %d", live, peak, sparePlaces)
 	}

@@ -1,9 +1,6 @@
 package proof
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -11,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 const testURL = "https://127.0.0.1:8443/api/v1/crypto/decrypt"
@@ -90,14 +89,9 @@ func TestDestroyedKeyCannotSign(t *testing.T) {
 }
 
 func TestAssertionRoundTrip(t *testing.T) {
-	priv, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "svc"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
+	priv := testutil.NewKey(t)
+	c := testutil.SelfSigned(t, &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "svc"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}, priv)
 	now := time.Unix(1_800_000_000, 0)
 	login := "https://127.0.0.1:9/api/v1/auth/service"
 	a, err := MakeAssertion(priv, c, login, now)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -240,32 +239,21 @@ type testService struct {
 
 func newServiceKeys(t *testing.T) *testService {
 	t.Helper()
-	loginKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	loginKey := testutil.NewKey(t)
 	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
+	cert := testutil.SelfSigned(t, &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: "pdmcp test service"},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(48 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &loginKey.PublicKey, loginKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, loginKey)
 	sender, err := proof.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &testService{loginKey: loginKey, cert: cert, sender: sender,
-		certPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
+		certPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))}
 }
 
 // newService registers a service (prefix "" lets the Gateway choose one)
