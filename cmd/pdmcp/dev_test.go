@@ -33,11 +33,11 @@ func startDev(t *testing.T, state string, args ...string) *devRun {
 	}
 	d := &devRun{cmd: cmd, state: state, out: out}
 	t.Cleanup(func() { d.stop(t) })
-	waitFor(t, "dev.json", func() bool {
+	testutil.WaitFor(t, "dev.json", func() bool {
 		b, err := os.ReadFile(filepath.Join(state, "dev.json"))
 		return err == nil && json.Unmarshal(b, &d.info) == nil
 	})
-	waitFor(t, "the printed instructions", func() bool { return strings.Contains(out.String(), "claude mcp add --transport http") })
+	testutil.WaitFor(t, "the printed instructions", func() bool { return strings.Contains(out.String(), "claude mcp add --transport http") })
 	return d
 }
 

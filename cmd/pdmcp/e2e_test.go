@@ -25,6 +25,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // buildOnce builds the pdmcp binary once for every end-to-end test.
@@ -579,19 +580,6 @@ func TestDevGatewayStandalone(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or a generous deadline passes; it
-// asserts an outcome, not a duration.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestSessionRevokedWhenTheHostLeaves(t *testing.T) {
 	for _, how := range []string{"stdin closed", "SIGTERM", "SIGINT"} {
 		t.Run(how, func(t *testing.T) {
@@ -616,7 +604,7 @@ func TestSessionRevokedWhenTheHostLeaves(t *testing.T) {
 			case "SIGINT":
 				_ = cmd.Process.Signal(syscall.SIGINT)
 			}
-			waitFor(t, "the session's revoke", func() bool { return s.env.Gateway.Count(api.RouteRevoke) == revokes+1 })
+			testutil.WaitFor(t, "the session's revoke", func() bool { return s.env.Gateway.Count(api.RouteRevoke) == revokes+1 })
 			_ = cs.Close()
 		})
 	}
