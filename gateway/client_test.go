@@ -240,19 +240,13 @@ func TestSignInOnceForConcurrentCallers(t *testing.T) {
 	}
 	const callers = 8
 	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for range callers {
-		wg.Go(func() {
-			_, err := c.Mint(t.Context(), MintRequest{ActingAs: "xa.test.alice", TTL: time.Minute})
-			errs <- err
-		})
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Go(func() { _, errs[i] = c.Mint(t.Context(), MintRequest{ActingAs: "xa.test.alice", TTL: time.Minute}) })
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	if n := g.loginCount(); n != 1 {
 		t.Fatalf("%d sign-ins for %d concurrent callers, want 1", n, callers)
