@@ -2,9 +2,10 @@
 // `pdmcp dev` restarts (after-restart/): where its home is kept, how it is
 // run, and a scripted-model call of read_protected_document.
 import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
-import { bin, cleanEnv, describeRun, devInfo, keepDir, mask, run } from './lib.mjs';
+import { bin, cleanEnv, describeRun, devInfo, keepDir, mask, run, secret } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
 
 /** The Gemini home shared with after-restart/gemini.test.mjs. */
@@ -52,3 +53,49 @@ export async function geminiReads(t, documentId) {
   return model.toolResults[0].content;
 }
 
+/**
+ * What nine minutes of use would do, without waiting for them: Gemini
+ * treats an access token within five minutes of its expiry as expired and
+ * refreshes it before use. Moving the stored expiry one minute ahead makes
+ * it refresh now, at the provider, with the refresh token it holds; then
+ * `gemini mcp list` must still connect, with a new access token and a new
+ * refresh token (the old one spent), and the new token must be outside
+ * Gemini's margin (600 s host tokens), so it does not refresh again at once.
+ */
+export async function assertRefreshRotates() {
+  const info = devInfo();
+  const d = geminiDirs();
+  const file = path.join(d.home, '.gemini', 'mcp-oauth-tokens.json');
+  const stored = JSON.parse(readFileSync(file, 'utf8'));
+  const entry = stored.find((e) => e.serverName === info.serverName);
+  assert.ok(entry?.token?.refreshToken, 'Gemini kept no refresh token from the sign-in');
+  const before = { ...entry.token };
+  secret(before.accessToken);
+  secret(before.refreshToken);
+  entry.token.expiresAt = Date.now() + 60_000;
+  writeFileSync(file, JSON.stringify(stored, null, 2), { mode: 0o600 });
+
+  const list = await run(bin('gemini'), ['mcp', 'list'], gemini([]));
+  assert.equal(list.code, 0, describeRun('gemini mcp list', list));
+  assert.match(listLine(list.stdout + list.stderr, info.serverName) ?? '', /- Connected/,
+    describeRun('gemini mcp list with a token about to expire', list));
+  const after = JSON.parse(readFileSync(file, 'utf8')).find((e) => e.serverName === info.serverName).token;
+  secret(after.accessToken);
+  secret(after.refreshToken);
+  assert.notEqual(after.accessToken, before.accessToken, 'Gemini did not refresh the access token');
+  assert.notEqual(after.refreshToken, before.refreshToken, 'the refresh token did not rotate');
+  // 600 s tokens (the realm's and pdmcp dev's): more than Gemini's
+  // five-minute margin is left, so it does not refresh again at once.
+  assert.ok(after.expiresAt - Date.now() > 5 * 60_000, 'the new access token is within Gemini\'s five-minute margin already');
+
+  // The replaced refresh token is spent.
+  const res = await fetch(entry.tokenUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: before.refreshToken,
+      client_id: info.hostClientId }).toString(),
+  });
+  const body = await res.text();
+  assert.equal(res.status, 400, mask(body));
+  assert.match(body, /invalid_grant/, mask(body));
+}

@@ -14,11 +14,11 @@
 // second round (after-restart/) can use the same sign-in after it restarts
 // `pdmcp dev`.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { before, describe, test } from 'node:test';
 
-import { gemini, geminiDirs, geminiReads, listLine } from './gemini-lib.mjs';
+import { assertRefreshRotates, gemini, geminiDirs, geminiReads, listLine } from './gemini-lib.mjs';
 import {
   assertNoticeThenText, assertRefusalCode, bin, describeRun, devInfo, mask, run, scriptedSignIn, secret, start, user,
 } from './lib.mjs';
@@ -105,39 +105,7 @@ describe('Gemini CLI (OAuth sign-in)', () => {
   // makes it refresh now, at pdmcp dev's provider, with the refresh token
   // it got at sign-in.
   test('a token near its expiry is refreshed; the refresh token rotates', { timeout: 180_000 }, async () => {
-    const file = path.join(d.home, '.gemini', 'mcp-oauth-tokens.json');
-    const stored = JSON.parse(readFileSync(file, 'utf8'));
-    const entry = stored.find((e) => e.serverName === info.serverName);
-    assert.ok(entry?.token?.refreshToken, 'Gemini kept no refresh token from the sign-in');
-    const before = { ...entry.token };
-    secret(before.accessToken);
-    secret(before.refreshToken);
-    entry.token.expiresAt = Date.now() + 60_000;
-    writeFileSync(file, JSON.stringify(stored, null, 2), { mode: 0o600 });
-
-    const list = await run(bin('gemini'), ['mcp', 'list'], gemini([]));
-    assert.equal(list.code, 0, describeRun('gemini mcp list', list));
-    assert.match(listLine(list.stdout + list.stderr, info.serverName) ?? '', /- Connected/,
-      describeRun('gemini mcp list with a token about to expire', list));
-    const after = JSON.parse(readFileSync(file, 'utf8')).find((e) => e.serverName === info.serverName).token;
-    secret(after.accessToken);
-    secret(after.refreshToken);
-    assert.notEqual(after.accessToken, before.accessToken, 'Gemini did not refresh the access token');
-    assert.notEqual(after.refreshToken, before.refreshToken, 'the refresh token did not rotate');
-    // 600 s tokens (the realm's and pdmcp dev's): more than Gemini's
-    // five-minute margin is left, so it does not refresh again at once.
-    assert.ok(after.expiresAt - Date.now() > 5 * 60_000, 'the new access token is within Gemini\'s five-minute margin already');
-
-    // The replaced refresh token is spent.
-    const res = await fetch(entry.tokenUrl, {
-      method: 'POST',
-      headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: before.refreshToken,
-        client_id: info.hostClientId }).toString(),
-    });
-    const body = await res.text();
-    assert.equal(res.status, 400, mask(body));
-    assert.match(body, /invalid_grant/, mask(body));
+    await assertRefreshRotates();
   });
 
   test('the model gets the untrusted notice, then the document text', { timeout: 240_000 }, async (t) => {

@@ -24,7 +24,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 
-import { gemini, geminiDirs, geminiReads, listLine } from '../gemini-lib.mjs';
+import { assertRefreshRotates, gemini, geminiDirs, geminiReads, listLine } from '../gemini-lib.mjs';
 import {
   assertNoticeThenText, assertRefusalCode, auditLines, bin, cleanEnv, describeRun, devInfo, devOutput, gatewayCounts,
   hostDirs, mask, newAuditLines, run, scriptedSignIn, start, tempDir, user,
@@ -358,5 +358,11 @@ describe('Gemini CLI at Keycloak: /mcp auth, then gemini -p (bob)', () => {
       assert.match(listLine(list.stdout + list.stderr, info.serverName) ?? '', /- Connected/, describeRun('gemini mcp list', list));
     }
     await readAndRefusal('bob', (documentId) => geminiReads(t, documentId));
+
+    // And past its first refresh, which Keycloak refused with 300 s tokens:
+    // a token near its expiry is refreshed once, the refresh token rotates
+    // and the spent one is refused. Last, as Keycloak may end a sign-in
+    // whose spent refresh token is presented again.
+    await assertRefreshRotates();
   });
 });
