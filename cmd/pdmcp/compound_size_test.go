@@ -148,3 +148,33 @@ func TestStdioCompoundAnswersIgnoreWithheldLengths(t *testing.T) {
 		t.Errorf("with a withheld section 64,000 bytes longer the answers changed:\n before %q\n after  %q", before, after)
 	}
 }
+
+// TestStdioCompoundGrownPastOneRead: saves may take a compound document
+// past one read (each section within it); its mixed view is then refused
+// RESULT_TOO_LARGE for a caller who would get more than one read, after
+// the decrypts, and its sections are still read one by one.
+func TestStdioCompoundGrownPastOneRead(t *testing.T) {
+	s := newCompoundStack(t)
+	s.giveAgent(t, "results", "vitals")
+	cs := s.connect(t)
+	pad := strings.Repeat("a", 40000)
+	texts := map[string]string{
+		"results": `<section><code code="30954-2" codeSystem="2.16.840.1.113883.6.1"/><text>` + pad + `</text></section>`,
+		"vitals":  `<section><code code="8716-3" codeSystem="2.16.840.1.113883.6.1"/><text>` + pad + `</text></section>`,
+	}
+	for _, id := range []string{"results", "vitals"} {
+		got, isErr := call(t, cs, "save_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": id,
+			"text": texts[id], "idempotencyKey": "grow-" + id})
+		if isErr {
+			t.Fatalf("save %s (%d bytes): %v", id, len(texts[id]), got)
+		}
+	}
+	got, isErr := call(t, cs, "read_protected_document", map[string]any{"documentId": "ccd-0001"})
+	wantRefused(t, got, isErr, "adapter", "RESULT_TOO_LARGE")
+	for id, want := range texts {
+		got, isErr := call(t, cs, "read_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": id})
+		if isErr || got["text"] != want {
+			t.Errorf("read %s: isError %v, %d bytes, want the %d saved", id, isErr, len(fmt.Sprint(got["text"])), len(want))
+		}
+	}
+}
