@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/server/files"
@@ -40,7 +38,7 @@ func (s *Server) putCiphertext(sha string, ct []byte) error {
 	if fi, err := root.Lstat(name); err == nil && fi.Mode().IsRegular() && fi.Size() == int64(len(ct)) {
 		return nil
 	}
-	tmp, f, err := createTemp(root, name)
+	tmp, f, err := files.CreateTempIn(root, "", name)
 	if err != nil {
 		return fmt.Errorf("ciphertext file: %w", err)
 	}
@@ -85,22 +83,4 @@ func (s *Server) getCiphertext(sha string) ([]byte, error) {
 		return nil, errors.New("the stored ciphertext does not match its recorded sha256")
 	}
 	return ct, nil
-}
-
-// createTemp creates a new, empty temporary file beside name, exclusively.
-func createTemp(dir *os.Root, name string) (string, *os.File, error) {
-	folder, base := filepath.Split(name)
-	for range 16 {
-		n, err := files.TempName(base)
-		if err != nil {
-			return "", nil, err
-		}
-		tmp := filepath.Join(folder, n)
-		f, err := dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		}
-		return tmp, f, err
-	}
-	return "", nil, errors.New("no free temporary name")
 }

@@ -113,7 +113,7 @@ func ProbeOutput(dir *os.Root, name, shown string) (*Placer, error) {
 
 func probeOutput(dir *os.Root, name, shown string, ops outputOps) (*Placer, error) {
 	folder, base := filepath.Split(name)
-	probe, pf, err := createTempIn(dir, folder, base)
+	probe, pf, err := CreateTempIn(dir, folder, base)
 	if err != nil {
 		return nil, outputError(shown, err)
 	}
@@ -143,7 +143,7 @@ func probeOutput(dir *os.Root, name, shown string, ops outputOps) (*Placer, erro
 // in name's folder, exclusively.
 func (p *Placer) Create(name, shown string) (*Output, error) {
 	folder, base := filepath.Split(name)
-	tmp, f, err := createTempIn(p.dir, folder, base)
+	tmp, f, err := CreateTempIn(p.dir, folder, base)
 	if err != nil {
 		return nil, outputError(shown, err)
 	}
@@ -169,9 +169,9 @@ func outputError(shown string, err error) error {
 	return fmt.Errorf("files: output temporary file: %w", err)
 }
 
-// createTempIn creates a new, empty temporary file for base in folder,
-// exclusively.
-func createTempIn(dir *os.Root, folder, base string) (string, *os.File, error) {
+// CreateTempIn creates a new, empty temporary file named by [TempName] for
+// base in folder of dir, exclusively, and returns its name and the file.
+func CreateTempIn(dir *os.Root, folder, base string) (string, *os.File, error) {
 	for range 16 {
 		n, err := TempName(base)
 		if err != nil {
