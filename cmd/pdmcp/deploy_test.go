@@ -214,16 +214,12 @@ func checkServiceConfig(dir string, data []byte) error {
 		if filepath.IsAbs(rel) {
 			return fmt.Errorf("config.json: %s is absolute; the example keeps paths relative to the file", field)
 		}
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, []byte("placeholder\n"), 0o600); err != nil {
+		if _, err := writeIn(dir, rel, []byte("placeholder\n")); err != nil {
 			return err
 		}
 	}
-	path := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	path, err := writeIn(dir, "config.json", data)
+	if err != nil {
 		return err
 	}
 	sc, err := gateway.LoadServiceConfig(path)
@@ -235,6 +231,16 @@ func checkServiceConfig(dir string, data []byte) error {
 		return fmt.Errorf("config.json: credential files are not named as bootstrap names them: %s, %s", sc.ServiceCert, sc.SenderKey)
 	}
 	return nil
+}
+
+// writeIn writes data (mode 600) to rel, a slash-separated path under dir,
+// making its folders, and returns the file's path.
+func writeIn(dir, rel string, data []byte) (string, error) {
+	p := filepath.Join(dir, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return "", err
+	}
+	return p, os.WriteFile(p, data, 0o600)
 }
 
 // checkHTTPConfig writes mcp-http.json into dir with real TLS material (a
@@ -276,18 +282,18 @@ func checkHTTPConfig(dir string, data []byte) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(dir, c.to), b, 0o600); err != nil {
+		if _, err := writeIn(dir, c.to, b); err != nil {
 			return err
 		}
 	}
 	if raw.Exchange.ClientSecretFile == "" || filepath.IsAbs(raw.Exchange.ClientSecretFile) {
 		return fmt.Errorf("mcp-http.json: exchange.clientSecretFile %q is not a path relative to the file", raw.Exchange.ClientSecretFile)
 	}
-	if err := os.WriteFile(filepath.Join(dir, raw.Exchange.ClientSecretFile), []byte("not-a-real-secret\n"), 0o600); err != nil {
+	if _, err := writeIn(dir, raw.Exchange.ClientSecretFile, []byte("not-a-real-secret\n")); err != nil {
 		return err
 	}
-	path := filepath.Join(dir, "mcp-http.json")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	path, err := writeIn(dir, "mcp-http.json", data)
+	if err != nil {
 		return err
 	}
 	cfg, err := auth.LoadHTTPConfig(path)
