@@ -49,6 +49,23 @@ func countRows(t *testing.T, dbPath, table string) int {
 
 func (s *stack) record() string { return filepath.Join(filepath.Dir(s.manifest), "seed-record.json") }
 
+// firstKeyLost runs protect on the ORU source with faults set on the
+// encrypt that creates its first key: the run must fail saying the answer
+// was lost, that one key made. It returns the key count before the run.
+func (s *stack) firstKeyLost(t *testing.T, faults reference.Faults) int {
+	t.Helper()
+	keys := s.keyCount(t)
+	s.env.Gateway.SetFaults(faults)
+	_, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001")
+	if ok || !strings.Contains(stderr, "answer was lost") {
+		t.Fatalf("first run: %s", stderr)
+	}
+	if n := s.keyCount(t) - keys; n != 1 {
+		t.Fatalf("the first run made %d keys, want 1", n)
+	}
+	return keys
+}
+
 // recordHoldsKeys fails unless the seed record lists every key of m's
 // compoundKeys, so that seed --cleanup removes them.
 func recordHoldsKeys(t *testing.T, s *stack, m *grant.Manifest) {
@@ -237,17 +254,9 @@ func mapsValues(m map[string]string) func(func(string) bool) {
 // way out (--abandon-lost) finishes with exactly one more key.
 func TestProtectLostAnswerNotRepeated(t *testing.T) {
 	s := newStack(t)
-	keys := s.keyCount(t)
-	s.env.Gateway.SetFaults(reference.Faults{LoseEncryptAnswer: 1})
-	_, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001")
-	if ok || !strings.Contains(stderr, "answer was lost") {
-		t.Fatalf("first run: %s", stderr)
-	}
-	if n := s.keyCount(t) - keys; n != 1 {
-		t.Fatalf("the lost encrypt made %d keys", n)
-	}
+	keys := s.firstKeyLost(t, reference.Faults{LoseEncryptAnswer: 1})
 	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
-	_, stderr, ok = s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001")
+	_, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001")
 	if ok || !strings.Contains(stderr, "never sent again") || !strings.Contains(stderr, "--key demographics=") {
 		t.Fatalf("rerun: %s", stderr)
 	}
@@ -290,19 +299,11 @@ func TestProtectLostAnswerNotRepeated(t *testing.T) {
 // manifest.
 func TestProtectAnswerAfterWorkIsLost(t *testing.T) {
 	s := newStack(t)
-	keys := s.keyCount(t)
-	s.env.Gateway.SetFaults(reference.Faults{FailEncryptAfterWork: 1, Status: 504})
-	_, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001")
-	if ok || !strings.Contains(stderr, "answer was lost") {
-		t.Fatalf("first run: %s", stderr)
-	}
-	if n := s.keyCount(t) - keys; n != 1 {
-		t.Fatalf("the 504'd encrypt made %d keys, want 1", n)
-	}
+	keys := s.firstKeyLost(t, reference.Faults{FailEncryptAfterWork: 1, Status: 504})
 	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
 	// The same document again, then another that needs demographics too.
 	for _, run := range []struct{ source, id string }{{oruSource, "oru-0001"}, {ccdSource, "ccd-0001"}, {oruSource, "oru-0002"}} {
-		_, stderr, ok = s.protect(t, nil, "--source", run.source, "--document-id", run.id)
+		_, stderr, ok := s.protect(t, nil, "--source", run.source, "--document-id", run.id)
 		if ok || !strings.Contains(stderr, "never sent again") || !strings.Contains(stderr, "data type demographics") ||
 			!strings.Contains(stderr, `of "oru-0001"`) || !strings.Contains(stderr, "--abandon-lost") {
 			t.Fatalf("%s after the lost answer: %s", run.id, stderr)
