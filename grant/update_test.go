@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/pdmcp/pdmcp/internal/filelock"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // writerEnv makes the test binary a writer process (see writer).
@@ -240,15 +241,7 @@ func TestUpdateManifestFailedChangeLeavesFile(t *testing.T) {
 // assertOnly checks dir holds exactly the names given.
 func assertOnly(t *testing.T, dir string, names ...string) {
 	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range entries {
-		got = append(got, e.Name())
-	}
-	if !slices.Equal(got, names) {
+	if got := testutil.DirNames(t, dir); !slices.Equal(got, names) {
 		t.Fatalf("folder holds %v, want %v", got, names)
 	}
 }

@@ -10,20 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-)
 
-func listNames(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Name())
-	}
-	return out
-}
+	"github.com/pdmcp/pdmcp/internal/testutil"
+)
 
 // The filesystem's own name limit is what CheckNames applies: 255 bytes on
 // the filesystems tests run on, one byte over is NAME_TOO_LONG naming the
@@ -87,7 +76,7 @@ func TestOutputPlaces(t *testing.T) {
 				t.Fatalf("rename = %v, want %v", p.rename, c.rename)
 			}
 			// The probe left nothing.
-			if names := listNames(t, filepath.Join(base, "sub")); len(names) != 1 {
+			if names := testutil.DirNames(t, filepath.Join(base, "sub")); len(names) != 1 {
 				t.Fatalf("after the probe: %v", names)
 			}
 			o, err := p.Create(filepath.Join("sub", "out"), "sub/out")
@@ -112,7 +101,7 @@ func TestOutputPlaces(t *testing.T) {
 			if b, _ := os.ReadFile(filepath.Join(base, "sub", "out")); string(b) != "new content" {
 				t.Fatalf("placed %q", b)
 			}
-			if names := listNames(t, filepath.Join(base, "sub")); len(names) != 2 {
+			if names := testutil.DirNames(t, filepath.Join(base, "sub")); len(names) != 2 {
 				t.Fatalf("after Place and Discard: %v (a temporary left?)", names)
 			}
 		})
@@ -129,7 +118,7 @@ func TestOutputPlaces(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Code != CodeOutputNotWritable {
 		t.Fatalf("no link and no rename: %v", err)
 	}
-	if names := listNames(t, base); len(names) != 0 {
+	if names := testutil.DirNames(t, base); len(names) != 0 {
 		t.Fatalf("the refused probe left %v", names)
 	}
 }
