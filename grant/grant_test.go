@@ -259,18 +259,7 @@ func TestGrantSave(t *testing.T) {
 	g := grantFor(m, []string{"proposal-aurora"}, []string{"evaluation-summary"})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "grant.json")
-	writeLoose(t, out, "{}")
-	if err := g.Save(out); err != nil {
-		t.Fatal(err)
-	}
-	assertMode(t, out, 0o600)
-	back, err := Load(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(back, g) {
-		t.Fatalf("reloaded %+v\nwant %+v", back, g)
-	}
+	assertSavesOverLoose(t, out, g.Save, Load, g)
 
 	// An invalid grant is not written, and the old one stays.
 	before, _ := os.ReadFile(out)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -93,15 +94,28 @@ func testLoadRefusals[T any](t *testing.T, name string, load func(string) (*T, e
 	}
 }
 
-// writeLoose writes a file at path that group and others can write, whatever
-// the umask: Save must replace such a file, not write through it.
-func writeLoose(t *testing.T, path, data string) {
+// assertSavesOverLoose puts a file that group and others can write at out,
+// saves over it with save, and checks the file is then mode 600 and loads
+// back with load as want: a looser file is replaced, not written through.
+func assertSavesOverLoose[T any](t *testing.T, out string, save func(string) error, load func(string) (*T, error), want *T) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(data), 0o666); err != nil {
+	if err := os.WriteFile(out, []byte("{}"), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(path, 0o666); err != nil {
+	// Past the umask.
+	if err := os.Chmod(out, 0o666); err != nil {
 		t.Fatal(err)
+	}
+	if err := save(out); err != nil {
+		t.Fatal(err)
+	}
+	assertMode(t, out, 0o600)
+	back, err := load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, want) {
+		t.Fatalf("reloaded %+v\nwant %+v", back, want)
 	}
 }
 
