@@ -88,11 +88,7 @@ func TestFileEncryption(t *testing.T) {
 
 func TestFileAnswerLost(t *testing.T) {
 	ctx := context.Background()
-	j, _ := openTemp(t)
-	key := FileKey{Root: "/srv/task", RelPath: "a.txt", ContentSHA256: sum("a")}
-	if _, err := j.ReserveFile(ctx, key); err != nil {
-		t.Fatal(err)
-	}
+	j, key := reservedFile(t, "a")
 	r, err := j.MarkAnswerLost(ctx, key)
 	if err != nil || r.State != FileAnswerLost {
 		t.Fatalf("MarkAnswerLost: %+v, %v", r, err)
@@ -335,11 +331,7 @@ func TestReleaseFile(t *testing.T) {
 // recorded; later claims find the row as it is.
 func TestClaimSend(t *testing.T) {
 	ctx := context.Background()
-	j, _ := openTemp(t)
-	key := FileKey{Root: "/srv/task", RelPath: "c.txt", ContentSHA256: sum("c")}
-	if _, err := j.ReserveFile(ctx, key); err != nil {
-		t.Fatal(err)
-	}
+	j, key := reservedFile(t, "c")
 	results := make(chan bool, 8)
 	for range 8 {
 		go func() {
@@ -368,11 +360,7 @@ func TestClaimSend(t *testing.T) {
 // A ciphertext kept outside the database: the row stores its hash only.
 func TestRecordMintedWithoutTheBlob(t *testing.T) {
 	ctx := context.Background()
-	j, _ := openTemp(t)
-	key := FileKey{Root: "/srv/task", RelPath: "e.txt", ContentSHA256: sum("e")}
-	if _, err := j.ReserveFile(ctx, key); err != nil {
-		t.Fatal(err)
-	}
+	j, key := reservedFile(t, "e")
 	m := MintedKey{TTag: "k", LinkDigest: "aaaaaaaaaaaa", IV: []byte{1}, CiphertextSHA256: "not-hex"}
 	if _, err := j.RecordMinted(ctx, key, m); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a bad hash: %v", err)
@@ -495,4 +483,16 @@ VALUES ('', ?, ?, ?, 'reserved', '2026-11-30T12:00:00Z', '2026-11-30T12:00:00Z')
 	if _, err := a.GetFile(ctx, old); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("the claimer's release kept the row: %v", err)
 	}
+}
+
+// reservedFile opens a fresh journal holding one reserved file row, for
+// name.txt under /srv/task with the sha256 of name, and returns its key.
+func reservedFile(t *testing.T, name string) (*Journal, FileKey) {
+	t.Helper()
+	j, _ := openTemp(t)
+	key := FileKey{Root: "/srv/task", RelPath: name + ".txt", ContentSHA256: sum(name)}
+	if _, err := j.ReserveFile(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	return j, key
 }
