@@ -20,18 +20,7 @@ func TestSeedRecordRoundTrip(t *testing.T) {
 	if want := []string{"dGFnLWF1cm9yYQ", "dGFnLXN1bW1hcnk", "new-key"}; !reflect.DeepEqual(r.Keys, want) {
 		t.Fatalf("AddKeys gave %v, want %v", r.Keys, want)
 	}
-	out := filepath.Join(t.TempDir(), "record.json")
-	if err := r.Save(out); err != nil {
-		t.Fatal(err)
-	}
-	assertMode(t, out, 0o600)
-	back, err := LoadSeedRecord(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(back, r) {
-		t.Fatalf("reloaded %+v, want %+v", back, r)
-	}
+	assertSavesOverLoose(t, filepath.Join(t.TempDir(), "record.json"), r.Save, LoadSeedRecord, r)
 }
 
 func TestSeedRecordRefusals(t *testing.T) {
