@@ -281,8 +281,7 @@ func sectionOf(t *testing.T, src []byte, code string) []byte {
 // temporary one, and a merged manifest (export-manifest) whose section and
 // document are one version up.
 func TestSaveFragmentSurvivesKill(t *testing.T) {
-	for _, point := range []string{"fragment:reserved", "fragment:encrypted", "fragment:placed", "fragment:file-created",
-		"fragment:file-written", "fragment:linked", "fragment:committed"} {
+	for _, point := range fragmentPoints {
 		t.Run(point, func(t *testing.T) {
 			s := newCompoundStack(t)
 			s.giveAgent(t, "results")

@@ -231,6 +231,11 @@ func putStray(t *testing.T, s *stack, rel string) {
 var savePoints = []string{"save:reserved", "save:encrypted", "save:placed", "save:file-created", "save:file-written",
 	"save:linked", "save:committed"}
 
+// fragmentPoints are a section save's step boundaries, in order, as
+// savePoints are a result save's.
+var fragmentPoints = []string{"fragment:reserved", "fragment:encrypted", "fragment:placed", "fragment:file-created",
+	"fragment:file-written", "fragment:linked", "fragment:committed"}
+
 // TestTwoProcessesSaveWhileAnOperatorProtects runs two server processes
 // saving at once, each to the shared destination and to its own, while an
 // operator protects a document: every receipt's version is in the record
@@ -423,8 +428,7 @@ func TestManifestWithSavedVersionsIsHistory(t *testing.T) {
 // two receipts name distinct section versions and distinct document
 // versions, both in the record once, and the section served is the newer.
 func TestSaveFragmentSurvivesKillWithTwoServers(t *testing.T) {
-	for _, point := range []string{"fragment:reserved", "fragment:encrypted", "fragment:placed", "fragment:file-created",
-		"fragment:file-written", "fragment:linked", "fragment:committed"} {
+	for _, point := range fragmentPoints {
 		t.Run(point, func(t *testing.T) {
 			s := newCompoundStack(t)
 			s.giveAgent(t, "results")
