@@ -79,8 +79,5 @@ func newCloseStepCmd() *cobra.Command {
 	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&journalPath, "journal", "", "the server's journal (default <manifest>.journal.sqlite)")
 	f.StringVar(&step, "step", "", "the step whose open hand-offs to revoke")
-	for _, name := range []string{"config", "manifest", "step"} {
-		_ = cmd.MarkFlagRequired(name)
-	}
-	return cmd
+	return requireFlags(cmd, "config", "manifest", "step")
 }

@@ -48,7 +48,5 @@ func newGrantCmd() *cobra.Command {
 	f.IntVar(&ttl, "ttl-seconds", 900, "how long the grant lasts")
 	f.StringVar(&o.Out, "out", "", "where to write the grant (mode 600)")
 	f.StringVar(&seedRecord, "seed-record", "", "the seed record (default: beside the manifest)")
-	_ = cmd.MarkFlagRequired("manifest")
-	_ = cmd.MarkFlagRequired("out")
-	return cmd
+	return requireFlags(cmd, "manifest", "out")
 }

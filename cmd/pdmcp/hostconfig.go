@@ -58,8 +58,5 @@ func newHostConfigCmd() *cobra.Command {
 	f.StringVar(&h.Journal, "journal", "", "the journal (optional)")
 	f.StringVar(&h.Cwd, "cwd", "", "Codex cwd (default: the grant's file root)")
 	f.StringVar(&h.ApprovalMode, "approval-mode", "prompt", "Codex default_tools_approval_mode")
-	for _, name := range []string{"config", "manifest", "grant", "audit"} {
-		_ = cmd.MarkFlagRequired(name)
-	}
-	return cmd
+	return requireFlags(cmd, "config", "manifest", "grant", "audit")
 }

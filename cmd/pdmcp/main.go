@@ -41,3 +41,11 @@ func command(use, short string, run func(cmd *cobra.Command) error) *cobra.Comma
 	return &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd) }}
 }
+
+// requireFlags marks the named flags of cmd required and returns cmd.
+func requireFlags(cmd *cobra.Command, names ...string) *cobra.Command {
+	for _, name := range names {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}

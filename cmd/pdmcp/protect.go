@@ -67,8 +67,5 @@ func newProtectCmd() *cobra.Command {
 	f.StringArrayVar(&sections, "ccda-section", nil, "LOINC=dataType: protect C-CDA sections of this code too (repeatable)")
 	f.StringArrayVar(&segments, "hl7-segment", nil, "ID=dataType or ID=clear: protect, or keep in the clear, this HL7 segment too (repeatable)")
 	f.BoolVar(&o.AbandonLost, "abandon-lost", false, "after a key-creating encrypt's answer was lost, create the key anew (the lost one may stay at the key server)")
-	for _, name := range []string{"config", "manifest", "source", "document-id"} {
-		_ = cmd.MarkFlagRequired(name)
-	}
-	return cmd
+	return requireFlags(cmd, "config", "manifest", "source", "document-id")
 }

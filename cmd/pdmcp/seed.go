@@ -47,8 +47,7 @@ func newSeedCmd() *cobra.Command {
 	f.StringVar(&outDir, "out-dir", "", "an empty folder for the manifest and ciphertexts")
 	f.StringVar(&tag, "tag", "", "names this seed's principals (random when omitted)")
 	f.StringVar(&cleanup, "cleanup", "", "a seed-record.json: remove its keys and principals instead")
-	_ = cmd.MarkFlagRequired("config")
-	return cmd
+	return requireFlags(cmd, "config")
 }
 
 // savedUnderSeedKeys reads, before cleanup removes them, which saved

@@ -41,10 +41,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.AuditPath, "audit", "", "the audit file, appended (mode 600)")
 	f.StringVar(&o.OpsAddr, "ops-addr", "", "serve /healthz and /metrics on this loopback address (off when empty)")
 	f.StringVar(&o.JournalPath, "journal", "", "the journal (default <manifest>.journal.sqlite)")
-	for _, name := range []string{"config", "manifest", "grant", "audit"} {
-		_ = cmd.MarkFlagRequired(name)
-	}
-	return cmd
+	return requireFlags(cmd, "config", "manifest", "grant", "audit")
 }
 
 // newLogger logs to stderr: over stdio, stdout is the JSON-RPC channel.

@@ -39,8 +39,7 @@ func newVersionsCmd() *cobra.Command {
 	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&journalPath, "journal", "", "the server's journal, which holds the record (default <manifest>.journal.sqlite)")
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
-	_ = cmd.MarkFlagRequired("manifest")
-	return cmd
+	return requireFlags(cmd, "manifest")
 }
 
 func newExportManifestCmd() *cobra.Command {
@@ -56,7 +55,5 @@ func newExportManifestCmd() *cobra.Command {
 	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&journalPath, "journal", "", "the server's journal, which holds the record (default <manifest>.journal.sqlite)")
 	f.StringVar(&outPath, "out", "", "the file to write (never the manifest itself)")
-	_ = cmd.MarkFlagRequired("manifest")
-	_ = cmd.MarkFlagRequired("out")
-	return cmd
+	return requireFlags(cmd, "manifest", "out")
 }
