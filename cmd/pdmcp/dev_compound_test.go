@@ -11,18 +11,9 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
-
-type bearerRT struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b *bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
 
 // devClient connects the go-sdk client to a running pdmcp dev over
 // Streamable HTTP as a development user.
@@ -35,7 +26,7 @@ func devClient(t *testing.T, d *devRun, user string) *mcp.ClientSession {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
-	hc := &http.Client{Transport: &bearerRT{token: token, base: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
+	hc := &http.Client{Transport: &testutil.Bearer{Token: token, Base: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
 	c := mcp.NewClient(&mcp.Implementation{Name: "dev-compound", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: d.info["mcpUrl"].(string), HTTPClient: hc}, nil)
 	if err != nil {

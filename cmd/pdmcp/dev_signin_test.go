@@ -21,6 +21,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // tokenCalls counts what a host asks of the provider's token endpoint.
@@ -97,7 +98,7 @@ func TestDevSignInOutlivesTokensAndRestarts(t *testing.T) {
 		tr := &mcp.StreamableClientTransport{Endpoint: mcpURL, HTTPClient: hc, OAuthHandler: h}
 		if token != "" {
 			tr = &mcp.StreamableClientTransport{Endpoint: mcpURL,
-				HTTPClient: &http.Client{Transport: &bearerRT{token: token, base: calls}}}
+				HTTPClient: &http.Client{Transport: &testutil.Bearer{Token: token, Base: calls}}}
 		}
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "signin-test", Version: "1"}, nil).Connect(t.Context(), tr, nil)
 		if err != nil {
