@@ -131,36 +131,18 @@ func TestUpdateManifestAcrossProcesses(t *testing.T) {
 	if err := os.WriteFile(record, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	type proc struct {
-		cmd    *exec.Cmd
-		in     io.WriteCloser
-		stderr strings.Builder
-	}
-	var ps []*proc
+	var ps []*testutil.Child
 	for i := range procs {
-		p := &proc{cmd: exec.Command(os.Args[0], "-test.run=^$")}
-		p.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=w%d:%d:%s:%s", writerEnv, i, rounds, manifest, record))
-		p.cmd.Stderr = &p.stderr
-		if p.in, err = p.cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
-		ps = append(ps, p)
+		ps = append(ps, testutil.StartChild(t, fmt.Sprintf("%s=w%d:%d:%s:%s", writerEnv, i, rounds, manifest, record)))
 	}
 	// All start together, so their writes overlap.
 	for _, p := range ps {
-		if _, err := io.WriteString(p.in, "go\n"); err != nil {
+		if _, err := io.WriteString(p.Stdin, "go\n"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, p := range ps {
-		_ = p.in.Close()
-		if err := p.cmd.Wait(); err != nil {
-			t.Fatalf("writer: %v\n%s", err, p.stderr.String())
-		}
+		p.Wait(t)
 	}
 	m, err := LoadManifest(manifest)
 	if err != nil {

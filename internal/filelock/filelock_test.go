@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // helperEnv makes the test binary a helper process: its value is the mode,
@@ -102,55 +103,11 @@ func helper(mode, path string) error {
 	return fmt.Errorf("unknown mode %q", mode)
 }
 
-// child starts the test binary as a helper in mode on the lock at path.
-type child struct {
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *bufio.Reader
-	errBuf *strings.Builder
-}
-
-func startChild(t *testing.T, mode, path string) *child {
+// startChild starts the test binary as a helper in mode on the lock at
+// path.
+func startChild(t *testing.T, mode, path string) *testutil.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+mode, helperPathEnv+"="+path)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, in: in, out: bufio.NewReader(out), errBuf: &strings.Builder{}}
-	cmd.Stderr = c.errBuf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = in.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	return c
-}
-
-// line reads the child's next line of output.
-func (c *child) line(t *testing.T) string {
-	t.Helper()
-	s, err := c.out.ReadString('\n')
-	if err != nil {
-		t.Fatalf("helper said nothing more (%v); stderr: %s", err, c.errBuf)
-	}
-	return strings.TrimSuffix(s, "\n")
-}
-
-func (c *child) wait(t *testing.T) {
-	t.Helper()
-	_ = c.in.Close()
-	if err := c.cmd.Wait(); err != nil {
-		t.Fatalf("helper: %v; stderr: %s", err, c.errBuf)
-	}
+	return testutil.StartChild(t, helperEnv+"="+mode, helperPathEnv+"="+path)
 }
 
 // TestAcquireWaitsForAnotherProcess: while this process holds the lock,
@@ -164,17 +121,17 @@ func TestAcquireWaitsForAnotherProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := startChild(t, "wait", path)
-	if got := c.line(t); got != "busy" {
+	if got := c.Line(t); got != "busy" {
 		t.Fatalf("helper: %q, want busy", got)
 	}
 	if err := os.WriteFile(path+".state", []byte("released"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	release(t, l)
-	if got := c.line(t); got != "acquired released" {
+	if got := c.Line(t); got != "acquired released" {
 		t.Fatalf("helper: %q, want it to get the lock only after the release", got)
 	}
-	c.wait(t)
+	c.Wait(t)
 }
 
 // TestLockExcludesOtherProcesses: three processes each add one to a counter
@@ -182,17 +139,17 @@ func TestAcquireWaitsForAnotherProcess(t *testing.T) {
 func TestLockExcludesOtherProcesses(t *testing.T) {
 	const procs, rounds = 3, 200
 	path := filepath.Join(t.TempDir(), "counter.lock")
-	var children []*child
+	var children []*testutil.Child
 	for range procs {
 		children = append(children, startChild(t, "count:"+strconv.Itoa(rounds), path))
 	}
 	for _, c := range children {
-		if _, err := io.WriteString(c.in, "go\n"); err != nil {
+		if _, err := io.WriteString(c.Stdin, "go\n"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, c := range children {
-		c.wait(t)
+		c.Wait(t)
 	}
 	data, err := os.ReadFile(path + ".count")
 	if err != nil {
@@ -208,16 +165,16 @@ func TestLockExcludesOtherProcesses(t *testing.T) {
 func TestLockReleasedWhenHolderKilled(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "manifest.json.lock")
 	c := startChild(t, "hold", path)
-	if got := c.line(t); got != "held" {
+	if got := c.Line(t); got != "held" {
 		t.Fatalf("helper: %q", got)
 	}
 	if _, err := TryAcquire(path); !errors.Is(err, ErrLocked) {
 		t.Fatalf("while another process holds it: %v, want ErrLocked", err)
 	}
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := c.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.cmd.Wait()
+	_ = c.Cmd.Wait()
 	l, err := Acquire(context.Background(), path)
 	if err != nil {
 		t.Fatalf("after the holder was killed: %v", err)

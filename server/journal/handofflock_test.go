@@ -9,9 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // lockHelperEnv makes the test binary a child that takes the hand-off
@@ -37,28 +38,11 @@ func runLockHelper(path string) int {
 // once it holds the lock, with the pipe that releases it when closed.
 func startLockHolder(t *testing.T, path string) (*exec.Cmd, func()) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), lockHelperEnv+"="+path)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
+	c := testutil.StartChild(t, lockHelperEnv+"="+path)
+	if line := c.Line(t); line != "locked" {
+		t.Fatalf("lock holder said %q: %s", line, c.Stderr)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "locked" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("lock holder said %q (%v): %s", line, err, stderr.String())
-	}
-	return cmd, func() { stdin.Close() }
+	return c.Cmd, func() { c.Stdin.Close() }
 }
 
 // TestHandOffLockAcrossProcesses: a (key, recipient) locked by another
