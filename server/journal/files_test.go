@@ -5,11 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 func TestFileEncryption(t *testing.T) {
@@ -397,15 +396,10 @@ func runReleaseHelper(path string) int {
 
 func releaseInAnotherProcess(t *testing.T, path string) string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperReleaseEnv+"="+path)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("release helper: %v\n%s", err, stderr.String())
-	}
-	return strings.TrimSpace(string(out))
+	c := testutil.StartChild(t, helperReleaseEnv+"="+path)
+	out := c.Line(t)
+	c.Wait(t)
+	return out
 }
 
 // TestReleaseFileAcrossProcesses: another process's release never removes

@@ -9,12 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // The two-process test runs this test binary again as a helper; these
@@ -557,29 +558,20 @@ func runHelper(path, name string) int {
 func TestTwoProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "shared.journal.sqlite")
 	names := []string{"p1", "p2"}
-	outs := make([]bytes.Buffer, len(names))
-	errs := make([]bytes.Buffer, len(names))
-	cmds := make([]*exec.Cmd, len(names))
+	children := make([]*testutil.Child, len(names))
 	for i, name := range names {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), helperDBEnv+"="+path, helperNameEnv+"="+name)
-		cmd.Stdout, cmd.Stderr = &outs[i], &errs[i]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
+		children[i] = testutil.StartChild(t, helperDBEnv+"="+path, helperNameEnv+"="+name)
 	}
 	news := 0
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("helper %s: %v\n%s", names[i], err, errs[i].String())
-		}
-		switch strings.TrimSpace(outs[i].String()) {
+	for i, c := range children {
+		out := c.Line(t)
+		c.Wait(t)
+		switch out {
 		case "new: true":
 			news++
 		case "new: false":
 		default:
-			t.Fatalf("helper %s printed %q", names[i], outs[i].String())
+			t.Fatalf("helper %s printed %q", names[i], out)
 		}
 	}
 	if news != 1 {
