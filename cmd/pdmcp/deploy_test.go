@@ -218,11 +218,7 @@ func checkServiceConfig(dir string, data []byte) error {
 			return err
 		}
 	}
-	path, err := writeIn(dir, "config.json", data)
-	if err != nil {
-		return err
-	}
-	sc, err := gateway.LoadServiceConfig(path)
+	sc, err := writeAndLoad(dir, "config.json", data, gateway.LoadServiceConfig)
 	if err != nil {
 		return err
 	}
@@ -241,6 +237,17 @@ func writeIn(dir, rel string, data []byte) (string, error) {
 		return "", err
 	}
 	return p, os.WriteFile(p, data, 0o600)
+}
+
+// writeAndLoad writes data to name in dir, as writeIn does, and loads the
+// file with load.
+func writeAndLoad[T any](dir, name string, data []byte, load func(string) (T, error)) (T, error) {
+	path, err := writeIn(dir, name, data)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return load(path)
 }
 
 // checkHTTPConfig writes mcp-http.json into dir with real TLS material (a
@@ -292,11 +299,7 @@ func checkHTTPConfig(dir string, data []byte) error {
 	if _, err := writeIn(dir, raw.Exchange.ClientSecretFile, []byte("not-a-real-secret\n")); err != nil {
 		return err
 	}
-	path, err := writeIn(dir, "mcp-http.json", data)
-	if err != nil {
-		return err
-	}
-	cfg, err := auth.LoadHTTPConfig(path)
+	cfg, err := writeAndLoad(dir, "mcp-http.json", data, auth.LoadHTTPConfig)
 	if err != nil {
 		return err
 	}
