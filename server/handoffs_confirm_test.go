@@ -35,6 +35,26 @@ func doctorHolds(t *testing.T, f *stepFixture) bool {
 	return ok
 }
 
+// asksAgainCheck returns a check that a hand_off result asks for the
+// confirmation again, that nothing reached the crypto or key routes since
+// the check was made or last ran, and that the doctor holds no entry.
+func asksAgainCheck(t *testing.T, f *stepFixture) func(what string, res *mcp.CallToolResult) {
+	before := mcptest.KeyRouteCounts(f.env.Gateway)
+	return func(what string, res *mcp.CallToolResult) {
+		t.Helper()
+		if !res.NeedsInput() || res.InputRequests["confirm-hand-off"] == nil || res.RequestState == "" {
+			t.Fatalf("%s: got %+v, want the question asked again", what, res)
+		}
+		if after := mcptest.KeyRouteCounts(f.env.Gateway); !maps.Equal(before, after) {
+			t.Fatalf("%s reached the crypto or key routes: %v -> %v", what, before, after)
+		}
+		if doctorHolds(t, f) {
+			t.Fatalf("%s: the doctor holds an entry", what)
+		}
+		before = mcptest.KeyRouteCounts(f.env.Gateway) // doctorHolds reads the access list
+	}
+}
+
 // TestConfirmationAnswersTheQuestionAsked (issue 18 item 10), on
 // 2026-07-28: an answer is taken only with the request state this server
 // sealed for this caller, step and question, not yet lapsed and not used
@@ -48,20 +68,7 @@ func TestConfirmationAnswersTheQuestionAsked(t *testing.T) {
 	o.now = func() time.Time { return time.Now().Add(skew) }
 	o.client = func(co *mcp.ClientOptions) { co.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true} }
 	f := newStepFixture(t, o)
-	before := mcptest.KeyRouteCounts(f.env.Gateway)
-	asksAgain := func(what string, res *mcp.CallToolResult) {
-		t.Helper()
-		if !res.NeedsInput() || res.InputRequests["confirm-hand-off"] == nil || res.RequestState == "" {
-			t.Fatalf("%s: got %+v, want the question asked again", what, res)
-		}
-		if after := mcptest.KeyRouteCounts(f.env.Gateway); !maps.Equal(before, after) {
-			t.Fatalf("%s reached the crypto or key routes: %v -> %v", what, before, after)
-		}
-		if doctorHolds(t, f) {
-			t.Fatalf("%s: the doctor holds an entry", what)
-		}
-		before = mcptest.KeyRouteCounts(f.env.Gateway) // doctorHolds reads the access list
-	}
+	asksAgain := asksAgainCheck(t, f)
 
 	asksAgain("an answer nobody asked for", rawHandOff(t, f, handofftest.StepReferral, accepted, ""))
 	first := rawHandOff(t, f, handofftest.StepReferral, nil, "")
@@ -84,7 +91,7 @@ func TestConfirmationAnswersTheQuestionAsked(t *testing.T) {
 	if doctorHolds(t, f) {
 		t.Fatal("an entry after close_step")
 	}
-	before = mcptest.KeyRouteCounts(f.env.Gateway)
+	asksAgain = asksAgainCheck(t, f)
 	asksAgain("the same answer again", rawHandOff(t, f, handofftest.StepReferral, accepted, state))
 
 	// A question left unanswered past its time is asked again.
@@ -115,5 +122,47 @@ func TestConfirmationBefore20260728IsAskedDuringTheCall(t *testing.T) {
 	}
 	if doctorHolds(t, f) {
 		t.Fatal("the doctor holds an entry")
+	}
+}
+
+// TestConfirmationIsForTheStepAndSectionsAsked (issue 18 item 10): the
+// state names the step and what it hands, not only when. An answer to
+// the question about one step does not confirm a twin step (same
+// recipient, sections and window, so the end alone cannot tell them
+// apart), and an answer given before the operator changed the step's
+// sections does not confirm the changed step: each time the question is
+// asked again and nothing reaches the crypto or key routes.
+func TestConfirmationIsForTheStepAndSectionsAsked(t *testing.T) {
+	const twin = "referral-twin"
+	o := stepOptions{
+		world:  handofftest.Options{Confirm: grant.ConfirmElicit},
+		client: func(co *mcp.ClientOptions) { co.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true} },
+		manifest: func(m *grant.Manifest) {
+			m.Steps[twin] = m.Steps[handofftest.StepReferral]
+		},
+		mutate: func(g *grant.Grant) { g.Steps = append(g.Steps, twin) },
+	}
+	f := newStepFixture(t, o)
+	asksAgain := asksAgainCheck(t, f)
+	asked := rawHandOff(t, f, handofftest.StepReferral, nil, "")
+	asksAgain("the first call", asked)
+	asksAgain("the twin step with the referral's state", rawHandOff(t, f, twin, accepted, asked.RequestState))
+
+	// The operator narrows the step while the question is open; the
+	// server serves the changed manifest from the next call.
+	if _, err := grant.UpdateManifest(context.Background(), f.w.Manifest, func(m *grant.Manifest) error {
+		st := m.Steps[handofftest.StepReferral]
+		st.Documents = map[string][]string{handofftest.DocID: {"problems"}}
+		m.Steps[handofftest.StepReferral] = st
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	again := rawHandOff(t, f, handofftest.StepReferral, accepted, asked.RequestState)
+	asksAgain("an answer given before the step's sections changed", again)
+
+	// The answer to the question as it now stands is taken.
+	if res := rawHandOff(t, f, handofftest.StepReferral, accepted, again.RequestState); res.IsError || res.NeedsInput() || !doctorHolds(t, f) {
+		t.Fatalf("the answer to the changed question: %+v", res)
 	}
 }
