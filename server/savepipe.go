@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
@@ -185,14 +186,14 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Re
 		// writes may still be only in the OS's cache). Syncing after the
 		// link rather than before it lets one file-system journal commit
 		// carry both the data and the new name (ext4 commits the link with
-		// the file's fsync, leaving the folder's nothing to do); a crash
+		// the file's fsync, leaving the folder's, issued at the same time,
+		// nothing to do); a crash
 		// before the commit leaves at most a file that holds() does not
 		// take for this save's, which the retry skips.
 		if !s.cfg.NonDurableForBenchmarks {
-			if err := syncFile(s.root, rel); err != nil {
+			if err := syncFileAndFolder(s.root, rel); err != nil {
 				return journal.Receipt{}, fmt.Errorf("make the saved file durable: %w", err)
 			}
-			syncDir(s.root, filepath.Dir(rel))
 		}
 		v := journal.Version{Version: pl.Version, Path: pl.Path, IV: base64.StdEncoding.EncodeToString(enc.IV),
 			SHA256: job.textSHA, Size: int64(len(job.text)), SavedAt: s.cfg.Now().UTC().Truncate(time.Second),
@@ -247,7 +248,7 @@ func tempName(job saveJob, versionPath string) string {
 // truncated: it may share its bytes with a version's name.
 func (s *Server) writeTemp(job saveJob, versionPath string, data []byte) (string, error) {
 	rel := filepath.FromSlash(tempName(job, versionPath))
-	if err := s.root.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
+	if err := mkdirDurable(s.root, filepath.Dir(rel)); err != nil {
 		return "", fmt.Errorf("make the saved file's folder: %w", err)
 	}
 	if err := s.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -280,7 +281,58 @@ func (s *Server) removeTemp(job saveJob, versionPath string) {
 	}
 }
 
-// syncFile makes the file rel's bytes durable.
+// syncFileAndFolder makes the file rel's bytes and its name durable
+// before the save commits: the file's fsync and its folder's are issued at
+// once, as neither needs the other done first and both are waited for, so
+// the folder's costs nothing beside the file's. A failure of either fails
+// the save (no receipt names a file that may not be on disk), except the
+// folder's on Windows, which cannot fsync a folder (NTFS makes the name
+// durable with its own journal).
+func syncFileAndFolder(dir *os.Root, rel string) error {
+	folder := make(chan error, 1)
+	go func() { folder <- syncFolder(dir, filepath.Dir(rel)) }()
+	err := syncFile(dir, rel)
+	return errors.Join(err, <-folder)
+}
+
+// syncFolder fsyncs the folder rel (relative to dir); nothing on Windows.
+func syncFolder(dir *os.Root, rel string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	return syncFile(dir, rel)
+}
+
+// mkdirDurable makes the folder rel (relative to dir) and any missing
+// folder above it, and fsyncs the folder holding each one it made: the
+// first save to a destination makes results/, and the folder fsync before
+// its commit covers only the entries inside results/, not results/ itself.
+// A folder that exists costs one Lstat.
+func mkdirDurable(dir *os.Root, rel string) error {
+	var made []string
+	for f := rel; f != "." && f != string(filepath.Separator); f = filepath.Dir(f) {
+		if _, err := dir.Lstat(f); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		made = append(made, f)
+	}
+	if len(made) == 0 {
+		return nil
+	}
+	if err := dir.MkdirAll(rel, 0o700); err != nil {
+		return err
+	}
+	for _, f := range made {
+		if err := syncFolder(dir, filepath.Dir(f)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncFile makes the file (or folder) rel's bytes durable.
 func syncFile(dir *os.Root, rel string) error {
 	f, err := dir.Open(rel)
 	if err != nil {
