@@ -382,3 +382,42 @@ func TestReadStaysInTheManifestFolder(t *testing.T) {
 		t.Error("the refused read reached the Gateway")
 	}
 }
+
+// TestSaveStepsOverStrayFilesAndLogsThem (issue 17 item 6): files already
+// at a destination's next version names that are not this save's (an
+// empty one and a partial one, as a crash of an older release leaves) are
+// left untouched, each is named in a warning of the server's log, and the
+// save takes the first free version; one encrypt is sent.
+func TestSaveStepsOverStrayFilesAndLogsThem(t *testing.T) {
+	f := newFixture(t, basicDocs, nil)
+	results := filepath.Join(f.dir, "results")
+	if err := os.MkdirAll(results, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	strays := map[string]string{"summary.v1.bin": "", "summary.v2.bin": "partial"}
+	for name, body := range strays {
+		if err := os.WriteFile(filepath.Join(results, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	encrypts := f.env.Gateway.Count(api.RouteEncrypt)
+	m, isErr := f.call(t, "save_protected_result", map[string]any{"destinationId": "summary", "text": "a summary", "idempotencyKey": "k1"})
+	if isErr || m["version"] != float64(3) {
+		t.Fatalf("save over two stray files: %v", m)
+	}
+	if fi, err := os.Stat(filepath.Join(results, "summary.v3.bin")); err != nil || fi.Size() == 0 {
+		t.Errorf("version 3's file: %v", err)
+	}
+	if n := f.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {
+		t.Errorf("%d encrypts, want 1", n)
+	}
+	logs := f.logs.String()
+	for name, body := range strays {
+		if b, err := os.ReadFile(filepath.Join(results, name)); err != nil || string(b) != body {
+			t.Errorf("the stray %s was touched: %q, %v", name, b, err)
+		}
+		if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "path=results/"+name) {
+			t.Errorf("no warning names the stray %s; the log:\n%s", name, logs)
+		}
+	}
+}
