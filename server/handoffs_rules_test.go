@@ -92,20 +92,8 @@ func TestHandOffGrantConflictIsRecipientHasEntry(t *testing.T) {
 		if p != crashpoint.HandOffJournalled || foreign != "" {
 			return
 		}
-		j, err := journal.Open(context.Background(), journal.DefaultPath(f.w.Manifest))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer j.Close()
-		rows, _ := j.OpenHandOffs(context.Background(), handofftest.StepReferral)
-		foreign = rows[len(rows)-1].TTag
-		s := f.w.As(t, f.w.Patient.Name)
-		defer s.Revoke(context.Background())
-		if err := s.ACLGrant(context.Background(), api.ACLGrantRequest{TTag: foreign, SystemID: f.w.Doctor.SystemID,
-			PrincipalID: f.w.Doctor.PrincipalID, Rights: []string{api.RightRead, api.RightWrite}, EndTime: &own}); err != nil {
-			t.Error(err)
-		}
+		foreign = f.newestOpenKey(t)
+		f.patientGivesDoctor(t, foreign, own, false)
 	}}
 	f = newStepFixture(t, o)
 	revokes := f.env.Gateway.Count(api.RouteACLRevoke)
@@ -394,5 +382,73 @@ func TestRevokeFromJournalLeavesOthersEntries(t *testing.T) {
 				t.Fatalf("the row after %s: %+v, %v", how, got, err)
 			}
 		})
+	}
+}
+
+// TestHandOffUndoLeavesAChangedEntryAndSaysSo (issue 18 item 1): the
+// delegating user replaces the entry the hand-off just granted (READ and
+// WRITE, her own end) before it is read back. The read-back fails, and the
+// undo revokes only what still reads as granted: her entry is left as it
+// is, and both the refusal and the audit line say one entry was left
+// alone.
+func TestHandOffUndoLeavesAChangedEntryAndSaysSo(t *testing.T) {
+	var f *stepFixture
+	var changed string
+	own := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Second)
+	f = newStepFixture(t, stepOptions{hook: func(p crashpoint.Point) {
+		if p != crashpoint.HandOffGranted || changed != "" {
+			return
+		}
+		changed = f.newestOpenKey(t)
+		f.patientGivesDoctor(t, changed, own, true)
+	}})
+	m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	if !isErr || !strings.Contains(fmt.Sprint(m["detail"]), "1 access entries this hand-off had made no longer read as it granted them") {
+		t.Fatalf("hand_off with its entry replaced before the read-back: %v", m)
+	}
+	if line := f.lastAudit(t, "hand_off"); line["entriesLeftAlone"] != float64(1) {
+		t.Errorf("audit line %v, want entriesLeftAlone 1", line)
+	}
+	e, ok := f.w.Entry(t, changed, f.w.Doctor)
+	if !ok || len(e.Rights) != 2 || e.EndTime == nil || !e.EndTime.Equal(own) {
+		t.Fatalf("the delegating user's own entry: %+v (present %v)", e, ok)
+	}
+	for dt, k := range f.w.Keys {
+		if k == changed {
+			continue
+		}
+		if _, ok := f.w.Entry(t, k, f.w.Doctor); ok {
+			t.Errorf("the hand-off's entry on %s was not undone", dt)
+		}
+	}
+}
+
+// newestOpenKey is the key of the referral step's newest open journal row:
+// the one the hand-off has just written when a hook of it runs.
+func (f *stepFixture) newestOpenKey(t *testing.T) string {
+	j, err := journal.Open(context.Background(), journal.DefaultPath(f.w.Manifest))
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	defer j.Close()
+	rows, _ := j.OpenHandOffs(context.Background(), handofftest.StepReferral)
+	return rows[len(rows)-1].TTag
+}
+
+// patientGivesDoctor gives the doctor the patient's own entry on ttag,
+// READ and WRITE until end; replace revokes the doctor's entry first.
+func (f *stepFixture) patientGivesDoctor(t *testing.T, ttag string, end time.Time, replace bool) {
+	ctx := context.Background()
+	s := f.w.As(t, f.w.Patient.Name)
+	defer s.Revoke(ctx)
+	if replace {
+		if err := s.ACLRevoke(ctx, api.ACLRevokeRequest{TTag: ttag, SystemID: f.w.Doctor.SystemID, PrincipalID: f.w.Doctor.PrincipalID}); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := s.ACLGrant(ctx, api.ACLGrantRequest{TTag: ttag, SystemID: f.w.Doctor.SystemID,
+		PrincipalID: f.w.Doctor.PrincipalID, Rights: []string{api.RightRead, api.RightWrite}, EndTime: &end}); err != nil {
+		t.Error(err)
 	}
 }
