@@ -1,27 +1,18 @@
 package server_test
 
 import (
-	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server"
 )
 
 // toolLines reads the audit file's tool lines, in order.
 func (f *fixture) toolLines(t *testing.T) []map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(f.auditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("audit line %q: %v", l, err)
-		}
+	for _, m := range mcptest.AuditLines(t, f.auditLog) {
 		if m["event"] == "tool" {
 			out = append(out, m)
 		}
