@@ -1,8 +1,9 @@
 // Package mcptest holds the helpers that the MCP-level tests of server
-// (over stdio) and internal/serve (over HTTP) share: a tool result read as
-// a client reads it, refusals included; the audit file's tool lines; the
-// Gateway's key routes an adapter refusal must not reach; and what the
-// file and hand-off tools leave for a test to check. Only tests import it.
+// (over stdio), internal/serve (over HTTP) and cmd/pdmcp (the built binary)
+// share: a tool call and its result read as a client reads it, refusals
+// included; the tools listed; the audit file's lines; the Gateway's key
+// routes an adapter refusal must not reach; and what the file and hand-off
+// tools leave for a test to check. Only tests import it.
 package mcptest
 
 import (
