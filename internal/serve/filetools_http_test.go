@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -104,10 +105,14 @@ func TestHTTPFileToolsKeepUsersApart(t *testing.T) {
 }
 
 // Over HTTP too: the largest file round-trips, one byte more is refused
-// with nothing sent.
+// with nothing sent. The Gateway timeout is long here: 16 MiB through a
+// -race build on a loaded machine can take longer than the default 30 s,
+// and this test is about the size limit, not the timeout.
 func TestHTTPFileRoundTripAtTheLimit(t *testing.T) {
 	root := mcptest.FileRoot(t)
-	hs := newHTTPStack(t, 8, fileTools(root))
+	hs := newHTTPStack(t, 8, fileTools(root), func(_ *testing.T, h *httpStack, _ string, _ *grant.LaunchOptions) {
+		h.gatewayTimeout = 5 * time.Minute
+	})
 	max := bytes.Repeat([]byte{1, 2, 3, 250}, api.MaxDataBytes/4+1)[:api.MaxDataBytes]
 	if err := os.WriteFile(filepath.Join(root, "max.bin"), max, 0o644); err != nil {
 		t.Fatal(err)
