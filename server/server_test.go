@@ -56,7 +56,15 @@ func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manif
 	ctx := context.Background()
 	f := &fixture{env: reftest.Start(t, reference.Config{}), dir: t.TempDir(), texts: map[string][]byte{}}
 	svc := f.env.Service(t, "svc", true)
-	c := f.env.ServiceClient(t, svc)
+	// A long timeout: 16 MiB through TLS and base64 under -race, beside the
+	// other packages' tests on two shared cores, can overrun the default
+	// 30 s; no test here is about the Gateway's timeout.
+	cc := svc.ClientConfig()
+	cc.BaseURL, cc.TrustFile, cc.Timeout = f.env.URL, f.env.CAFile, 5*time.Minute
+	c, err := gateway.New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	owner := reftest.Principal(t, c, svc.Prefix+"owner")
 	agent := reftest.Principal(t, c, svc.Prefix+"agent")
 	owner_ := mustSession(t, c, owner.Name)
