@@ -370,8 +370,8 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 	if err != nil {
 		return zero, err
 	}
-	if n := utf8.RuneCountInString(in.IdempotencyKey); n == 0 || n > 128 || !utf8.ValidString(in.IdempotencyKey) {
-		return zero, refuseCode(CodeInvalidArgument, "idempotencyKey must be 1 to 128 characters; nothing was sent")
+	if err := checkIdempotencyKey(in.IdempotencyKey); err != nil {
+		return zero, err
 	}
 	if !utf8.ValidString(in.Text) {
 		return zero, refuseCode(CodeNotText, "the text is not UTF-8; nothing was sent")

@@ -83,8 +83,8 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 		return zero, refuseCode(CodeDestinationHasNoKey,
 			"destination %q has no key yet; nothing was sent; the operator must seed one", in.DestinationID)
 	}
-	if n := utf8.RuneCountInString(in.IdempotencyKey); n == 0 || n > 128 || !utf8.ValidString(in.IdempotencyKey) {
-		return zero, refuseCode(CodeInvalidArgument, "idempotencyKey must be 1 to 128 characters; nothing was sent")
+	if err := checkIdempotencyKey(in.IdempotencyKey); err != nil {
+		return zero, err
 	}
 	if len(in.Text) > MaxTextBytes {
 		return zero, refuseCode(CodeResultTooLarge, "the text is %d bytes, over the %d-byte limit; nothing was sent; save a shorter result",
@@ -105,6 +105,15 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	}
 	c.line.Version = rc.Version
 	return receiptOf(in.IdempotencyKey, rc, replayed), nil
+}
+
+// checkIdempotencyKey refuses a save's idempotencyKey that is not 1 to
+// 128 characters of UTF-8, before anything is sent.
+func checkIdempotencyKey(k string) error {
+	if n := utf8.RuneCountInString(k); n == 0 || n > 128 || !utf8.ValidString(k) {
+		return refuseCode(CodeInvalidArgument, "idempotencyKey must be 1 to 128 characters; nothing was sent")
+	}
+	return nil
 }
 
 // resultPlacer places a destination's results: results/<id>.v<n>.bin,
