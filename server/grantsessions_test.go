@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,31 +13,26 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
-// clock is a test clock that only moves when told.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+// agentClient is a reference Gateway with one service and its agent
+// principal: the service's client and the agent's name.
+func agentClient(t *testing.T) (*reftest.Env, *gateway.Client, string) {
+	t.Helper()
+	env := reftest.Start(t, reference.Config{})
+	svc := env.Service(t, "svc", true)
+	c := env.ServiceClient(t, svc)
+	return env, c, reftest.Principal(t, c, svc.Prefix+"agent").Name
 }
 
 func TestGrantSessionsRenewBeforeFiveMinutes(t *testing.T) {
 	ctx := context.Background()
-	env := reftest.Start(t, reference.Config{})
-	svc := env.Service(t, "svc", true)
-	c := env.ServiceClient(t, svc)
-	agent := reftest.Principal(t, c, svc.Prefix+"agent")
-	clk := &clock{now: time.Now()}
-	gs := server.NewGrantSessions(c, agent.Name, []string{"tag-a"}, clk.Now().Add(time.Hour), clk.Now, nil)
+	env, c, agent := agentClient(t)
+	clk := testutil.NewClock(time.Now())
+	gs := server.NewGrantSessions(c, agent, []string{"tag-a"}, clk.Now().Add(time.Hour), clk.Now, nil)
 
 	s1, err := acquire(ctx, gs)
 	if err != nil {
@@ -51,7 +45,7 @@ func TestGrantSessionsRenewBeforeFiveMinutes(t *testing.T) {
 	if d := time.Until(s1.(*gateway.Session).ExpiresAt()); d > api.MaxScopedTTL+time.Second {
 		t.Fatalf("session lives %s, more than five minutes", d)
 	}
-	clk.Add(api.MaxScopedTTL - 20*time.Second)
+	clk.Advance(api.MaxScopedTTL - 20*time.Second)
 	revokes := env.Gateway.Count(api.RouteRevoke)
 	s2, err := acquire(ctx, gs)
 	if err != nil {
@@ -83,13 +77,10 @@ func TestGrantSessionsRenewBeforeFiveMinutes(t *testing.T) {
 
 func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 	ctx := context.Background()
-	env := reftest.Start(t, reference.Config{})
-	svc := env.Service(t, "svc", true)
-	c := env.ServiceClient(t, svc)
-	agent := reftest.Principal(t, c, svc.Prefix+"agent")
+	env, c, agent := agentClient(t)
 	notAfter := time.Now().Add(40 * time.Second)
-	clk := &clock{now: time.Now()}
-	gs := server.NewGrantSessions(c, agent.Name, []string{"tag-a"}, notAfter, clk.Now, nil)
+	clk := testutil.NewClock(time.Now())
+	gs := server.NewGrantSessions(c, agent, []string{"tag-a"}, notAfter, clk.Now, nil)
 	s, err := acquire(ctx, gs)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +88,7 @@ func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 	if exp := s.(*gateway.Session).ExpiresAt(); exp.After(notAfter.Add(2 * time.Second)) {
 		t.Errorf("session ends %s, after the grant's %s", exp, notAfter)
 	}
-	clk.Add(41 * time.Second)
+	clk.Advance(41 * time.Second)
 	mints := env.Gateway.Count(api.RouteScoped)
 	_, err = acquire(ctx, gs)
 	var r *refusal.Refusal
@@ -114,15 +105,12 @@ func TestGrantSessionsNeverOutliveTheGrant(t *testing.T) {
 // count and without minting.
 func TestGrantSessionsWiden(t *testing.T) {
 	ctx := context.Background()
-	env := reftest.Start(t, reference.Config{})
-	svc := env.Service(t, "svc", true)
-	c := env.ServiceClient(t, svc)
-	agent := reftest.Principal(t, c, svc.Prefix+"agent")
+	env, c, agent := agentClient(t)
 	objects := make([]string, api.MaxObjects-1)
 	for i := range objects {
 		objects[i] = fmt.Sprintf("tag-%02d", i)
 	}
-	gs := server.NewGrantSessions(c, agent.Name, objects, time.Now().Add(time.Hour), nil, nil)
+	gs := server.NewGrantSessions(c, agent, objects, time.Now().Add(time.Hour), nil, nil)
 	t.Cleanup(func() { gs.EndAll(ctx) })
 	first, err := acquire(ctx, gs)
 	if err != nil {
