@@ -117,27 +117,10 @@ func newStepFixture(t *testing.T, o stepOptions) *stepFixture {
 	return f
 }
 
-// call returns the structured result, or the refusal read from the text
-// content (where every client finds it).
+// call is mcptest.Call on the fixture's session.
 func (f *stepFixture) call(t *testing.T, name string, args map[string]any) (map[string]any, bool) {
 	t.Helper()
-	res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	var m map[string]any
-	if res.IsError {
-		r, ok := server.RefusalOf(res)
-		if !ok {
-			t.Fatalf("%s: isError result without a refusal: %+v", name, res)
-		}
-		b, _ := json.Marshal(r)
-		_ = json.Unmarshal(b, &m)
-		return m, true
-	}
-	b, _ := json.Marshal(res.StructuredContent)
-	_ = json.Unmarshal(b, &m)
-	return m, false
+	return mcptest.Call(t, f.cs, name, args)
 }
 
 func (f *stepFixture) lastAudit(t *testing.T, tool string) map[string]any {
