@@ -16,6 +16,14 @@ import (
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
+// decryptFileResult is what decrypt_file returns: never the content.
+type decryptFileResult struct {
+	Path     string `json:"path" jsonschema:"the plaintext file written, relative to the task's folder; read it if the task needs the content"`
+	Envelope string `json:"envelope" jsonschema:"the .pisoft that was decrypted, relative to the task's folder; it is left as it was"`
+	Bytes    int64  `json:"bytes" jsonschema:"the size of the written file in bytes"`
+	SHA256   string `json:"sha256" jsonschema:"the hex sha256 of the written content, the one recorded when it was encrypted"`
+}
+
 // decryptFile opens a .pisoft envelope into a decrypted copy beside it;
 // its tool is declared in filetools.go.
 func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryptFileResult, error) {

@@ -48,14 +48,6 @@ type encryptFileResult struct {
 	Rewritten bool   `json:"rewritten" jsonschema:"true when the envelope was missing and was written again from the server's record"`
 }
 
-// decryptFileResult is what decrypt_file returns: never the content.
-type decryptFileResult struct {
-	Path     string `json:"path" jsonschema:"the plaintext file written, relative to the task's folder; read it if the task needs the content"`
-	Envelope string `json:"envelope" jsonschema:"the .pisoft that was decrypted, relative to the task's folder; it is left as it was"`
-	Bytes    int64  `json:"bytes" jsonschema:"the size of the written file in bytes"`
-	SHA256   string `json:"sha256" jsonschema:"the hex sha256 of the written content, the one recorded when it was encrypted"`
-}
-
 func (s *Server) encryptFileTool() tool {
 	return newTool(s, mcp.Tool{
 		Name:  grant.ToolEncryptFile,

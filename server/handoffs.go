@@ -21,16 +21,6 @@ type stepInput struct {
 	StepID string `json:"stepId" jsonschema:"a stepId from list_approved_documents"`
 }
 
-// listedStep is a step as list_approved_documents shows it: never who
-// hands it, who receives it, or a principal id.
-type listedStep struct {
-	StepID    string            `json:"stepId" jsonschema:"the id to pass to hand_off and close_step"`
-	Label     string            `json:"label" jsonschema:"the operator's name for the step"`
-	Fragments []handoff.Section `json:"sections" jsonschema:"the sections of this task's documents hand_off would hand"`
-	Open      bool              `json:"open" jsonschema:"true when this user's hand-off of the step is in force"`
-	OpenUntil string            `json:"openUntil,omitempty" jsonschema:"when an open hand-off ends (RFC 3339, UTC); absent when the step is not open"`
-}
-
 func (s *Server) handOffTool() tool {
 	return newTool(s, mcp.Tool{
 		Name:  grant.ToolHandOff,
@@ -320,6 +310,16 @@ func confirmMessage(p *handoff.Plan, end time.Time) string {
 	}
 	return fmt.Sprintf("Step %q: give %s read-only access to %s, until %s (UTC). Confirm?",
 		label, to, strings.Join(secs, "; "), end.UTC().Format("2006-01-02 15:04:05"))
+}
+
+// listedStep is a step as list_approved_documents shows it: never who
+// hands it, who receives it, or a principal id.
+type listedStep struct {
+	StepID    string            `json:"stepId" jsonschema:"the id to pass to hand_off and close_step"`
+	Label     string            `json:"label" jsonschema:"the operator's name for the step"`
+	Fragments []handoff.Section `json:"sections" jsonschema:"the sections of this task's documents hand_off would hand"`
+	Open      bool              `json:"open" jsonschema:"true when this user's hand-off of the step is in force"`
+	OpenUntil string            `json:"openUntil,omitempty" jsonschema:"when an open hand-off ends (RFC 3339, UTC); absent when the step is not open"`
 }
 
 // listSteps is the grant's steps as list_approved_documents shows them to
