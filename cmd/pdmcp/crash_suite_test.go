@@ -11,6 +11,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/internal/handofftest"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // The crash-consistency suite: the server (or protect) killed with SIGKILL
@@ -37,20 +38,9 @@ var literalPointRE = regexp.MustCompile(`(?:(?:CrashPoint|Hook|crash)\(|(?:reser
 // steps names a point by a string of its own, which would escape the list.
 func TestCrashPointsAllCovered(t *testing.T) {
 	for _, dir := range []string{"../../server", "../../server/handoff", "../../internal/operator"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range literalPointRE.FindAllStringSubmatch(string(b), -1) {
-				t.Errorf("%s names the point %q by a string: use a crashpoint constant", f, m[1])
+		for _, f := range testutil.GoSources(t, dir) {
+			for _, m := range literalPointRE.FindAllStringSubmatch(f.Text, -1) {
+				t.Errorf("%s names the point %q by a string: use a crashpoint constant", f.Path, m[1])
 			}
 		}
 	}
