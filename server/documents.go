@@ -228,28 +228,9 @@ func (s *Server) readTool() tool {
 
 func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, error) {
 	var zero readOutput
-	if !slices.Contains(s.cfg.Grant.Documents, in.DocumentID) {
-		return zero, refuseCode(CodeDocumentNotInGrant,
-			"document %q is not in this task's grant; nothing was sent; use an id from list_approved_documents", in.DocumentID)
-	}
-	// Only an id the grant names goes into the audit line: the argument is
-	// the model's text until then.
-	c.line.DocumentID = in.DocumentID
-	m := s.currentManifest()
-	d, ok, err := s.document(ctx, m, in.DocumentID)
+	m, d, err := s.approvedDocument(ctx, c, in.DocumentID)
 	if err != nil {
 		return zero, err
-	}
-	if !ok {
-		return zero, refuseCode(CodeUnknownDocument,
-			"the operator's manifest has no document %q; nothing was sent; do not retry", in.DocumentID)
-	}
-	c.line.Version = d.Version
-	if !d.Approved {
-		// The operator withdrew the approval after the grant was written:
-		// the manifest decides, before anything reaches the key server.
-		return zero, refuseCode(CodeDocumentNotApproved,
-			"document %q is no longer approved by the operator; nothing was sent; do not retry", in.DocumentID)
 	}
 	if d.IsCompound() {
 		return s.readCompound(ctx, c, in.DocumentID, m, d)
@@ -299,6 +280,36 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 		Notice: untrustedNotice(prov.source()), Provenance: prov,
 		Label: d.Label, ContentType: d.ContentType, Size: len(pt), Untrusted: true, Text: string(pt),
 	}, nil
+}
+
+// approvedDocument resolves a document id as every document tool does
+// before anything is sent: in the grant, in the manifest (with the
+// record applied), approved. It names the document and its version in the
+// audit line once the grant names it: the argument is the model's text
+// until then.
+func (s *Server) approvedDocument(ctx context.Context, c *call, docID string) (*grant.Manifest, grant.Document, error) {
+	if !slices.Contains(s.cfg.Grant.Documents, docID) {
+		return nil, grant.Document{}, refuseCode(CodeDocumentNotInGrant,
+			"document %q is not in this task's grant; nothing was sent; use an id from list_approved_documents", docID)
+	}
+	c.line.DocumentID = docID
+	m := s.currentManifest()
+	d, ok, err := s.document(ctx, m, docID)
+	if err != nil {
+		return nil, d, err
+	}
+	if !ok {
+		return nil, d, refuseCode(CodeUnknownDocument,
+			"the operator's manifest has no document %q; nothing was sent; do not retry", docID)
+	}
+	c.line.Version = d.Version
+	if !d.Approved {
+		// The operator withdrew the approval after the grant was written:
+		// the manifest decides, before anything reaches the key server.
+		return nil, d, refuseCode(CodeDocumentNotApproved,
+			"document %q is no longer approved by the operator; nothing was sent; do not retry", docID)
+	}
+	return m, d, nil
 }
 
 func isTextType(ct string) bool {

@@ -57,24 +57,9 @@ type fragmentOutcome struct {
 func (s *Server) compoundDoc(ctx context.Context, c *call, docID, fragID string) (*grant.Manifest, grant.Document, grant.Fragment, error) {
 	var zd grant.Document
 	var zf grant.Fragment
-	if !slices.Contains(s.cfg.Grant.Documents, docID) {
-		return nil, zd, zf, refuseCode(CodeDocumentNotInGrant,
-			"document %q is not in this task's grant; nothing was sent; use an id from list_approved_documents", docID)
-	}
-	c.line.DocumentID = docID
-	m := s.currentManifest()
-	d, ok, err := s.document(ctx, m, docID)
+	m, d, err := s.approvedDocument(ctx, c, docID)
 	if err != nil {
 		return nil, zd, zf, err
-	}
-	if !ok {
-		return nil, zd, zf, refuseCode(CodeUnknownDocument,
-			"the operator's manifest has no document %q; nothing was sent; do not retry", docID)
-	}
-	c.line.Version = d.Version
-	if !d.Approved {
-		return nil, zd, zf, refuseCode(CodeDocumentNotApproved,
-			"document %q is no longer approved by the operator; nothing was sent; do not retry", docID)
 	}
 	if !d.IsCompound() {
 		return nil, zd, zf, refuseCode(CodeNotCompound,
