@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server"
 )
@@ -25,18 +26,18 @@ func (f *fixture) toolLines(t *testing.T) []map[string]any {
 // save line names the version it wrote, and its replay the same version.
 func TestAuditLinesNameTheSession(t *testing.T) {
 	f := newFixture(t, basicDocs, nil)
-	if m, isErr := f.call(t, "list_approved_documents", map[string]any{}); isErr {
+	if m, isErr := f.call(t, grant.ToolListApprovedDocuments, map[string]any{}); isErr {
 		t.Fatal(m)
 	}
-	if m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
+	if m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"}); isErr {
 		t.Fatal(m)
 	}
-	f.call(t, "list_approved_documents", map[string]any{})
-	f.call(t, "read_protected_document", map[string]any{"documentId": "other"})
+	f.call(t, grant.ToolListApprovedDocuments, map[string]any{})
+	f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "other"})
 	f.call(t, "no_such_tool", map[string]any{})
 	save := map[string]any{"destinationId": "summary", "text": "a summary", "idempotencyKey": "k1"}
-	f.call(t, "save_protected_result", save)
-	f.call(t, "save_protected_result", save)
+	f.call(t, grant.ToolSaveProtectedResult, save)
+	f.call(t, grant.ToolSaveProtectedResult, save)
 
 	lines := f.toolLines(t)
 	if len(lines) != 7 {
@@ -52,8 +53,8 @@ func TestAuditLinesNameTheSession(t *testing.T) {
 		}
 	}
 	for i, want := range []struct{ tool, code string }{
-		{"list_approved_documents", ""},
-		{"read_protected_document", server.CodeDocumentNotInGrant},
+		{grant.ToolListApprovedDocuments, ""},
+		{grant.ToolReadProtectedDocument, server.CodeDocumentNotInGrant},
 		{"unknown", server.CodeToolNotInGrant},
 	} {
 		l := lines[2+i]
@@ -70,7 +71,7 @@ func TestAuditLinesNameTheSession(t *testing.T) {
 		}
 	}
 	for i, l := range lines[5:] {
-		if l["tool"] != "save_protected_result" || l["version"] != float64(1) {
+		if l["tool"] != grant.ToolSaveProtectedResult || l["version"] != float64(1) {
 			t.Errorf("save line %d: %v, want version 1", i, l)
 		}
 	}
@@ -83,7 +84,7 @@ func TestRefusedToolNameNeverLogged(t *testing.T) {
 	f := newFixture(t, basicDocs, nil)
 	f.audit.Close()
 	f.call(t, "exfiltrate\nSECRET-IN-NAME", map[string]any{})
-	f.call(t, "list_approved_documents", map[string]any{})
+	f.call(t, grant.ToolListApprovedDocuments, map[string]any{})
 	logs := f.logs.String()
 	if strings.Contains(logs, "SECRET-IN-NAME") {
 		t.Fatalf("a refused tool name reached the log:\n%s", logs)

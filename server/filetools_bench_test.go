@@ -15,6 +15,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
@@ -62,7 +63,7 @@ func BenchmarkFileEncrypt(b *testing.B) {
 		var res *mcp.CallToolResult
 		start := time.Now()
 		p := testutil.HeapPeak(func() {
-			res, err = f.cs.CallTool(ctx, &mcp.CallToolParams{Name: "encrypt_file", Arguments: map[string]any{"path": "big.bin"}})
+			res, err = f.cs.CallTool(ctx, &mcp.CallToolParams{Name: grant.ToolEncryptFile, Arguments: map[string]any{"path": "big.bin"}})
 		})
 		fileTime += time.Since(start)
 		filePeak = max(filePeak, p)

@@ -76,7 +76,7 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 	gw := f.env.Gateway
 
 	enc0 := gw.Count(api.RouteEncrypt)
-	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "reports/q3.csv"})
+	res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "reports/q3.csv"})
 	if isErr || res["envelope"] != "reports/q3.csv.pisoft" || res["path"] != "reports/q3.csv" ||
 		res["bytes"] != float64(len(content)) || res["sha256"] != mcptest.SHA256(content) || res["replayed"] != false {
 		t.Fatalf("encrypt_file: %v", res)
@@ -104,7 +104,7 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 	}
 
 	// Again: the first result, no second key.
-	again, isErr := f.call(t, "encrypt_file", map[string]any{"path": orig})
+	again, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": orig})
 	if isErr || again["replayed"] != true || again["envelope"] != res["envelope"] {
 		t.Fatalf("encrypt_file again: %v", again)
 	}
@@ -112,7 +112,7 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 	if err := os.Remove(envPath); err != nil {
 		t.Fatal(err)
 	}
-	again, isErr = f.call(t, "encrypt_file", map[string]any{"path": "./reports/q3.csv"})
+	again, isErr = f.call(t, grant.ToolEncryptFile, map[string]any{"path": "./reports/q3.csv"})
 	if isErr || again["replayed"] != true || again["rewritten"] != true {
 		t.Fatalf("encrypt_file after the envelope was deleted: %v", again)
 	}
@@ -127,7 +127,7 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 	if err := os.Remove(orig); err != nil {
 		t.Fatal(err)
 	}
-	dec, isErr := f.call(t, "decrypt_file", map[string]any{"path": "reports/q3.csv.pisoft"})
+	dec, isErr := f.call(t, grant.ToolDecryptFile, map[string]any{"path": "reports/q3.csv.pisoft"})
 	if isErr || dec["path"] != "reports/q3.decrypted.csv" || dec["sha256"] != mcptest.SHA256(content) || dec["bytes"] != float64(len(content)) {
 		t.Fatalf("decrypt_file: %v", dec)
 	}
@@ -146,7 +146,7 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 	if err := os.Symlink(victim, filepath.Join(root, "reports", "q3.decrypted-2.csv")); err != nil {
 		t.Fatal(err)
 	}
-	dec, isErr = f.call(t, "decrypt_file", map[string]any{"path": "reports/q3.csv.pisoft"})
+	dec, isErr = f.call(t, grant.ToolDecryptFile, map[string]any{"path": "reports/q3.csv.pisoft"})
 	if isErr || dec["path"] != "reports/q3.decrypted-3.csv" {
 		t.Fatalf("decrypt_file with a link at -2: %v", dec)
 	}
@@ -160,13 +160,13 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 
 	// The audit lines name the path, the plaintext's sha256, minted and
 	// the key link, and never the content or the t-Tag.
-	lines := f.auditLines(t, "encrypt_file")
+	lines := f.auditLines(t, grant.ToolEncryptFile)
 	if len(lines) != 3 || lines[0]["path"] != "reports/q3.csv" || lines[0]["plaintextSha256"] != mcptest.SHA256(content) ||
 		lines[0]["minted"] != true || len(lines[0]["keyLink"].(string)) != 12 || lines[1]["minted"] != nil ||
 		lines[1]["keyLink"] != lines[0]["keyLink"] {
 		t.Fatalf("encrypt_file audit lines: %v", lines)
 	}
-	dlines := f.auditLines(t, "decrypt_file")
+	dlines := f.auditLines(t, grant.ToolDecryptFile)
 	if len(dlines) != 2 || dlines[0]["path"] != "reports/q3.csv.pisoft" || dlines[0]["keyLink"] != lines[0]["keyLink"] ||
 		dlines[0]["plaintextSha256"] != mcptest.SHA256(content) {
 		t.Fatalf("decrypt_file audit lines: %v", dlines)
@@ -201,7 +201,7 @@ func TestFileToolsHostilePathsSendNothing(t *testing.T) {
 		}
 		refused++
 		t.Run(c.Name, func(t *testing.T) {
-			for _, tool := range []string{"encrypt_file", "decrypt_file"} {
+			for _, tool := range []string{grant.ToolEncryptFile, grant.ToolDecryptFile} {
 				before := f.totalRequests()
 				res, isErr := f.call(t, tool, map[string]any{"path": c.Path})
 				if !isErr || res["layer"] != "adapter" || res["code"] != c.Code {
@@ -219,9 +219,9 @@ func TestFileToolsHostilePathsSendNothing(t *testing.T) {
 	// Accepted paths still refused by content rules, also with nothing sent.
 	before := f.totalRequests()
 	for _, c := range []struct{ tool, path, code string }{
-		{"encrypt_file", "empty.txt", "EMPTY_FILE"},
-		{"decrypt_file", "ok.txt", "NOT_AN_ENVELOPE"},
-		{"decrypt_file", "link-in", "NOT_AN_ENVELOPE"},
+		{grant.ToolEncryptFile, "empty.txt", "EMPTY_FILE"},
+		{grant.ToolDecryptFile, "ok.txt", "NOT_AN_ENVELOPE"},
+		{grant.ToolDecryptFile, "link-in", "NOT_AN_ENVELOPE"},
 	} {
 		res, isErr := f.call(t, c.tool, map[string]any{"path": c.path})
 		if !isErr || res["code"] != c.code {
@@ -248,7 +248,7 @@ func TestFileToolsEnvelopeRefusals(t *testing.T) {
 	write("b.txt", []byte("bravo"))
 	write("b.txt.pisoft", []byte("someone else's file"))
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
-	if res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "a.txt"}); isErr {
+	if res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "a.txt"}); isErr {
 		t.Fatalf("encrypt_file: %v", res)
 	}
 	envBytes, _ := os.ReadFile(filepath.Join(root, "a.txt.pisoft"))
@@ -287,15 +287,15 @@ func TestFileToolsEnvelopeRefusals(t *testing.T) {
 
 	before := f.totalRequests()
 	for _, c := range []struct{ tool, path, code string }{
-		{"encrypt_file", "a.txt.pisoft", "ALREADY_AN_ENVELOPE"},
-		{"encrypt_file", "b.txt", "ENVELOPE_EXISTS"},
-		{"decrypt_file", "foreign-key.pisoft", "KEY_NOT_MINTED_HERE"},
-		{"decrypt_file", "edited.pisoft", "NOT_AN_ENVELOPE"},
-		{"decrypt_file", "extra-field.pisoft", "NOT_AN_ENVELOPE"},
-		{"decrypt_file", "renamed-output.pisoft", "NOT_AN_ENVELOPE"},
-		{"decrypt_file", "b.txt.pisoft", "NOT_AN_ENVELOPE"},
-		{"decrypt_file", "huge.pisoft", "EMPTY_FILE"},
-		{"decrypt_file", "big.pisoft", "FILE_TOO_LARGE"},
+		{grant.ToolEncryptFile, "a.txt.pisoft", "ALREADY_AN_ENVELOPE"},
+		{grant.ToolEncryptFile, "b.txt", "ENVELOPE_EXISTS"},
+		{grant.ToolDecryptFile, "foreign-key.pisoft", "KEY_NOT_MINTED_HERE"},
+		{grant.ToolDecryptFile, "edited.pisoft", "NOT_AN_ENVELOPE"},
+		{grant.ToolDecryptFile, "extra-field.pisoft", "NOT_AN_ENVELOPE"},
+		{grant.ToolDecryptFile, "renamed-output.pisoft", "NOT_AN_ENVELOPE"},
+		{grant.ToolDecryptFile, "b.txt.pisoft", "NOT_AN_ENVELOPE"},
+		{grant.ToolDecryptFile, "huge.pisoft", "EMPTY_FILE"},
+		{grant.ToolDecryptFile, "big.pisoft", "FILE_TOO_LARGE"},
 	} {
 		res, isErr := f.call(t, c.tool, map[string]any{"path": c.path})
 		if !isErr || res["layer"] != "adapter" || res["code"] != c.code {
@@ -310,7 +310,7 @@ func TestFileToolsEnvelopeRefusals(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, "b.txt.pisoft")); err != nil {
 		t.Fatal(err)
 	}
-	if res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "b.txt"}); isErr || res["replayed"] != false {
+	if res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "b.txt"}); isErr || res["replayed"] != false {
 		t.Fatalf("encrypt_file once the name is free: %v", res)
 	}
 }
@@ -324,12 +324,12 @@ func TestEncryptFileAnswerLostIsNotRetried(t *testing.T) {
 	}
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
 	f.env.Gateway.SetFaults(reference.Faults{LoseEncryptAnswer: 1})
-	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "c.txt"})
+	res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "c.txt"})
 	if !isErr || res["code"] != "ENCRYPT_ANSWER_LOST" || !strings.Contains(res["detail"].(string), "key may have been created") {
 		t.Fatalf("lost answer: %v", res)
 	}
 	enc := f.env.Gateway.Count(api.RouteEncrypt)
-	res, isErr = f.call(t, "encrypt_file", map[string]any{"path": "c.txt"})
+	res, isErr = f.call(t, grant.ToolEncryptFile, map[string]any{"path": "c.txt"})
 	if !isErr || res["code"] != "ENCRYPT_ANSWER_LOST" {
 		t.Fatalf("retry after a lost answer: %v", res)
 	}
@@ -355,18 +355,18 @@ func TestFileSizeLimit(t *testing.T) {
 	}
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
 	before := f.totalRequests()
-	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "over.bin"})
+	res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "over.bin"})
 	if !isErr || res["code"] != "FILE_TOO_LARGE" || f.totalRequests() != before {
 		t.Fatalf("16,777,216 bytes: %v (requests %d)", res, f.totalRequests()-before)
 	}
-	res, isErr = f.call(t, "encrypt_file", map[string]any{"path": "max.bin"})
+	res, isErr = f.call(t, grant.ToolEncryptFile, map[string]any{"path": "max.bin"})
 	if isErr || res["bytes"] != float64(api.MaxDataBytes) {
 		t.Fatalf("16,777,215 bytes: %v", res)
 	}
 	if err := os.Remove(filepath.Join(root, "max.bin")); err != nil {
 		t.Fatal(err)
 	}
-	res, isErr = f.call(t, "decrypt_file", map[string]any{"path": "max.bin.pisoft"})
+	res, isErr = f.call(t, grant.ToolDecryptFile, map[string]any{"path": "max.bin.pisoft"})
 	if isErr || res["sha256"] != mcptest.SHA256(max) {
 		t.Fatalf("decrypt 16,777,215 bytes: %v", res)
 	}
@@ -392,7 +392,7 @@ func TestEncryptFileBeyondOneSessionsScope(t *testing.T) {
 	ttags := map[string]bool{}
 	for i := range n {
 		name := fmt.Sprintf("f%03d.txt", i)
-		if res, isErr := f.call(t, "encrypt_file", map[string]any{"path": name}); isErr {
+		if res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": name}); isErr {
 			t.Fatalf("encrypt_file %s: %v", name, res)
 		}
 		ttags[mcptest.EnvelopeTTag(t, filepath.Join(root, name+".pisoft"))] = true
@@ -437,7 +437,7 @@ func TestFileToolsSwappedFileSendsNothing(t *testing.T) {
 		},
 	}
 	for name, do := range swaps {
-		for _, tool := range []string{"encrypt_file", "decrypt_file"} {
+		for _, tool := range []string{grant.ToolEncryptFile, grant.ToolDecryptFile} {
 			t.Run(name+" "+tool, func(t *testing.T) {
 				_ = os.Remove(target)
 				if err := os.WriteFile(target, []byte(filestest.Content), 0o644); err != nil {
@@ -466,7 +466,7 @@ func TestEncryptFileCiphertextCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
-	if res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "d.txt"}); isErr {
+	if res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "d.txt"}); isErr {
 		t.Fatalf("encrypt_file: %v", res)
 	}
 	store := journal.DefaultPath(f.manifest) + ".ciphertexts"
@@ -488,7 +488,7 @@ func TestEncryptFileCiphertextCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.totalRequests()
-	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": "d.txt"})
+	res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "d.txt"})
 	if !isErr || res["code"] != "CIPHERTEXT_UNAVAILABLE" || f.totalRequests() != before {
 		t.Fatalf("rewrite without the copy: %v (requests %d)", res, f.totalRequests()-before)
 	}
@@ -513,7 +513,7 @@ func TestFileToolsNameTooLongSendsNothing(t *testing.T) {
 	}
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
 	before := f.totalRequests()
-	res, isErr := f.call(t, "encrypt_file", map[string]any{"path": long})
+	res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": long})
 	if !isErr || res["layer"] != "adapter" || res["code"] != "NAME_TOO_LONG" || !strings.Contains(fmt.Sprint(res["detail"]), "limit of 255") {
 		t.Fatalf("encrypt_file of a %d-byte name: %v", len(long), res)
 	}
@@ -525,18 +525,18 @@ func TestFileToolsNameTooLongSendsNothing(t *testing.T) {
 	}
 	// Again: the same answer, still nothing sent (no reservation was left
 	// to say "lost").
-	if res, _ := f.call(t, "encrypt_file", map[string]any{"path": long}); res["code"] != "NAME_TOO_LONG" {
+	if res, _ := f.call(t, grant.ToolEncryptFile, map[string]any{"path": long}); res["code"] != "NAME_TOO_LONG" {
 		t.Fatalf("again: %v", res)
 	}
 	if n := f.totalRequests() - before; n != 0 {
 		t.Fatalf("the second refusal sent %d Gateway requests", n)
 	}
 
-	res, isErr = f.call(t, "encrypt_file", map[string]any{"path": fits})
+	res, isErr = f.call(t, grant.ToolEncryptFile, map[string]any{"path": fits})
 	if isErr || res["envelope"] != fits+".pisoft" {
 		t.Fatalf("encrypt_file of a %d-byte name: %v", len(fits), res)
 	}
-	res, isErr = f.call(t, "decrypt_file", map[string]any{"path": fits + ".pisoft"})
+	res, isErr = f.call(t, grant.ToolDecryptFile, map[string]any{"path": fits + ".pisoft"})
 	if isErr || res["path"] != strings.TrimSuffix(fits, ".csv")+".decrypted.csv" {
 		t.Fatalf("decrypt_file: %v", res)
 	}

@@ -21,7 +21,7 @@ var accepted = mcp.InputResponseMap{"confirm-hand-off": &mcp.ElicitResult{Action
 // SDK's multi round-trip handling off, and returns the raw result.
 func rawHandOff(t *testing.T, f *stepFixture, step string, answers mcp.InputResponseMap, state string) *mcp.CallToolResult {
 	t.Helper()
-	res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+	res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: grant.ToolHandOff,
 		Arguments: map[string]any{"stepId": step}, InputResponses: answers, RequestState: state})
 	if err != nil {
 		t.Fatalf("hand_off: %v", err)
@@ -82,10 +82,10 @@ func TestConfirmationAnswersTheQuestionAsked(t *testing.T) {
 	if res.IsError || res.NeedsInput() || !doctorHolds(t, f) {
 		t.Fatalf("the answer to the question asked: %+v", res)
 	}
-	if line := f.lastAudit(t, "hand_off"); line["confirmation"] != "accepted" {
+	if line := f.lastAudit(t, grant.ToolHandOff); line["confirmation"] != "accepted" {
 		t.Errorf("audit line %v", line)
 	}
-	if m, isErr := f.call(t, "close_step", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+	if m, isErr := f.call(t, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral}); isErr {
 		t.Fatal(m)
 	}
 	if doctorHolds(t, f) {

@@ -97,7 +97,7 @@ func TestHandOffGrantConflictIsRecipientHasEntry(t *testing.T) {
 	}}
 	f = newStepFixture(t, o)
 	revokes := f.env.Gateway.Count(api.RouteACLRevoke)
-	m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	m, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral})
 	if !isErr || m["code"] != string(refusal.RecipientHasEntry) || m["layer"] != "adapter" {
 		t.Fatalf("hand_off with an entry appearing before the grant: %v", m)
 	}
@@ -137,7 +137,7 @@ func TestConcurrentHandOffsSharingAKey(t *testing.T) {
 		once.Do(func() {
 			go func() {
 				defer close(secondDone)
-				res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "hand_off",
+				res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: grant.ToolHandOff,
 					Arguments: map[string]any{"stepId": stepProblems}})
 				if err != nil {
 					t.Error(err)
@@ -153,7 +153,7 @@ func TestConcurrentHandOffsSharingAKey(t *testing.T) {
 		})
 	}
 	f = newStepFixture(t, o)
-	first, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	first, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral})
 	<-secondDone
 	if isErr {
 		t.Fatalf("the first hand_off: %v (the second: %v)", first, second)
@@ -166,7 +166,7 @@ func TestConcurrentHandOffsSharingAKey(t *testing.T) {
 			t.Errorf("the first hand-off's entry on %s is gone", dt)
 		}
 	}
-	list, _ := f.call(t, "list_approved_documents", nil)
+	list, _ := f.call(t, grant.ToolListApprovedDocuments, nil)
 	if !mcptest.StepOpen(list, handofftest.StepReferral) || mcptest.StepOpen(list, stepProblems) {
 		t.Fatalf("list: %v", list["steps"])
 	}
@@ -177,10 +177,10 @@ func TestConcurrentHandOffsSharingAKey(t *testing.T) {
 // this server".
 func TestRecipientHasEntryNamesTheStep(t *testing.T) {
 	f := newStepFixture(t, withProblemsStep(600))
-	if m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+	if m, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}); isErr {
 		t.Fatal(m)
 	}
-	m, isErr := f.call(t, "hand_off", map[string]any{"stepId": stepProblems})
+	m, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": stepProblems})
 	detail := fmt.Sprint(m["detail"])
 	if !isErr || m["code"] != string(refusal.RecipientHasEntry) || strings.Contains(detail, "not made by this server") ||
 		!strings.Contains(detail, `step "referral"`) {
@@ -199,14 +199,14 @@ func TestLapsedHandOffDoesNotBlockTheKey(t *testing.T) {
 	o.world = handofftest.Options{Window: 5}
 	o.now = func() time.Time { return time.Now().Add(skew) }
 	f := newStepFixture(t, o)
-	if m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+	if m, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}); isErr {
 		t.Fatal(m)
 	}
 	// Both clocks move 30 s on: referral's entries have lapsed.
 	skew = 30 * time.Second
 	f.env.Gateway.SetFaults(reference.Faults{ClockSkew: skew})
 	t.Cleanup(func() { f.env.Gateway.SetFaults(reference.Faults{}) })
-	rec, isErr := f.call(t, "hand_off", map[string]any{"stepId": stepProblems})
+	rec, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": stepProblems})
 	if isErr {
 		t.Fatalf("hand_off over a lapsed hand-off's key: %v", rec)
 	}
@@ -214,7 +214,7 @@ func TestLapsedHandOffDoesNotBlockTheKey(t *testing.T) {
 	if !ok || e.EndTime == nil || e.EndTime.Format(time.RFC3339) != rec["expiresAt"] {
 		t.Fatalf("the doctor's entry on problems: %+v (present %v), receipt %v", e, ok, rec)
 	}
-	closed, isErr := f.call(t, "close_step", map[string]any{"stepId": handofftest.StepReferral})
+	closed, isErr := f.call(t, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral})
 	if isErr {
 		t.Fatalf("close_step of the lapsed step: %v", closed)
 	}
@@ -239,7 +239,7 @@ func TestReadOnlyHoldsByIdentity(t *testing.T) {
 			m.Steps[id] = st
 		}
 	}})
-	if m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+	if m, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}); isErr {
 		t.Fatal(m)
 	}
 	m, err := grant.LoadManifest(f.w.Manifest)
@@ -253,7 +253,7 @@ func TestReadOnlyHoldsByIdentity(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			doctor := f.serverAs(t, f.w.Doctor.Name, tools, man, nil)
 			before := mcptest.KeyRouteCounts(f.env.Gateway)
-			res, isErr := mcptest.Call(t, doctor, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
+			res, isErr := mcptest.Call(t, doctor, grant.ToolSaveProtectedFragment, map[string]any{"documentId": handofftest.DocID,
 				"fragmentId": "problems", "text": "<section><text>changed by the doctor</text></section>",
 				"idempotencyKey": "doc-" + strings.ReplaceAll(name, " ", "-")})
 			if !isErr || res["code"] != string(refusal.HandedOffReadOnly) || res["layer"] != "adapter" {
@@ -286,12 +286,12 @@ func TestReadOnlyCheckedUnderTheLock(t *testing.T) {
 		once.Do(func() {
 			go func() {
 				defer close(handed)
-				rec, _ = f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+				rec, _ = f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral})
 			}()
 			await(handed)
 		})
 	})
-	res, isErr := mcptest.Call(t, doctor, "save_protected_fragment", map[string]any{"documentId": handofftest.DocID,
+	res, isErr := mcptest.Call(t, doctor, grant.ToolSaveProtectedFragment, map[string]any{"documentId": handofftest.DocID,
 		"fragmentId": "problems", "text": "<section><text>changed by the doctor</text></section>", "idempotencyKey": "race"})
 	<-handed
 	if !isErr || res["layer"] != "keyserver" || res["code"] != api.CodeACLDenied {
@@ -310,7 +310,7 @@ func TestReadOnlyCheckedUnderTheLock(t *testing.T) {
 // by close_step without revoking that entry, as left alone; close_step's
 // receipt and audit line say so.
 func TestRevokeFromJournalLeavesOthersEntries(t *testing.T) {
-	for _, how := range []string{"shutdown", "GRANT_EXPIRED", "close_step"} {
+	for _, how := range []string{"shutdown", "GRANT_EXPIRED", grant.ToolCloseStep} {
 		t.Run(how, func(t *testing.T) {
 			var now time.Time
 			f := newStepFixture(t, stepOptions{now: func() time.Time {
@@ -322,7 +322,7 @@ func TestRevokeFromJournalLeavesOthersEntries(t *testing.T) {
 			ctx := context.Background()
 			// A verified hand-off, so close_step has something to close, then
 			// a crash's row on problems: journalled, never granted.
-			if m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+			if m, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}); isErr {
 				t.Fatal(m)
 			}
 			j, err := journal.Open(ctx, journal.DefaultPath(f.w.Manifest))
@@ -355,16 +355,16 @@ func TestRevokeFromJournalLeavesOthersEntries(t *testing.T) {
 				f.srv.RevokeHandOffs(ctx)
 			case "GRANT_EXPIRED":
 				now = time.Now().Add(2 * time.Hour)
-				if m, _ := f.call(t, "list_approved_documents", nil); m["code"] != server.CodeGrantExpired {
+				if m, _ := f.call(t, grant.ToolListApprovedDocuments, nil); m["code"] != server.CodeGrantExpired {
 					t.Fatalf("after the grant: %v", m)
 				}
-			case "close_step":
-				rec, isErr := f.call(t, "close_step", map[string]any{"stepId": handofftest.StepReferral})
+			case grant.ToolCloseStep:
+				rec, isErr := f.call(t, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral})
 				alone, _ := rec["leftAlone"].([]any)
 				if isErr || len(alone) != 1 || alone[0].(map[string]any)["fragmentId"] != "problems" {
 					t.Fatalf("close_step: %v", rec)
 				}
-				if line := f.lastAudit(t, "close_step"); line["entriesLeftAlone"] != float64(1) {
+				if line := f.lastAudit(t, grant.ToolCloseStep); line["entriesLeftAlone"] != float64(1) {
 					t.Errorf("audit line %v", line)
 				}
 			}

@@ -144,7 +144,7 @@ func (f *stepFixture) lastAudit(t *testing.T, tool string) map[string]any {
 
 func TestHandOffToolsEndToEnd(t *testing.T) {
 	f := newStepFixture(t, stepOptions{})
-	list, isErr := f.call(t, "list_approved_documents", nil)
+	list, isErr := f.call(t, grant.ToolListApprovedDocuments, nil)
 	if isErr {
 		t.Fatal(list)
 	}
@@ -163,15 +163,15 @@ func TestHandOffToolsEndToEnd(t *testing.T) {
 		t.Fatalf("referral listed as %v", ref)
 	}
 
-	rec, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	rec, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral})
 	if isErr || rec["recipient"] != "Dr. Synthetic" || rec["replayed"] != false || len(rec["sections"].([]any)) != 3 {
 		t.Fatalf("hand_off: %v", rec)
 	}
-	if line := f.lastAudit(t, "hand_off"); line["stepId"] != handofftest.StepReferral || line["outcome"] != "ok" ||
+	if line := f.lastAudit(t, grant.ToolHandOff); line["stepId"] != handofftest.StepReferral || line["outcome"] != "ok" ||
 		line["actingAs"] != f.w.Patient.Name {
 		t.Errorf("audit line %v", line)
 	}
-	list, _ = f.call(t, "list_approved_documents", nil)
+	list, _ = f.call(t, grant.ToolListApprovedDocuments, nil)
 	ref = list["steps"].([]any)[1].(map[string]any)
 	if ref["open"] != true || ref["openUntil"] != rec["expiresAt"] {
 		t.Fatalf("referral after hand_off: %v (receipt %v)", ref, rec)
@@ -179,18 +179,18 @@ func TestHandOffToolsEndToEnd(t *testing.T) {
 	if _, ok := f.w.Entry(t, f.w.Keys["problems"], f.w.Doctor); !ok {
 		t.Fatal("no entry for the doctor")
 	}
-	again, _ := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	again, _ := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral})
 	if again["replayed"] != true || again["expiresAt"] != rec["expiresAt"] {
 		t.Fatalf("hand_off again: %v", again)
 	}
-	closed, isErr := f.call(t, "close_step", map[string]any{"stepId": handofftest.StepReferral})
+	closed, isErr := f.call(t, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral})
 	if isErr || closed["closedAt"] == nil {
 		t.Fatalf("close_step: %v", closed)
 	}
 	if _, ok := f.w.Entry(t, f.w.Keys["problems"], f.w.Doctor); ok {
 		t.Fatal("entry after close_step")
 	}
-	again, _ = f.call(t, "close_step", map[string]any{"stepId": handofftest.StepReferral})
+	again, _ = f.call(t, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral})
 	if again["replayed"] != true || again["closedAt"] != closed["closedAt"] {
 		t.Fatalf("close_step again: %v", again)
 	}
@@ -204,29 +204,29 @@ func TestHandOffAdapterRefusalsSendNothing(t *testing.T) {
 		args map[string]any
 		code string
 	}{
-		{"step not in grant", stepOptions{}, "hand_off", map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
-		{"close of a step not in grant", stepOptions{}, "close_step", map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
-		{"undeclared argument", stepOptions{}, "hand_off", map[string]any{"stepId": handofftest.StepReferral, "to": "x"}, server.CodeUnexpectedArgument},
+		{"step not in grant", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
+		{"close of a step not in grant", stepOptions{}, grant.ToolCloseStep, map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
+		{"undeclared argument", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral, "to": "x"}, server.CodeUnexpectedArgument},
 		{"not the delegator (stdio)", stepOptions{user: func(w *handofftest.World) string { return w.Doctor.Name }},
-			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator)},
+			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator)},
 		{"close by another user", stepOptions{user: func(w *handofftest.World) string { return w.Doctor.Name }},
-			"close_step", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator)},
+			grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator)},
 		{"nothing to hand off", stepOptions{mutate: func(g *grant.Grant) { g.Documents = []string{handofftest.PlainDocID} }},
-			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NothingToHandOff)},
+			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NothingToHandOff)},
 		{"window too short", stepOptions{mutate: func(g *grant.Grant) { g.NotAfter = time.Now().Add(time.Hour).Truncate(time.Second) },
 			now: func() time.Time { return time.Now().Truncate(time.Second).Add(time.Hour - 3*time.Second) }},
-			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.WindowTooShort)},
-		{"step not open", stepOptions{}, "close_step", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.StepNotOpen)},
+			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.WindowTooShort)},
+		{"step not open", stepOptions{}, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.StepNotOpen)},
 		{"confirmation unavailable", stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit}, noElict: true},
-			"hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationUnavailable)},
+			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationUnavailable)},
 		{"confirmation declined", stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit},
 			elicit: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 				return &mcp.ElicitResult{Action: "decline"}, nil
-			}}, "hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined)},
+			}}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined)},
 		{"confirmation unticked", stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit},
 			elicit: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirm": false}}, nil
-			}}, "hand_off", map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined)},
+			}}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -264,7 +264,7 @@ func testHandOffConfirmation(t *testing.T, proto string) {
 			asked = req.Params
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
 		}})
-	rec, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral})
+	rec, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral})
 	if isErr {
 		t.Fatalf("accepted hand_off: %v", rec)
 	}
@@ -282,12 +282,12 @@ func testHandOffConfirmation(t *testing.T, proto string) {
 	if _, ok := f.w.Entry(t, f.w.Keys["problems"], f.w.Doctor); !ok {
 		t.Fatal("accepted, but nothing was handed")
 	}
-	if line := f.lastAudit(t, "hand_off"); line["confirmation"] != "accepted" {
+	if line := f.lastAudit(t, grant.ToolHandOff); line["confirmation"] != "accepted" {
 		t.Errorf("audit line %v", line)
 	}
 	// Asked again while open: the receipt, and the user is not asked again.
 	asked = nil
-	if again, _ := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); again["replayed"] != true || asked != nil {
+	if again, _ := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}); again["replayed"] != true || asked != nil {
 		t.Fatalf("hand_off again: %v (asked %v)", again, asked)
 	}
 }
@@ -298,13 +298,13 @@ func TestHandOffDeclineIsAudited(t *testing.T) {
 			return &mcp.ElicitResult{Action: "cancel"}, nil
 		}})
 	before := f.env.Gateway.Count(api.RouteACLGet)
-	if m, _ := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); m["code"] != string(refusal.ConfirmationDeclined) {
+	if m, _ := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}); m["code"] != string(refusal.ConfirmationDeclined) {
 		t.Fatalf("cancelled: %v", m)
 	}
 	if f.env.Gateway.Count(api.RouteACLGet) != before {
 		t.Fatal("an ACL request was sent after a cancelled confirmation")
 	}
-	if line := f.lastAudit(t, "hand_off"); line["confirmation"] != "cancelled" || line["code"] != string(refusal.ConfirmationDeclined) {
+	if line := f.lastAudit(t, grant.ToolHandOff); line["confirmation"] != "cancelled" || line["code"] != string(refusal.ConfirmationDeclined) {
 		t.Errorf("audit line %v", line)
 	}
 }
@@ -313,7 +313,7 @@ func TestHandOffKeyServerRefusal(t *testing.T) {
 	// The nurse holds the keys READ only: the key server refuses her grant,
 	// and nothing is handed.
 	f := newStepFixture(t, stepOptions{user: func(w *handofftest.World) string { return w.Nurse.Name }})
-	m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepByNurse})
+	m, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepByNurse})
 	if !isErr || m["layer"] != "keyserver" || m["code"] != "ACL_DENIED" {
 		t.Fatalf("nurse's hand_off: %v", m)
 	}
@@ -330,11 +330,11 @@ func TestGrantExpiredRevokesHandOffs(t *testing.T) {
 		}
 		return now
 	}})
-	if m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+	if m, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}); isErr {
 		t.Fatal(m)
 	}
 	now = time.Now().Add(2 * time.Hour)
-	if m, _ := f.call(t, "list_approved_documents", nil); m["code"] != server.CodeGrantExpired {
+	if m, _ := f.call(t, grant.ToolListApprovedDocuments, nil); m["code"] != server.CodeGrantExpired {
 		t.Fatalf("after the grant: %v", m)
 	}
 	for _, k := range f.w.Keys {
@@ -346,7 +346,7 @@ func TestGrantExpiredRevokesHandOffs(t *testing.T) {
 
 func TestShutdownRevokesHandOffs(t *testing.T) {
 	f := newStepFixture(t, stepOptions{})
-	if m, isErr := f.call(t, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+	if m, isErr := f.call(t, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}); isErr {
 		t.Fatal(m)
 	}
 	f.srv.RevokeHandOffs(context.Background())

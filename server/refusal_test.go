@@ -94,13 +94,13 @@ func TestRefusalsReadableAfterToolsList(t *testing.T) {
 		layer string // "" for a success
 		code  string
 	}{
-		{"list", "list_approved_documents", map[string]any{}, "", ""},
-		{"read", "read_protected_document", map[string]any{"documentId": "notes"}, "", ""},
-		{"save", "save_protected_result", map[string]any{"destinationId": "summary", "text": "r", "idempotencyKey": "k1"}, "", ""},
-		{"unknown document", "read_protected_document", map[string]any{"documentId": "no-such-doc"}, "adapter", server.CodeDocumentNotInGrant},
-		{"undeclared argument", "list_approved_documents", map[string]any{"bogus": 1}, "adapter", server.CodeUnexpectedArgument},
-		{"save refused", "save_protected_result", map[string]any{"destinationId": "keyless", "text": "r", "idempotencyKey": "k2"}, "adapter", server.CodeDestinationHasNoKey},
-		{"tool not in grant", "hand_off", map[string]any{}, "adapter", server.CodeToolNotInGrant},
+		{"list", grant.ToolListApprovedDocuments, map[string]any{}, "", ""},
+		{"read", grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"}, "", ""},
+		{"save", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "r", "idempotencyKey": "k1"}, "", ""},
+		{"unknown document", grant.ToolReadProtectedDocument, map[string]any{"documentId": "no-such-doc"}, "adapter", server.CodeDocumentNotInGrant},
+		{"undeclared argument", grant.ToolListApprovedDocuments, map[string]any{"bogus": 1}, "adapter", server.CodeUnexpectedArgument},
+		{"save refused", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "keyless", "text": "r", "idempotencyKey": "k2"}, "adapter", server.CodeDestinationHasNoKey},
+		{"tool not in grant", grant.ToolHandOff, map[string]any{}, "adapter", server.CodeToolNotInGrant},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,12 +124,12 @@ func TestRefusalsReadableAfterToolsList(t *testing.T) {
 	}
 	// A refusal from beyond the adapter keeps its layer and code, in the
 	// same rendering.
-	res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "read_protected_document",
+	res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: grant.ToolReadProtectedDocument,
 		Arguments: map[string]any{"documentId": "lost-key"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkAsSDKClient(t, tools, "read_protected_document", res)
+	checkAsSDKClient(t, tools, grant.ToolReadProtectedDocument, res)
 	wantContentRefusal(t, res, "keyserver", "KEY_NOT_FOUND")
 }
 

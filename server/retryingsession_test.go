@@ -8,6 +8,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
@@ -20,7 +21,7 @@ func TestSessionReplacedAfterAdminRevoke(t *testing.T) {
 	ctx := context.Background()
 	admin := f.env.Client(t).Admin(reftest.AdminUser, reftest.AdminPassword)
 
-	if m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
+	if m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"}); isErr {
 		t.Fatalf("first read: %v", m)
 	}
 	first := mcptest.ToolLines(t, f.auditLog)
@@ -31,8 +32,8 @@ func TestSessionReplacedAfterAdminRevoke(t *testing.T) {
 		args  map[string]any
 		route string
 	}{
-		{"read_protected_document", map[string]any{"documentId": "notes"}, api.RouteDecrypt},
-		{"save_protected_result", map[string]any{"destinationId": "summary", "text": "a result", "idempotencyKey": "k1"}, api.RouteEncrypt},
+		{grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"}, api.RouteDecrypt},
+		{grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "a result", "idempotencyKey": "k1"}, api.RouteEncrypt},
 	} {
 		if n, err := admin.RevokeSessions(ctx, ""); err != nil || n == 0 {
 			t.Fatalf("admin revoke: %d, %v", n, err)
@@ -42,7 +43,7 @@ func TestSessionReplacedAfterAdminRevoke(t *testing.T) {
 		if isErr {
 			t.Fatalf("%s after the admin revoke: %v", tc.tool, m)
 		}
-		if tc.tool == "read_protected_document" && m["text"] != string(f.texts["notes"]) {
+		if tc.tool == grant.ToolReadProtectedDocument && m["text"] != string(f.texts["notes"]) {
 			t.Fatalf("read returned %v", m["text"])
 		}
 		counts := f.env.Gateway.Counts()
@@ -64,7 +65,7 @@ func TestSessionReplacedAfterAdminRevoke(t *testing.T) {
 
 	// A call on a live session is not marked.
 	f.env.Gateway.ResetCounts()
-	if m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
+	if m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"}); isErr {
 		t.Fatalf("read: %v", m)
 	}
 	lines := mcptest.ToolLines(t, f.auditLog)
@@ -78,7 +79,7 @@ func TestSessionReplacedAfterAdminRevoke(t *testing.T) {
 // refusal stands (no third request, no second mint) and reaches the model.
 func TestSessionReplacedOnlyOnce(t *testing.T) {
 	f := newFixture(t, basicDocs, nil)
-	if m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
+	if m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"}); isErr {
 		t.Fatalf("first read: %v", m)
 	}
 	for _, tc := range []struct {
@@ -87,7 +88,7 @@ func TestSessionReplacedOnlyOnce(t *testing.T) {
 	}{{1, false}, {2, true}} {
 		f.env.Gateway.SetFaults(reference.Faults{SessionGoneNext: map[string]int{api.RouteDecrypt: tc.gone}})
 		f.env.Gateway.ResetCounts()
-		m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"})
+		m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"})
 		if tc.refused {
 			if !isErr || m["layer"] != "gateway" || m["code"] != api.CodeSessionMissing {
 				t.Fatalf("read with the session gone twice: %v", m)
@@ -116,7 +117,7 @@ func TestStdioMintAnsweringAnotherPrincipalIsRefused(t *testing.T) {
 	stranger := reftest.Principal(t, f.env.ServiceClient(t, other), other.Prefix+"stranger")
 	f.env.Gateway.SetFaults(reference.Faults{MintAsPrincipal: stranger.Name})
 	f.env.Gateway.ResetCounts()
-	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"})
+	m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"})
 	if !isErr || m["layer"] != "adapter" || m["code"] != api.CodeSessionIdentityMismatch {
 		t.Fatalf("read with a Gateway answering another principal: %v", m)
 	}
@@ -125,7 +126,7 @@ func TestStdioMintAnsweringAnotherPrincipalIsRefused(t *testing.T) {
 		t.Fatalf("Gateway counts %v: want one mint and its revoke, no decrypt", counts)
 	}
 	f.env.Gateway.SetFaults(reference.Faults{})
-	if m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
+	if m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"}); isErr {
 		t.Fatalf("read once the Gateway answers rightly: %v", m)
 	}
 }

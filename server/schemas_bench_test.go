@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/grant"
 )
 
 // BenchmarkStatelessCallSchemas: one tools/call without MCP sessions
@@ -39,7 +41,7 @@ func BenchmarkStatelessCallSchemas(b *testing.B) {
 		{"marshalled-once-sse", schemaJSON(in), schemaJSON(out), true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			srv := mcp.NewServer(&mcp.Implementation{Name: Name, Version: "bench"}, nil)
-			srv.AddTool(&mcp.Tool{Name: "read_protected_document", InputSchema: tc.in, OutputSchema: tc.out},
+			srv.AddTool(&mcp.Tool{Name: grant.ToolReadProtectedDocument, InputSchema: tc.in, OutputSchema: tc.out},
 				func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
 				})
@@ -56,7 +58,7 @@ func BenchmarkStatelessCallSchemas(b *testing.B) {
 				req.Header.Set("Accept", "application/json, text/event-stream")
 				req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
 				req.Header.Set("Mcp-Method", "tools/call")
-				req.Header.Set("Mcp-Name", "read_protected_document")
+				req.Header.Set("Mcp-Name", grant.ToolReadProtectedDocument)
 				resp, err := ts.Client().Do(req)
 				if err != nil {
 					b.Fatal(err)

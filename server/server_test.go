@@ -188,19 +188,19 @@ func TestAdapterRefusalsSendNothing(t *testing.T) {
 		args map[string]any
 		code string
 	}{
-		{"document not in grant", "read_protected_document", map[string]any{"documentId": "other"}, server.CodeDocumentNotInGrant},
-		{"undeclared argument", "read_protected_document", map[string]any{"documentId": "notes", "path": "/etc/passwd"}, server.CodeUnexpectedArgument},
-		{"missing argument", "read_protected_document", map[string]any{}, server.CodeMissingArgument},
-		{"wrong type", "read_protected_document", map[string]any{"documentId": 5}, server.CodeInvalidArgument},
-		{"not text", "read_protected_document", map[string]any{"documentId": "scan"}, server.CodeNotText},
-		{"too large to read", "read_protected_document", map[string]any{"documentId": "huge"}, server.CodeResultTooLarge},
-		{"destination not in grant", "save_protected_result", map[string]any{"destinationId": "nope", "text": "x", "idempotencyKey": "k"}, server.CodeDestinationNotGrant},
-		{"destination has no key", "save_protected_result", map[string]any{"destinationId": "keyless", "text": "x", "idempotencyKey": "k"}, server.CodeDestinationHasNoKey},
-		{"result too large", "save_protected_result", map[string]any{"destinationId": "summary", "text": strings.Repeat("r", server.MaxTextBytes+1), "idempotencyKey": "k"}, server.CodeResultTooLarge},
-		{"empty idempotency key", "save_protected_result", map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": ""}, server.CodeInvalidArgument},
-		{"idempotency key of 129 characters", "save_protected_result", map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": strings.Repeat("é", 129)}, server.CodeInvalidArgument},
-		{"tool not in grant", "hand_off", map[string]any{"stepId": "s"}, server.CodeToolNotInGrant},
-		{"category of wrong type", "list_approved_documents", map[string]any{"category": true}, server.CodeInvalidArgument},
+		{"document not in grant", grant.ToolReadProtectedDocument, map[string]any{"documentId": "other"}, server.CodeDocumentNotInGrant},
+		{"undeclared argument", grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes", "path": "/etc/passwd"}, server.CodeUnexpectedArgument},
+		{"missing argument", grant.ToolReadProtectedDocument, map[string]any{}, server.CodeMissingArgument},
+		{"wrong type", grant.ToolReadProtectedDocument, map[string]any{"documentId": 5}, server.CodeInvalidArgument},
+		{"not text", grant.ToolReadProtectedDocument, map[string]any{"documentId": "scan"}, server.CodeNotText},
+		{"too large to read", grant.ToolReadProtectedDocument, map[string]any{"documentId": "huge"}, server.CodeResultTooLarge},
+		{"destination not in grant", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "nope", "text": "x", "idempotencyKey": "k"}, server.CodeDestinationNotGrant},
+		{"destination has no key", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "keyless", "text": "x", "idempotencyKey": "k"}, server.CodeDestinationHasNoKey},
+		{"result too large", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": strings.Repeat("r", server.MaxTextBytes+1), "idempotencyKey": "k"}, server.CodeResultTooLarge},
+		{"empty idempotency key", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": ""}, server.CodeInvalidArgument},
+		{"idempotency key of 129 characters", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": strings.Repeat("é", 129)}, server.CodeInvalidArgument},
+		{"tool not in grant", grant.ToolHandOff, map[string]any{"stepId": "s"}, server.CodeToolNotInGrant},
+		{"category of wrong type", grant.ToolListApprovedDocuments, map[string]any{"category": true}, server.CodeInvalidArgument},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,7 +224,7 @@ func TestReadRefusesWithdrawnApproval(t *testing.T) {
 		doc{id: "withdrawn", contentType: "text/plain", text: []byte("under legal review"), approved: false, inGrant: true})
 	f := newFixture(t, docs, nil)
 	before := f.env.Gateway.Counts()
-	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "withdrawn"})
+	m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "withdrawn"})
 	if !isErr || m["layer"] != "adapter" || m["code"] != server.CodeDocumentNotApproved || m["status"] != float64(403) {
 		t.Fatalf("got %v (isError %v), want adapter DOCUMENT_NOT_APPROVED", m, isErr)
 	}
@@ -234,7 +234,7 @@ func TestReadRefusesWithdrawnApproval(t *testing.T) {
 	if strings.Contains(jsonOf(m), "legal review") {
 		t.Fatal("text of the withdrawn document was returned")
 	}
-	list, _ := f.call(t, "list_approved_documents", map[string]any{})
+	list, _ := f.call(t, grant.ToolListApprovedDocuments, map[string]any{})
 	if strings.Contains(jsonOf(list), "withdrawn") {
 		t.Errorf("the withdrawn document is listed: %v", list)
 	}
@@ -245,7 +245,7 @@ func TestReadRefusesWithdrawnApproval(t *testing.T) {
 func TestIdempotencyKeyCountsCharacters(t *testing.T) {
 	f := newFixture(t, basicDocs, nil)
 	key := strings.Repeat("é", 128)
-	m, isErr := f.call(t, "save_protected_result", map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": key})
+	m, isErr := f.call(t, grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": key})
 	if isErr || m["idempotencyKey"] != key || m["version"] != float64(1) {
 		t.Fatalf("a key of 128 characters: %v", m)
 	}
@@ -261,7 +261,7 @@ func TestConcurrentRetriesEncryptOnce(t *testing.T) {
 	results := make(chan map[string]any, 2)
 	for range 2 {
 		go func() {
-			res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result", Arguments: args})
+			res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: grant.ToolSaveProtectedResult, Arguments: args})
 			if err != nil || res.IsError {
 				results <- nil
 				return
@@ -283,7 +283,7 @@ func TestConcurrentRetriesEncryptOnce(t *testing.T) {
 
 func TestReadChecksUTF8AfterDecrypt(t *testing.T) {
 	f := newFixture(t, basicDocs, nil)
-	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "latin1"})
+	m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "latin1"})
 	if !isErr || m["code"] != server.CodeNotText {
 		t.Fatalf("got %v", m)
 	}
@@ -295,7 +295,7 @@ func TestReadDetectsTamperedManifest(t *testing.T) {
 		d.SHA256 = strings.Repeat("0", 64)
 		m.Documents["notes"] = d
 	})
-	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"})
+	m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"})
 	if !isErr || m["code"] != server.CodeIntegrityMismatch {
 		t.Fatalf("got %v", m)
 	}
@@ -306,14 +306,14 @@ func TestReadDetectsTamperedManifest(t *testing.T) {
 
 func TestListFiltersByCategoryAndGrant(t *testing.T) {
 	f := newFixture(t, basicDocs, nil)
-	m, isErr := f.call(t, "list_approved_documents", map[string]any{})
+	m, isErr := f.call(t, grant.ToolListApprovedDocuments, map[string]any{})
 	if isErr {
 		t.Fatal(m)
 	}
 	if n := len(m["documents"].([]any)); n != 4 {
 		t.Errorf("listed %d documents, want the 4 in the grant", n)
 	}
-	m, _ = f.call(t, "list_approved_documents", map[string]any{"category": "none-such"})
+	m, _ = f.call(t, grant.ToolListApprovedDocuments, map[string]any{"category": "none-such"})
 	if n := len(m["documents"].([]any)); n != 0 {
 		t.Errorf("category filter listed %d", n)
 	}
@@ -321,7 +321,7 @@ func TestListFiltersByCategoryAndGrant(t *testing.T) {
 
 func TestAuditClientLineAndNoSecrets(t *testing.T) {
 	f := newFixture(t, basicDocs, nil)
-	if _, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"}); isErr {
+	if _, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"}); isErr {
 		t.Fatal("read refused")
 	}
 	b, err := os.ReadFile(f.auditLog)
@@ -382,7 +382,7 @@ func TestReadStaysInTheManifestFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.env.Gateway.Counts()
-	m, isErr := f.call(t, "read_protected_document", map[string]any{"documentId": "notes"})
+	m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"})
 	if !isErr || m["code"] != server.CodeCiphertextMissing {
 		t.Fatalf("read through a link out of the folder: %v", m)
 	}
