@@ -167,3 +167,21 @@ func undescribed(schema any, at string, n *int) []string {
 	}
 	return out
 }
+
+// TestSourceNamesOnlyTools: a tool named in prose (a refusal's detail, a
+// description, a comment) is spelled as grant spells it: every word of
+// this package's source written as tool names are is a tool's name.
+func TestSourceNamesOnlyTools(t *testing.T) {
+	n := 0
+	for _, f := range testutil.GoSources(t, ".") {
+		for _, name := range toolNameRE.FindAllString(f.Text, -1) {
+			n++
+			if !grant.KnownTool(name) {
+				t.Errorf("%s names %q, which is no tool", f.Path, name)
+			}
+		}
+	}
+	if n < 50 {
+		t.Fatalf("%d tool names found in the source; has the pattern changed?", n)
+	}
+}
