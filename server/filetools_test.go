@@ -238,15 +238,9 @@ func TestFileToolsHostilePathsSendNothing(t *testing.T) {
 // the way.
 func TestFileToolsEnvelopeRefusals(t *testing.T) {
 	root := mcptest.FileRoot(t)
-	write := func(name string, b []byte) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(root, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("a.txt", []byte("alpha"))
-	write("b.txt", []byte("bravo"))
-	write("b.txt.pisoft", []byte("someone else's file"))
+	writeIn(t, root, "a.txt", []byte("alpha"))
+	writeIn(t, root, "b.txt", []byte("bravo"))
+	writeIn(t, root, "b.txt.pisoft", []byte("someone else's file"))
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
 	if res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "a.txt"}); isErr {
 		t.Fatalf("encrypt_file: %v", res)
@@ -262,7 +256,7 @@ func TestFileToolsEnvelopeRefusals(t *testing.T) {
 		_ = json.Unmarshal(envBytes, &m)
 		change(m)
 		b, _ := json.Marshal(m)
-		write(name, b)
+		writeIn(t, root, name, b)
 	}
 	m, err := grant.LoadManifest(f.manifest)
 	if err != nil {
@@ -274,7 +268,7 @@ func TestFileToolsEnvelopeRefusals(t *testing.T) {
 	edit("renamed-output.pisoft", func(m2 map[string]any) {
 		m2["plaintext"].(map[string]any)["name"] = "../../escape.txt"
 	})
-	write("huge.pisoft", nil)
+	writeIn(t, root, "huge.pisoft", nil)
 	var big *os.File
 	big, err = os.Create(filepath.Join(root, "big.pisoft"))
 	if err != nil {
@@ -319,9 +313,7 @@ func TestFileToolsEnvelopeRefusals(t *testing.T) {
 // key may have been created, and sends nothing.
 func TestEncryptFileAnswerLostIsNotRetried(t *testing.T) {
 	root := mcptest.FileRoot(t)
-	if err := os.WriteFile(filepath.Join(root, "c.txt"), []byte("charlie"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeIn(t, root, "c.txt", []byte("charlie"))
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
 	f.env.Gateway.SetFaults(reference.Faults{LoseEncryptAnswer: 1})
 	res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "c.txt"})
@@ -346,13 +338,9 @@ func TestEncryptFileAnswerLostIsNotRetried(t *testing.T) {
 func TestFileSizeLimit(t *testing.T) {
 	root := mcptest.FileRoot(t)
 	max := bytes.Repeat([]byte("0123456789abcdef"), (api.MaxDataBytes+16)/16)[:api.MaxDataBytes]
-	if err := os.WriteFile(filepath.Join(root, "max.bin"), max, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeIn(t, root, "max.bin", max)
 	over := append(max, 'x')
-	if err := os.WriteFile(filepath.Join(root, "over.bin"), over, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeIn(t, root, "over.bin", over)
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
 	before := f.totalRequests()
 	res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "over.bin"})
@@ -383,9 +371,7 @@ func TestEncryptFileBeyondOneSessionsScope(t *testing.T) {
 	root := mcptest.FileRoot(t)
 	const n = api.MaxObjects + 6
 	for i := range n {
-		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("f%03d.txt", i)), []byte(fmt.Sprintf("file %d", i)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeIn(t, root, fmt.Sprintf("f%03d.txt", i), []byte(fmt.Sprintf("file %d", i)))
 	}
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
 	mints := f.env.Gateway.Count(api.RouteScoped)
@@ -462,9 +448,7 @@ func TestFileToolsSwappedFileSendsNothing(t *testing.T) {
 // rewrite is refused and nothing is sent (no second key).
 func TestEncryptFileCiphertextCopy(t *testing.T) {
 	root := mcptest.FileRoot(t)
-	if err := os.WriteFile(filepath.Join(root, "d.txt"), []byte("delta"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeIn(t, root, "d.txt", []byte("delta"))
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
 	if res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "d.txt"}); isErr {
 		t.Fatalf("encrypt_file: %v", res)
@@ -507,9 +491,7 @@ func TestFileToolsNameTooLongSendsNothing(t *testing.T) {
 	long := strings.Repeat("n", 223) + ".csv"
 	fits := strings.Repeat("n", 222) + ".csv"
 	for _, name := range []string{long, fits} {
-		if err := os.WriteFile(filepath.Join(root, name), []byte("figures of "+fmt.Sprint(len(name))), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeIn(t, root, name, []byte("figures of "+fmt.Sprint(len(name))))
 	}
 	f := newFixture(t, basicDocs, withFileRoot(root, false))
 	before := f.totalRequests()
@@ -542,5 +524,13 @@ func TestFileToolsNameTooLongSendsNothing(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(root, res["path"].(string))); err != nil || string(b) != "figures of 226" {
 		t.Fatalf("decrypted %q, %v", b, err)
+	}
+}
+
+// writeIn writes a file of the test's own in the task's folder root.
+func writeIn(t *testing.T, root, name string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(root, name), b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
