@@ -2,9 +2,10 @@
 // share, so each is written (and fixed) once: a log sink safe to read while
 // others write it, the live-heap probe the memory benchmarks use, a clock
 // moved by hand, a certificate authority made for one test, a poll for a
-// condition that must come, golden files, a folder's names, a bearer-token
-// round tripper, and the test binary run again as a helper process. It has
-// no dependencies outside the standard library and no state of its own.
+// condition that must come, golden files, a package's own non-test
+// source, a folder's names, a bearer-token round tripper, and the test
+// binary run again as a helper process. It has no dependencies outside the
+// standard library and no state of its own.
 package testutil
 
 import (
