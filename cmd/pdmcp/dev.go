@@ -13,6 +13,7 @@ import (
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/auth/devpki"
 	"github.com/pdmcp/pdmcp/internal/devstack"
+	wholestack "github.com/pdmcp/pdmcp/internal/stack"
 )
 
 func newDevCmd() *cobra.Command {
@@ -133,7 +134,7 @@ func newDevGatewayCmd(state *string) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		srv, pwFile, err := devstack.ServeGateway(cmd.Context(), *state, ca, port, newLogger())
+		srv, pwFile, err := wholestack.ServeGateway(cmd.Context(), *state, ca, port, newLogger())
 		if err != nil {
 			return err
 		}

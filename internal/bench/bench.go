@@ -778,7 +778,7 @@ func exchange(ctx context.Context, st *Stack, subject string) (string, error) {
 		return "", err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth(devidp.DefaultAdapterClientID, adapterSecret)
+	req.SetBasicAuth(st.stack.Provider.ClientID, st.stack.Provider.ClientSecret)
 	resp, err := st.HC.Do(req)
 	if err != nil {
 		return "", err

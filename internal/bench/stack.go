@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -20,15 +19,16 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/auth/devpki"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
-	"github.com/pdmcp/pdmcp/internal/devstack"
 	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/internal/serve"
+	"github.com/pdmcp/pdmcp/internal/stack"
 )
 
 // DocumentID is the 4 KiB document the read figures use.
@@ -49,8 +49,6 @@ const (
 
 // BigFile is the file root's 16,777,215-byte file of the encrypt_file figure.
 const BigFile = "big.bin"
-
-const adapterSecret = "bench-adapter-secret"
 
 // StackOptions configure a Stack.
 type StackOptions struct {
@@ -88,14 +86,12 @@ type Stack struct {
 	Reader    string // the reader principal
 	Manifest  *grant.Manifest
 	FileRoot  string
-	users     []devidp.User
+	stack     *stack.Stack
 
 	// idpRequests counts every request the provider received.
 	idpRequests atomic.Int64
 
-	closers []func()
-	runDone chan error
-	cancel  context.CancelFunc
+	closers []func() // the bare server's
 }
 
 // Principals are the seed's users: the reader (the 4 KiB document, two
@@ -152,49 +148,37 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 	if st.ca, err = devpki.LoadOrCreateCA(filepath.Join(o.Dir, "ca"), "pdmcp bench"); err != nil {
 		return nil, err
 	}
-	st.HC = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: st.ca.Pool()},
-		MaxIdleConnsPerHost: 64}}
-
-	gwCtx, gwCancel := context.WithCancel(context.WithoutCancel(ctx))
-	st.closers = append(st.closers, gwCancel)
-	gw, pwFile, err := devstack.ServeGateway(gwCtx, o.Dir, st.ca, 0, o.Logger.With("component", "gateway"))
-	if err != nil {
-		return nil, err
-	}
-	st.GW = gw
-	st.closers = append(st.closers, func() { gw.Close() })
-
-	// The provider.
-	idpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	st.Issuer = "https://" + idpLn.Addr().String()
+	var users []devidp.User
+	identities := map[string]string{}
 	for i := range o.Users {
-		st.users = append(st.users, devidp.User{Username: UserName(i), Password: userPassword(i)})
+		users = append(users, devidp.User{Username: UserName(i), Password: userPassword(i)})
+		identities[UserName(i)] = st.PrincipalOf(i)
 	}
-	idp, err := devidp.New(ctx, devidp.Config{Issuer: st.Issuer, Users: st.users, AdapterClientSecret: adapterSecret,
-		AccessTokenLifetime: 2 * time.Hour, Logger: o.Logger.With("component", "idp")})
+	st.stack, err = stack.Start(ctx, stack.Options{Dir: o.Dir, CA: st.ca, Logger: o.Logger, Version: "bench",
+		ServiceName: "pdmcp-bench", SeedTag: "b", SeedUsers: []operator.SeedUser{
+			{Name: "reader", Documents: principalDocs["reader"], Save: true},
+			{Name: "partial", Documents: principalDocs["partial"]}, {Name: "none"}},
+		Identities: identities, FileRoot: true,
+		DevIdP: stack.DevIdP{Users: users, AccessTokenLifetime: 2 * time.Hour, Handler: func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				st.idpRequests.Add(1)
+				h.ServeHTTP(w, r)
+			})
+		}},
+		Prepare: st.prepare,
+		Grant:   func(lo *grant.LaunchOptions) { lo.TTL = 12 * time.Hour },
+		HTTP: func(c *auth.HTTPConfig) {
+			c.MaxCallers, c.MaxSessions, c.MaxSessionsPerUser = o.MaxCallers, max(64, 2*o.Users), 4
+		},
+		Serve: func(so *serve.Options) { so.NonDurableJournalForBenchmarks = o.NonDurableJournal },
+	})
 	if err != nil {
-		idpLn.Close()
-		return nil, err
+		return nil, fmt.Errorf("pdmcp: %w", err)
 	}
-	idpCert, idpKey, err := st.ca.Issue(filepath.Join(o.Dir, "ca"), "idp")
-	if err != nil {
-		idpLn.Close()
-		return nil, err
-	}
-	idpSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st.idpRequests.Add(1)
-		idp.ServeHTTP(w, r)
-	}), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = idpSrv.ServeTLS(idpLn, idpCert, idpKey) }()
-	st.closers = append(st.closers, func() { idpSrv.Close(); idp.Close() })
-
-	if err := st.provision(ctx, pwFile); err != nil {
-		return nil, err
-	}
-	if err := st.startPDMCP(ctx); err != nil {
+	s := st.stack
+	st.GW, st.Issuer, st.HC, st.MCPURL = s.Gateway, s.Provider.Issuer, s.HC, s.MCPURL
+	st.Service, st.Reader, st.FileRoot = s.Service, s.Principal("reader"), s.FileRoot
+	if st.Manifest, err = grant.LoadManifest(s.ManifestPath); err != nil {
 		return nil, err
 	}
 	if err := st.startBare(); err != nil {
@@ -203,35 +187,17 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 	return st, nil
 }
 
-// provision registers the service, seeds the data with the reader, adds
-// the 4 KiB document, maps every user to the reader and writes the grant.
-func (st *Stack) provision(ctx context.Context, pwFile string) error {
-	dir := st.o.Dir
-	cfgPath := filepath.Join(dir, "config.json")
-	sc, err := operator.Bootstrap(ctx, operator.BootstrapOptions{GatewayURL: st.GW.URL, TrustFile: st.ca.CertPEM,
-		AdminUser: "admin", AdminPasswordFile: pwFile, ServiceName: "pdmcp-bench", AllowScoped: true,
-		CredentialsDir: filepath.Join(dir, "service"), ConfigOut: cfgPath})
-	if err != nil {
-		return fmt.Errorf("bootstrap: %w", err)
-	}
-	st.Service = sc
-	data := filepath.Join(dir, "task-data")
-	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: sc, OutDir: data, Tag: "b",
-		Users: []operator.SeedUser{{Name: "reader", Documents: principalDocs["reader"], Save: true},
-			{Name: "partial", Documents: principalDocs["partial"]}, {Name: "none"}}})
-	if err != nil {
-		return fmt.Errorf("seed: %w", err)
-	}
-	st.Reader = sc.Prefix + "b.reader"
-	c, err := gateway.New(sc.ClientConfig())
+// prepare adds the 4 KiB document, made by the seed's owner and readable
+// by the reader, P6's two destinations and, when asked, the big file.
+func (st *Stack) prepare(ctx context.Context, s *stack.Stack) error {
+	c, err := gateway.New(s.Service.ClientConfig())
 	if err != nil {
 		return err
 	}
 	if err := c.SignIn(ctx); err != nil {
 		return err
 	}
-	// The 4 KiB document, made by the seed's owner and readable by the reader.
-	owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: rec.OwnerUser, TTL: api.MaxScopedTTL})
+	owner, err := c.Mint(ctx, gateway.MintRequest{ActingAs: s.Seed.OwnerUser, TTL: api.MaxScopedTTL})
 	if err != nil {
 		return err
 	}
@@ -245,7 +211,7 @@ func (st *Stack) provision(ctx context.Context, pwFile string) error {
 	if err != nil {
 		return err
 	}
-	reader, err := c.GetPrincipal(ctx, st.Reader)
+	reader, err := c.GetPrincipal(ctx, s.Principal("reader"))
 	if err != nil {
 		return err
 	}
@@ -253,13 +219,12 @@ func (st *Stack) provision(ctx context.Context, pwFile string) error {
 		PrincipalID: reader.PrincipalID, Rights: []string{api.RightRead}}); err != nil {
 		return err
 	}
-	manifestPath := filepath.Join(data, "manifest.json")
 	rel := "documents/" + DocumentID + ".v1.bin"
-	if err := os.WriteFile(filepath.Join(data, rel), enc.Ciphertext, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(s.Data, rel), enc.Ciphertext, 0o600); err != nil {
 		return err
 	}
 	sum := sha256.Sum256(text)
-	if _, err := grant.UpdateManifest(ctx, manifestPath, func(m *grant.Manifest) error {
+	if _, err := grant.UpdateManifest(ctx, s.ManifestPath, func(m *grant.Manifest) error {
 		if m.Documents == nil {
 			m.Documents = map[string]grant.Document{}
 		}
@@ -273,115 +238,14 @@ func (st *Stack) provision(ctx context.Context, pwFile string) error {
 	}); err != nil {
 		return err
 	}
-	if st.Manifest, err = grant.LoadManifest(manifestPath); err != nil {
-		return err
-	}
-
-	// The provider's binding and every user mapped to the reader.
-	caPEM, err := os.ReadFile(st.ca.CertPEM)
-	if err != nil {
-		return err
-	}
-	pw, err := os.ReadFile(pwFile)
-	if err != nil {
-		return err
-	}
-	admin := c.Admin("admin", strings.TrimSpace(string(pw)))
-	if err := admin.BindProvider(ctx, api.BindProviderRequest{ServiceID: sc.ServiceID, Issuer: st.Issuer,
-		Audience: devidp.DefaultGatewayAudience, AllowedClient: devidp.DefaultAdapterClientID, CAPEM: string(caPEM)}); err != nil {
-		return fmt.Errorf("bind the provider: %w", err)
-	}
-	for i, u := range st.users {
-		if err := admin.MapIdentity(ctx, api.MapIdentityRequest{ServiceID: sc.ServiceID, Issuer: st.Issuer,
-			Subject: u.Username, Principal: sc.Prefix + "b." + st.PrincipalOf(i)}); err != nil {
-			return fmt.Errorf("map %s: %w", u.Username, err)
-		}
-	}
-
-	// The grant: every approved document, the destination, the file tools
-	// on files/.
-	st.FileRoot = filepath.Join(dir, "files")
-	if err := os.MkdirAll(st.FileRoot, 0o700); err != nil {
-		return err
-	}
-	if st.FileRoot, err = filepath.EvalSymlinks(st.FileRoot); err != nil {
-		return err
-	}
-	grantPath := filepath.Join(data, "grant.json")
-	if _, err := grant.Launch(grant.LaunchOptions{ManifestPath: manifestPath, AllApproved: true, CallerIdentity: true,
-		TTL: 12 * time.Hour, Out: grantPath}); err != nil {
-		return err
-	}
-	g, err := grant.Load(grantPath)
-	if err != nil {
-		return err
-	}
-	g.FileRoot = st.FileRoot
-	for _, t := range grant.FileTools() {
-		if !g.Allows(t) {
-			g.AllowedTools = append(g.AllowedTools, t)
-		}
-	}
-	if err := g.Save(grantPath); err != nil {
-		return err
-	}
-	if st.o.BigFile {
-		big := make([]byte, api.MaxDataBytes)
-		for i := range big {
-			big[i] = byte(i * 7)
-		}
-		if err := os.WriteFile(filepath.Join(st.FileRoot, BigFile), big, 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (st *Stack) startPDMCP(ctx context.Context) error {
-	dir := st.o.Dir
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	cert, key, err := st.ca.Issue(filepath.Join(dir, "ca"), "mcp")
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "adapter-secret"), []byte(adapterSecret+"\n"), 0o600); err != nil {
-		ln.Close()
-		return err
-	}
-	httpCfg := fmt.Sprintf(`{"listen":{"host":"127.0.0.1","port":%d},"tls":{"certificate":%q,"key":%q},
-		"provider":{"issuer":%q,"caFile":%q,"allowedAlgs":["ES256","RS256"],"jwksRefreshMinSeconds":5},
-		"exchange":{"clientId":%q,"clientSecretFile":"adapter-secret","gatewayAudience":%q},
-		"requiredScopes":["openid"],"maxCallers":%d,"maxSessions":%d,"maxSessionsPerUser":4}`,
-		port, cert, key, st.Issuer, st.ca.CertPEM, devidp.DefaultAdapterClientID, devidp.DefaultGatewayAudience,
-		st.o.MaxCallers, max(64, 2*st.o.Users))
-	cfgPath := filepath.Join(dir, "mcp-http.json")
-	if err := os.WriteFile(cfgPath, []byte(httpCfg), 0o600); err != nil {
-		ln.Close()
-		return err
-	}
-	data := filepath.Join(dir, "task-data")
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	st.cancel, st.runDone = cancel, make(chan error, 1)
-	ready := make(chan string, 1)
-	go func() {
-		st.runDone <- serve.Run(runCtx, serve.Options{ConfigPath: filepath.Join(dir, "config.json"),
-			ManifestPath: filepath.Join(data, "manifest.json"), GrantPath: filepath.Join(data, "grant.json"),
-			AuditPath: filepath.Join(data, "audit.jsonl"), HTTPConfigPath: cfgPath, Version: "bench", Listener: ln,
-			NonDurableJournalForBenchmarks: st.o.NonDurableJournal,
-			Logger:                         st.o.Logger.With("component", "mcp"), Ready: func(u string) { ready <- u }})
-	}()
-	select {
-	case st.MCPURL = <-ready:
+	if !st.o.BigFile {
 		return nil
-	case err := <-st.runDone:
-		st.cancel = nil
-		return fmt.Errorf("pdmcp: %w", err)
 	}
+	big := make([]byte, api.MaxDataBytes)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	return os.WriteFile(filepath.Join(s.FileRoot, BigFile), big, 0o600)
 }
 
 // startBare serves a go-sdk server with one no-op tool over the same kind
@@ -466,10 +330,8 @@ func (st *Stack) IdPRequests() int64 { return st.idpRequests.Load() }
 // Close stops everything, pdmcp first (it revokes its sessions while the
 // Gateway still serves).
 func (st *Stack) Close() {
-	if st.cancel != nil {
-		st.cancel()
-		<-st.runDone
-		st.cancel = nil
+	if st.stack != nil {
+		st.stack.Close()
 	}
 	for i := len(st.closers) - 1; i >= 0; i-- {
 		st.closers[i]()

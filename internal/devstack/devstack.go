@@ -11,14 +11,11 @@ package devstack
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -30,12 +27,9 @@ import (
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/auth/devpki"
-	"github.com/pdmcp/pdmcp/gateway"
-	"github.com/pdmcp/pdmcp/gateway/api"
-	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
-	"github.com/pdmcp/pdmcp/internal/serve"
+	"github.com/pdmcp/pdmcp/internal/stack"
 )
 
 // ServerName is the name hosts are told to give this server.
@@ -156,261 +150,104 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	info.CAFile = ca.CertPEM
+	so, err := stackOptions(ctx, o, state, ca, info.Ports)
+	if err != nil {
+		return err
+	}
+	st, err := stack.Start(ctx, so)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 
-	// The Gateway and key server.
-	// The Gateway outlives ctx until the MCP server has revoked every
-	// session on its way out; the deferred Close stops it.
-	gw, adminPWFile, err := ServeGateway(context.WithoutCancel(ctx), state, ca, info.Ports.Gateway, o.Logger.With("component", "gateway"))
-	if err != nil {
-		return err
+	info.GatewayURL, info.Issuer, info.MCPURL = st.GatewayURL, st.Provider.Issuer, st.MCPURL
+	info.Ports.Gateway, info.Ports.MCP = portOf(st.GatewayURL), portOf(st.MCPURL)
+	if st.IdP != nil {
+		info.Ports.IdP = portOf(st.Provider.Issuer)
 	}
-	defer gw.Close()
-	info.GatewayURL = gw.URL
-	info.Ports.Gateway = portOf(gw.URL)
-
-	// The OpenID provider: the development one, or a Keycloak.
-	idpDir := filepath.Join(state, "idp")
-	if err := os.MkdirAll(idpDir, 0o700); err != nil {
-		return err
-	}
-	secretPath := filepath.Join(idpDir, "adapter-client-secret")
-	providerCA := ca.CertPEM
-	subjects := map[string]string{}
-	if o.Keycloak != "" {
-		kc, err := LoadKeycloakInfo(o.Keycloak)
-		if err != nil {
-			return err
-		}
-		// One CA for everything, so hosts trust one file: Keycloak's
-		// certificate comes from this state folder's CA.
-		if same, err := sameFile(kc.CAFile, ca.CertPEM); err != nil || !same {
-			return fmt.Errorf("keycloak's CA %s is not this stack's %s: start Keycloak with deploy/keycloak/test/keycloak.sh start --state %s", kc.CAFile, ca.CertPEM, o.State)
-		}
-		if subjects, err = keycloakProvider(ctx, kc, secretPath); err != nil {
-			return err
-		}
-		info.Issuer, providerCA = kc.Issuer, kc.CAFile
-	} else {
-		stop, err := serveDevIdP(ctx, o, info, ca, idpDir, secretPath)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		for _, u := range devUsers {
-			subjects[u.name] = u.name
-		}
-	}
-
-	// The service, its data and its users, made once and reused.
-	if err := provision(ctx, state, info, ca, gw.URL, adminPWFile, providerCA, subjects); err != nil {
-		return err
-	}
-
-	// The MCP server.
-	mcpLn, err := listen(info.Ports.MCP)
-	if err != nil {
-		return err
-	}
-	info.Ports.MCP = mcpLn.Addr().(*net.TCPAddr).Port
-	// The server opens its own listener on the configured port.
-	mcpLn.Close()
-	mcpDir := filepath.Join(state, "mcp")
-	if err := os.MkdirAll(mcpDir, 0o700); err != nil {
-		return err
-	}
-	mcpCert, mcpKey, err := ca.Issue(mcpDir, "mcp-tls")
-	if err != nil {
-		return err
-	}
-	info.HTTPConfig = filepath.Join(state, "mcp-http.json")
-	httpCfg := map[string]any{
-		"listen": map[string]any{"host": "127.0.0.1", "port": info.Ports.MCP},
-		"tls":    map[string]any{"certificate": rel(state, mcpCert), "key": rel(state, mcpKey)},
-		"provider": map[string]any{"issuer": info.Issuer, "caFile": rel(state, providerCA),
-			"allowedAlgs": []string{"ES256", "RS256"}, "jwksRefreshMinSeconds": 5},
-		"exchange": map[string]any{"clientId": devidp.DefaultAdapterClientID, "clientSecretFile": rel(state, secretPath),
-			"gatewayAudience": devidp.DefaultGatewayAudience},
-		"requiredScopes": []string{"openid"},
-		"maxCallers":     8,
-	}
-	if err := writeJSON(info.HTTPConfig, httpCfg); err != nil {
-		return err
-	}
-	info.MCPURL = fmt.Sprintf("https://127.0.0.1:%d/mcp", info.Ports.MCP)
-	return serve.Run(ctx, serve.Options{
-		ConfigPath: info.ServiceConfig, ManifestPath: info.Manifest, GrantPath: info.Grant, AuditPath: info.Audit,
-		HTTPConfigPath: info.HTTPConfig, Version: o.Version, Environ: nil, Logger: o.Logger.With("component", "mcp"),
-		Ready: func(string) {
-			if err := writeJSON(portsFile, info.Ports); err != nil {
-				o.Logger.Error("write ports.json", "err", err)
-			}
-			if err := writeJSON(InfoPath(state), info); err != nil {
-				o.Logger.Error("write dev.json", "err", err)
-			}
-			if o.Ready != nil {
-				o.Ready(info)
-			}
-		},
-	})
-}
-
-// serveDevIdP serves the development OpenID provider on its remembered port
-// with the development users; stop ends it.
-func serveDevIdP(ctx context.Context, o Options, info *Info, ca *devpki.CA, idpDir, secretPath string) (stop func(), err error) {
-	idpCert, idpKey, err := ca.Issue(idpDir, "idp-tls")
-	if err != nil {
-		return nil, err
-	}
-	adapterSecret, err := secretFile(secretPath)
-	if err != nil {
-		return nil, err
-	}
-	idpLn, err := listen(info.Ports.IdP)
-	if err != nil {
-		return nil, err
-	}
-	info.Ports.IdP = idpLn.Addr().(*net.TCPAddr).Port
-	info.Issuer = fmt.Sprintf("https://127.0.0.1:%d", info.Ports.IdP)
-	var users []devidp.User
+	info.ServiceConfig, info.Manifest, info.Grant, info.Audit = st.ServicePath, st.ManifestPath, st.GrantPath, st.AuditPath
+	info.HTTPConfig, info.FileRoot = st.HTTPConfigPath, st.FileRoot
 	for _, u := range devUsers {
-		users = append(users, devidp.User{Username: u.name, Password: u.password, Subject: u.name, Name: u.name})
-	}
-	// The provider keeps its signing key and the records of the sign-ins
-	// and tokens it issued in idpDir, so tokens (and hosts' refresh tokens)
-	// outlive a restart: the issuer stays the same through ports.json.
-	idp, err := devidp.New(ctx, devidp.Config{Issuer: info.Issuer, Users: users, AdapterClientSecret: adapterSecret,
-		AccessTokenLifetime: o.AccessTokenLifetime, StateDir: idpDir, Logger: o.Logger.With("component", "idp")})
-	if err != nil {
-		idpLn.Close()
-		return nil, err
-	}
-	idpSrv := &http.Server{Handler: idp, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = idpSrv.ServeTLS(idpLn, idpCert, idpKey) }()
-	return func() {
-		idpSrv.Close()
-		idp.Close()
-	}, nil
-}
-
-// ServeGateway serves the reference Gateway and key server from the state
-// folder over TLS on 127.0.0.1: on port when it is free, any port otherwise.
-// It returns the server and the file holding the admin password.
-func ServeGateway(ctx context.Context, state string, ca *devpki.CA, port int, log *slog.Logger) (*reference.Server, string, error) {
-	dir := filepath.Join(state, "gateway")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, "", err
-	}
-	cert, key, err := ca.Issue(dir, "gateway-tls")
-	if err != nil {
-		return nil, "", err
-	}
-	pwFile := filepath.Join(dir, "admin-password")
-	pw, err := secretFile(pwFile)
-	if err != nil {
-		return nil, "", err
-	}
-	cfg := reference.ServeConfig{
-		Config: reference.Config{DBPath: filepath.Join(dir, "gateway.sqlite"), AdminUser: "admin", AdminPassword: pw, Logger: log},
-		Addr:   addr(port), CertFile: cert, KeyFile: key,
-	}
-	srv, err := reference.Serve(ctx, cfg)
-	if err != nil && port != 0 {
-		cfg.Addr = addr(0)
-		srv, err = reference.Serve(ctx, cfg)
-	}
-	return srv, pwFile, err
-}
-
-// provision registers the service, seeds the data with the three users,
-// binds the provider and maps the users, and writes a caller-identity
-// grant, on the first run; later runs reuse what is there and renew the
-// grant.
-func provision(ctx context.Context, state string, info *Info, ca *devpki.CA, gatewayURL, adminPWFile, providerCA string,
-	subjects map[string]string) error {
-	info.ServiceConfig = filepath.Join(state, "config.json")
-	data := filepath.Join(state, "task-data")
-	info.Manifest = filepath.Join(data, "manifest.json")
-	info.Grant = filepath.Join(data, "grant.json")
-	info.Audit = filepath.Join(data, "audit.jsonl")
-	sc, err := gateway.LoadServiceConfig(info.ServiceConfig)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if sc, err = operator.Bootstrap(ctx, operator.BootstrapOptions{GatewayURL: gatewayURL, TrustFile: ca.CertPEM,
-			AdminUser: "admin", AdminPasswordFile: adminPWFile, ServiceName: "pdmcp-dev", AllowScoped: true,
-			CredentialsDir: filepath.Join(state, "service"), ConfigOut: info.ServiceConfig}); err != nil {
-			return err
-		}
-	case err != nil:
-		return err
-	case sc.GatewayURL != gatewayURL:
-		sc.GatewayURL = gatewayURL
-		if err := gateway.WriteServiceConfig(info.ServiceConfig, sc); err != nil {
-			return err
-		}
-	}
-	recordPath := filepath.Join(data, "seed-record.json")
-	rec, err := grant.LoadSeedRecord(recordPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		var su []operator.SeedUser
-		for _, u := range devUsers {
-			su = append(su, operator.SeedUser{Name: u.name, Documents: u.documents, Save: u.save})
-		}
-		if rec, err = operator.Seed(ctx, operator.SeedOptions{Config: sc, OutDir: data, Tag: "dev", Users: su}); err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	prefix := strings.TrimSuffix(rec.AgentUser, "dev.agent")
-	if err := provisionCompound(ctx, sc, data, rec, prefix); err != nil {
-		return err
-	}
-	if err := provisionSteps(ctx, sc, data, rec, prefix); err != nil {
-		return err
-	}
-	info.Users = nil
-	for _, u := range devUsers {
-		info.Users = append(info.Users, User{Name: u.name, Password: u.password, Principal: prefix + "dev." + u.name,
+		info.Users = append(info.Users, User{Name: u.name, Password: u.password, Principal: st.Principal(u.name),
 			Documents: append([]string{}, u.documents...), DataTypes: append([]string{}, devDataTypes[u.name]...)})
 	}
-	// Bind the provider (its port may have changed) and map the users.
-	caPEM, err := os.ReadFile(providerCA)
+	if err := stack.WriteJSON(portsFile, info.Ports); err != nil {
+		o.Logger.Error("write ports.json", "err", err)
+	}
+	if err := stack.WriteJSON(InfoPath(state), info); err != nil {
+		o.Logger.Error("write dev.json", "err", err)
+	}
+	if o.Ready != nil {
+		o.Ready(info)
+	}
+	return st.Wait()
+}
+
+// stackOptions are the development stack: on the remembered ports, the
+// development users seeded with their documents, the compound documents
+// and hand-off steps, the file root with its sample, and a twelve-hour
+// grant; the provider is the development one or a Keycloak.
+func stackOptions(ctx context.Context, o Options, state string, ca *devpki.CA, ports Ports) (stack.Options, error) {
+	var seedUsers []operator.SeedUser
+	var idpUsers []devidp.User
+	identities := map[string]string{}
+	for _, u := range devUsers {
+		seedUsers = append(seedUsers, operator.SeedUser{Name: u.name, Documents: u.documents, Save: u.save})
+		idpUsers = append(idpUsers, devidp.User{Username: u.name, Password: u.password, Subject: u.name, Name: u.name})
+		identities[u.name] = u.name
+	}
+	so := stack.Options{Dir: state, CA: ca, Logger: o.Logger, Version: o.Version, GatewayPort: ports.Gateway,
+		ServiceName: "pdmcp-dev", SeedTag: "dev", SeedUsers: seedUsers, Identities: identities, FileRoot: true,
+		MCPPort: ports.MCP,
+		// The provider keeps its signing key and the records of the
+		// sign-ins and tokens it issued in idp/, so tokens (and hosts'
+		// refresh tokens) outlive a restart: the issuer stays the same
+		// through ports.json.
+		DevIdP: stack.DevIdP{Users: idpUsers, Port: ports.IdP, AccessTokenLifetime: o.AccessTokenLifetime,
+			StateDir: filepath.Join(state, "idp")},
+		Prepare: prepare,
+		// Every approved document, every destination, each caller acting
+		// as themselves.
+		Grant: func(lo *grant.LaunchOptions) {
+			lo.Tools = append(devTools(), grant.ToolHandOff, grant.ToolCloseStep)
+			lo.Steps, lo.TTL = devStepIDs(), 12*time.Hour
+		},
+	}
+	if o.Keycloak == "" {
+		return so, nil
+	}
+	kc, err := LoadKeycloakInfo(o.Keycloak)
 	if err != nil {
-		return err
+		return so, err
 	}
-	pw, err := os.ReadFile(adminPWFile)
+	// One CA for everything, so hosts trust one file: Keycloak's
+	// certificate comes from this state folder's CA.
+	if same, err := sameFile(kc.CAFile, ca.CertPEM); err != nil || !same {
+		return so, fmt.Errorf("keycloak's CA %s is not this stack's %s: start Keycloak with deploy/keycloak/test/keycloak.sh start --state %s", kc.CAFile, ca.CertPEM, o.State)
+	}
+	subjects, secret, err := keycloakProvider(ctx, kc)
 	if err != nil {
+		return so, err
+	}
+	so.Identities = map[string]string{}
+	for name, subject := range subjects {
+		so.Identities[subject] = name
+	}
+	so.Provider = &stack.Provider{Issuer: kc.Issuer, CAFile: kc.CAFile, ClientSecret: secret}
+	return so, nil
+}
+
+// prepare adds what the seed lacks: the sample file, the compound
+// documents and the hand-off steps (each once; a second run adds nothing).
+func prepare(ctx context.Context, st *stack.Stack) error {
+	if err := writeSample(st.FileRoot); err != nil {
 		return err
 	}
-	c, err := gateway.New(gateway.Config{BaseURL: gatewayURL, TrustFile: ca.CertPEM})
-	if err != nil {
+	prefix := strings.TrimSuffix(st.Seed.AgentUser, "dev.agent")
+	if err := provisionCompound(ctx, st.Service, st.Data, st.Seed, prefix); err != nil {
 		return err
 	}
-	admin := c.Admin("admin", strings.TrimSpace(string(pw)))
-	if err := admin.BindProvider(ctx, api.BindProviderRequest{ServiceID: sc.ServiceID, Issuer: info.Issuer,
-		Audience: devidp.DefaultGatewayAudience, AllowedClient: devidp.DefaultAdapterClientID, CAPEM: string(caPEM)}); err != nil {
-		return fmt.Errorf("bind the development provider: %w", err)
-	}
-	for _, u := range info.Users {
-		if err := admin.MapIdentity(ctx, api.MapIdentityRequest{ServiceID: sc.ServiceID, Issuer: info.Issuer,
-			Subject: subjects[u.Name], Principal: u.Principal}); err != nil {
-			return fmt.Errorf("map %s: %w", u.Name, err)
-		}
-	}
-	// A fresh grant each run: every approved document, every destination,
-	// each caller acting as themselves.
-	_ = os.Remove(info.Grant)
-	_, err = grant.Launch(grant.LaunchOptions{ManifestPath: info.Manifest, AllApproved: true, CallerIdentity: true,
-		Tools: append(devTools(), grant.ToolHandOff, grant.ToolCloseStep), Steps: devStepIDs(), TTL: 12 * time.Hour,
-		Out: info.Grant})
-	if err != nil {
-		return err
-	}
-	// The file tools, on files/ in the state folder with a sample file.
-	if info.FileRoot, err = fileRoot(state); err != nil {
-		return err
-	}
-	return addFileTools(info.Grant, info.FileRoot)
+	return provisionSteps(ctx, st.Service, st.Data, st.Seed, prefix)
 }
 
 // Token gets a real access token for a development user, through the
@@ -454,18 +291,6 @@ func Token(ctx context.Context, state, user string) (string, error) {
 	return tok.AccessToken, nil
 }
 
-func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
-
-// listen binds the remembered port, or any free one when it is taken.
-func listen(port int) (net.Listener, error) {
-	if port != 0 {
-		if ln, err := net.Listen("tcp", addr(port)); err == nil {
-			return ln, nil
-		}
-	}
-	return net.Listen("tcp", "127.0.0.1:0")
-}
-
 func portOf(u string) int {
 	_, p, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(u, "https://"), "http://"))
 	if err != nil {
@@ -474,42 +299,6 @@ func portOf(u string) int {
 	var n int
 	fmt.Sscanf(p, "%d", &n)
 	return n
-}
-
-// secretFile reads a generated secret, or makes one (mode 600).
-func secretFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err == nil {
-		return strings.TrimSpace(string(b)), nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	r := make([]byte, 24)
-	if _, err := rand.Read(r); err != nil {
-		return "", err
-	}
-	s := hex.EncodeToString(r)
-	return s, os.WriteFile(path, []byte(s+"\n"), 0o600)
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func rel(base, p string) string {
-	if r, err := filepath.Rel(base, p); err == nil {
-		return r
-	}
-	return p
 }
 
 // sameFile reports whether two files hold the same bytes.

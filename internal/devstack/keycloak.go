@@ -46,37 +46,34 @@ func LoadKeycloakInfo(path string) (*KeycloakInfo, error) {
 // keycloakProvider readies a running Keycloak with the realm of
 // deploy/keycloak for the stack: it makes the development users (enabled,
 // with their development passwords), writes the adapter client's secret
-// (which Keycloak generated at import) to secretPath, and returns each
-// user's subject (Keycloak's user id), which the Gateway maps.
-func keycloakProvider(ctx context.Context, k *KeycloakInfo, secretPath string) (map[string]string, error) {
+// (which Keycloak generated at import), and returns each user's subject
+// (Keycloak's user id), which the Gateway maps, and that secret.
+func keycloakProvider(ctx context.Context, k *KeycloakInfo) (subjects map[string]string, secret string, err error) {
 	caPEM, err := os.ReadFile(k.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("keycloak: %w", err)
+		return nil, "", fmt.Errorf("keycloak: %w", err)
 	}
 	hc, err := trustingClient(caPEM)
 	if err != nil {
-		return nil, fmt.Errorf("keycloak: %w", err)
+		return nil, "", fmt.Errorf("keycloak: %w", err)
 	}
 	a, err := newKeycloakAdmin(ctx, hc, k)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	subjects := map[string]string{}
+	subjects = map[string]string{}
 	for _, u := range devUsers {
 		id, err := a.ensureUser(ctx, u.name, u.password)
 		if err != nil {
-			return nil, fmt.Errorf("keycloak: user %s: %w", u.name, err)
+			return nil, "", fmt.Errorf("keycloak: user %s: %w", u.name, err)
 		}
 		subjects[u.name] = id
 	}
-	secret, err := a.clientSecret(ctx, devidp.DefaultAdapterClientID)
+	secret, err = a.clientSecret(ctx, devidp.DefaultAdapterClientID)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if err := os.WriteFile(secretPath, []byte(secret+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	return subjects, nil
+	return subjects, secret, nil
 }
 
 // keycloakAdmin is the little of Keycloak's admin REST API the stack uses,
