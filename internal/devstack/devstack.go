@@ -4,8 +4,9 @@
 // seeded synthetic documents with three users, and the MCP server over
 // Streamable HTTP. Its state lives in one folder that a second run reuses.
 // It is not a deployment: every secret in it is generated for the laptop it
-// runs on. It builds on server and internal/operator; only cmd/pdmcp (and the
-// benchmark) use it.
+// runs on. It is internal/stack's builder with the development users,
+// documents, steps and remembered ports; only cmd/pdmcp (and the Keycloak
+// test) use it.
 package devstack
 
 import (

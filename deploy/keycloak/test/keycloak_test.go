@@ -6,13 +6,10 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -27,15 +24,14 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/auth/devpki"
-	"github.com/pdmcp/pdmcp/gateway"
-	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
-	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/devstack"
 	"github.com/pdmcp/pdmcp/internal/operator"
-	"github.com/pdmcp/pdmcp/internal/serve"
+	wholestack "github.com/pdmcp/pdmcp/internal/stack"
 	"github.com/pdmcp/pdmcp/server"
 )
 
@@ -51,15 +47,7 @@ const (
 )
 
 // kcInfo is keycloak.json, written by keycloak.sh start.
-type kcInfo struct {
-	Version           string `json:"version"`
-	URL               string `json:"url"`
-	Issuer            string `json:"issuer"`
-	Realm             string `json:"realm"`
-	CAFile            string `json:"caFile"`
-	AdminUser         string `json:"adminUser"`
-	AdminPasswordFile string `json:"adminPasswordFile"`
-}
+type kcInfo = devstack.KeycloakInfo
 
 func loadInfo(t *testing.T) *kcInfo {
 	t.Helper()
@@ -67,15 +55,11 @@ func loadInfo(t *testing.T) *kcInfo {
 	if path == "" {
 		t.Fatal("KEYCLOAK_INFO is not set: run this test through deploy/keycloak/test/keycloak.sh run")
 	}
-	b, err := os.ReadFile(path)
+	i, err := devstack.LoadKeycloakInfo(path)
 	if err != nil {
 		t.Fatalf("KEYCLOAK_INFO: %v", err)
 	}
-	var i kcInfo
-	if err := json.Unmarshal(b, &i); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return &i
+	return i
 }
 
 // users of the test: alice may read every document, bob part of them, dave
@@ -96,127 +80,57 @@ type stack struct {
 	admin   *kcAdmin
 	hc      *http.Client // trusts the development CA (Keycloak's and pdmcp's certificates)
 	env     *reftest.Env
+	st      *wholestack.Stack
 	subject map[string]string // user name -> Keycloak user id (the token's sub)
-	prefix  string            // the service's principal prefix
 	mcpURL  string
 	audit   string
 	secret  string // mcp-adapter's client secret, read from Keycloak
 	log     *syncBuffer
-	cancel  context.CancelFunc
-	done    chan error
 }
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	ctx := context.Background()
 	kc := loadInfo(t)
-	caPEM, err := os.ReadFile(kc.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		t.Fatal("the CA file holds no certificate")
-	}
-	s := &stack{kc: kc, subject: map[string]string{}, log: &syncBuffer{},
-		hc: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
-	s.admin = newAdmin(t, kc, s.hc)
-
-	// The realm's users, made through the admin API (the realm file has
-	// none), and the adapter's secret, which Keycloak generated at import.
-	for _, u := range seedUsers {
-		s.subject[u.Name] = s.admin.ensureUser(t, u.Name, password(u.Name))
-	}
-	s.secret = s.admin.clientSecret(t, adapterClient)
-
-	// The Gateway, the service, the seed; Keycloak bound as the provider and
-	// each user mapped by Keycloak's subject (the user id).
-	dir := t.TempDir()
-	s.env = reftest.Start(t, reference.Config{})
-	svc := s.env.Service(t, "svc", true)
-	s.prefix = svc.Prefix
-	data := filepath.Join(dir, "task-data")
-	if _, err := operator.Seed(ctx, operator.SeedOptions{Config: svc, OutDir: data, Tag: "kc", Users: seedUsers}); err != nil {
-		t.Fatal(err)
-	}
-	gwAdmin := s.env.Client(t).Admin(reftest.AdminUser, reftest.AdminPassword)
-	if err := gwAdmin.BindProvider(ctx, api.BindProviderRequest{ServiceID: svc.ServiceID, Issuer: kc.Issuer,
-		Audience: gatewayAud, AllowedClient: adapterClient, CAPEM: string(caPEM)}); err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range seedUsers {
-		if err := gwAdmin.MapIdentity(ctx, api.MapIdentityRequest{ServiceID: svc.ServiceID, Issuer: kc.Issuer,
-			Subject: s.subject[u.Name], Principal: s.principal(u.Name)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	manifest := filepath.Join(data, "manifest.json")
-	grantPath := filepath.Join(data, "grant.json")
-	if _, err := grant.Launch(grant.LaunchOptions{ManifestPath: manifest, AllApproved: true, CallerIdentity: true,
-		TTL: time.Hour, Out: grantPath}); err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := gateway.WriteServiceConfig(cfgPath, svc); err != nil {
-		t.Fatal(err)
-	}
-
-	// pdmcp over HTTPS, with a certificate from the same CA.
+	// pdmcp's certificate comes from the CA that issued Keycloak's.
 	ca, err := devpki.LoadOrCreateCA(filepath.Dir(kc.CAFile), "pdmcp dev")
 	if err != nil {
 		t.Fatal(err)
 	}
-	mcpCert, mcpKey, err := ca.Issue(dir, "mcp-tls")
+	s := &stack{kc: kc, subject: map[string]string{}, log: &syncBuffer{},
+		hc: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: wholestack.TLSConfig(ca)}}}
+	s.admin = newAdmin(t, kc, s.hc)
+
+	// The realm's users, made through the admin API (the realm file has
+	// none), and the adapter's secret, which Keycloak generated at import.
+	identities := map[string]string{}
+	for _, u := range seedUsers {
+		s.subject[u.Name] = s.admin.ensureUser(t, u.Name, password(u.Name))
+		identities[s.subject[u.Name]] = u.Name
+	}
+	s.secret = s.admin.clientSecret(t, adapterClient)
+
+	// The Gateway, the service, the seed; Keycloak bound as the provider and
+	// each user mapped by Keycloak's subject (the user id); pdmcp over HTTPS.
+	s.env = reftest.Start(t, reference.Config{})
+	s.st, err = wholestack.Start(context.Background(), wholestack.Options{Dir: t.TempDir(), CA: ca, Logger: slogTo(s.log),
+		Version: "test", Gateway: &wholestack.Gateway{URL: s.env.URL, TrustFile: s.env.CAFile,
+			AdminUser: reftest.AdminUser, AdminPasswordFile: s.env.AdminPasswordFile},
+		ServiceName: "svc", SeedTag: "kc", SeedUsers: seedUsers, Identities: identities,
+		Provider: &wholestack.Provider{Issuer: kc.Issuer, CAFile: kc.CAFile, ClientID: adapterClient,
+			ClientSecret: s.secret, GatewayAudience: gatewayAud},
+		HTTP: func(c *auth.HTTPConfig) {
+			c.Provider.AllowedAlgs, c.Provider.JWKSRefreshMinSeconds = []string{"RS256"}, 1
+		}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("start the stack: %v", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "adapter-secret"), []byte(s.secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	httpCfg := map[string]any{
-		"listen": map[string]any{"host": "127.0.0.1", "port": port},
-		"tls":    map[string]any{"certificate": mcpCert, "key": mcpKey},
-		"provider": map[string]any{"issuer": kc.Issuer, "caFile": kc.CAFile, "allowedAlgs": []string{"RS256"},
-			"jwksRefreshMinSeconds": 1},
-		"exchange":       map[string]any{"clientId": adapterClient, "clientSecretFile": "adapter-secret", "gatewayAudience": gatewayAud},
-		"requiredScopes": []string{"openid"},
-		"maxCallers":     8,
-	}
-	b, _ := json.Marshal(httpCfg)
-	httpCfgPath := filepath.Join(dir, "mcp-http.json")
-	if err := os.WriteFile(httpCfgPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.audit = filepath.Join(data, "audit.jsonl")
-	runCtx, cancel := context.WithCancel(ctx)
-	s.cancel, s.done = cancel, make(chan error, 1)
-	ready := make(chan string, 1)
-	go func() {
-		s.done <- serve.Run(runCtx, serve.Options{ConfigPath: cfgPath, ManifestPath: manifest, GrantPath: grantPath,
-			AuditPath: s.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln,
-			Logger: slogTo(s.log), Ready: func(u string) { ready <- u }})
-	}()
-	select {
-	case s.mcpURL = <-ready:
-	case err := <-s.done:
-		t.Fatalf("serve.Run: %v", err)
-	}
-	t.Cleanup(s.stop)
+	t.Cleanup(s.st.Close)
+	s.mcpURL, s.audit = s.st.MCPURL, s.st.AuditPath
 	return s
 }
 
-func (s *stack) stop() {
-	if s.cancel != nil {
-		s.cancel()
-		<-s.done
-		s.cancel = nil
-	}
-}
+// stop stops pdmcp, which revokes every caller's Gateway session.
+func (s *stack) stop() { _ = s.st.StopMCP() }
 
 // signIn is what the MCP TypeScript SDK's OAuth client does for a user:
 // the unauthenticated request and its 401, the protected-resource metadata
@@ -612,7 +526,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func (s *stack) principal(user string) string { return s.prefix + "kc." + user }
+func (s *stack) principal(user string) string { return s.st.Principal(user) }
 
 // claudeBin is Claude Code's CLI as testdata/realclients installs it.
 func claudeBin(t *testing.T) string {
