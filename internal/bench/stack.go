@@ -311,10 +311,7 @@ func (st *Stack) Token(ctx context.Context, i int) (string, error) {
 
 // Connect opens an MCP client session with token at url speaking protocol.
 func (st *Stack) Connect(ctx context.Context, url, token, protocol string) (*mcp.ClientSession, error) {
-	hc := &http.Client{Transport: &bearer{token: token, base: st.HC.Transport}}
-	c := mcp.NewClient(&mcp.Implementation{Name: "pdmcp-bench", Version: "1"}, nil)
-	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc},
-		&mcp.ClientSessionOptions{ProtocolVersion: protocol})
+	return stack.Connect(ctx, st.HC, url, token, "pdmcp-bench", &mcp.ClientSessionOptions{ProtocolVersion: protocol})
 }
 
 // LiveScopedSessions is the reference Gateway's count of scoped sessions
@@ -337,15 +334,4 @@ func (st *Stack) Close() {
 		st.closers[i]()
 	}
 	st.closers = nil
-}
-
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/devstack"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
@@ -108,7 +109,7 @@ func TestKeycloak(t *testing.T) {
 	t.Run("a used refresh token is refused: rotation", func(t *testing.T) {
 		r := s.mustSignIn(t, "bob")
 		next, st, body := s.refreshRaw(t, r.RefreshToken)
-		if st != http.StatusOK || next == "" {
+		if st != http.StatusOK || next.RefreshToken == "" {
 			t.Fatalf("first refresh: HTTP %d %s", st, body)
 		}
 		if _, st, body = s.refreshRaw(t, r.RefreshToken); st != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") {
@@ -332,7 +333,7 @@ func TestDevProviderKeycloak(t *testing.T) {
 	defer cancel()
 	ready := make(chan *devstack.Info, 1)
 	done := make(chan error, 1)
-	log := &syncBuffer{}
+	log := &testutil.LogBuffer{}
 	go func() {
 		done <- devstack.Run(ctx, devstack.Options{State: state, Version: "test", Logger: slogTo(log),
 			Keycloak: os.Getenv("KEYCLOAK_INFO"), Ready: func(i *devstack.Info) { ready <- i }})

@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/devstack"
 	"github.com/pdmcp/pdmcp/internal/operator"
 	wholestack "github.com/pdmcp/pdmcp/internal/stack"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 )
 
@@ -85,7 +85,7 @@ type stack struct {
 	mcpURL  string
 	audit   string
 	secret  string // mcp-adapter's client secret, read from Keycloak
-	log     *syncBuffer
+	log     *testutil.LogBuffer
 }
 
 func newStack(t *testing.T) *stack {
@@ -96,7 +96,7 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{kc: kc, subject: map[string]string{}, log: &syncBuffer{},
+	s := &stack{kc: kc, subject: map[string]string{}, log: &testutil.LogBuffer{},
 		hc: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: wholestack.TLSConfig(ca)}}}
 	s.admin = newAdmin(t, kc, s.hc)
 
@@ -321,25 +321,12 @@ func randomString(t *testing.T, n int) string {
 // connect opens an MCP session with the go-sdk client and a bearer token.
 func (s *stack) connect(t *testing.T, token string) *mcp.ClientSession {
 	t.Helper()
-	hc := &http.Client{Transport: &bearer{token: token, base: s.hc.Transport}}
-	c := mcp.NewClient(&mcp.Implementation{Name: "keycloak-test", Version: "1"}, nil)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: s.mcpURL, HTTPClient: hc}, nil)
+	cs, err := wholestack.Connect(context.Background(), s.hc, s.mcpURL, token, "keycloak-test", nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
-}
-
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
 }
 
 // read calls read_protected_document and returns its structured result.
@@ -450,25 +437,22 @@ func audiences(v any) []string {
 // returns the new access token.
 func (s *stack) refresh(t *testing.T, refreshToken string) string {
 	t.Helper()
-	r, err := s.hc.PostForm(s.kc.Issuer+"/protocol/openid-connect/token", url.Values{
-		"grant_type": {"refresh_token"}, "refresh_token": {refreshToken}, "client_id": {hostClient}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	var tr struct {
-		AccessToken string `json:"access_token"`
-	}
-	body, _ := io.ReadAll(r.Body)
-	if r.StatusCode != http.StatusOK || json.Unmarshal(body, &tr) != nil || tr.AccessToken == "" {
-		t.Fatalf("refresh: HTTP %d: %s", r.StatusCode, body)
+	tr, st, body := s.refreshRaw(t, refreshToken)
+	if st != http.StatusOK || tr.AccessToken == "" {
+		t.Fatalf("refresh: HTTP %d: %s", st, body)
 	}
 	return tr.AccessToken
 }
 
+// refreshed is the token endpoint's answer to a refresh.
+type refreshed struct {
+	AccessToken  string `json:"access_token"`
+	RefreshToken string `json:"refresh_token"`
+}
+
 // refreshRaw redeems a refresh token as the host would and returns the
-// next refresh token, the status and the body (for refusals).
-func (s *stack) refreshRaw(t *testing.T, refreshToken string) (string, int, string) {
+// tokens, the status and the body (for refusals).
+func (s *stack) refreshRaw(t *testing.T, refreshToken string) (refreshed, int, string) {
 	t.Helper()
 	r, err := s.hc.PostForm(s.kc.Issuer+"/protocol/openid-connect/token", url.Values{
 		"grant_type": {"refresh_token"}, "refresh_token": {refreshToken}, "client_id": {hostClient}})
@@ -477,11 +461,9 @@ func (s *stack) refreshRaw(t *testing.T, refreshToken string) (string, int, stri
 	}
 	defer r.Body.Close()
 	body, _ := io.ReadAll(r.Body)
-	var tr struct {
-		RefreshToken string `json:"refresh_token"`
-	}
+	var tr refreshed
 	_ = json.Unmarshal(body, &tr)
-	return tr.RefreshToken, r.StatusCode, string(body)
+	return tr, r.StatusCode, string(body)
 }
 
 // exchange performs the token exchange pdmcp performs, as mcp-adapter, so
@@ -507,23 +489,6 @@ func (s *stack) exchange(t *testing.T, subjectToken string) (int, map[string]any
 	var m map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&m)
 	return resp.StatusCode, m
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func (s *stack) principal(user string) string { return s.st.Principal(user) }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // TestRedirectParity sends the same authorization request, one redirect
@@ -36,7 +37,7 @@ func TestRedirectParity(t *testing.T) {
 	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	dev, err := devidp.New(context.Background(), devidp.Config{Issuer: "https://127.0.0.1:8443",
-		Users: []devidp.User{{Username: "u", Password: "p"}}, Logger: slogTo(&syncBuffer{})})
+		Users: []devidp.User{{Username: "u", Password: "p"}}, Logger: slogTo(&testutil.LogBuffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}
