@@ -70,6 +70,28 @@ func Quick() Options {
 	return Options{Rounds: 1, Calls: 5, Users: 8, Rate: 400, FileSize: 1 << 20, Churn: 24, Saves: 4, NewUsers: 3, History: 500}
 }
 
+// The figures' ids, which reports, options (--only) and the docs name, by
+// what each measures.
+const (
+	// FigureRead: read_protected_document of 4 KiB against a direct
+	// decrypt plus a bare no-op, paced, in both session modes.
+	FigureRead = "P1"
+	// FigureFileEncrypt: encrypt_file of a big file against posting it to
+	// the Gateway directly, and the heap each takes.
+	FigureFileEncrypt = "P2"
+	// FigureSessionMemory: what the server holds as distinct users churn
+	// through maxCallers, and the most live Gateway sessions.
+	FigureSessionMemory = "P3"
+	// FigureDurableSave: a durable save against one without fsync.
+	FigureDurableSave = "P4"
+	// FigureFirstRead: a new user's first read against the same exchange,
+	// mint and decrypt made directly.
+	FigureFirstRead = "P5"
+	// FigureSaveHistory: a save to a destination with a long history in
+	// the record against one with none.
+	FigureSaveHistory = "P6"
+)
+
 // Figure is one measured comparison.
 type Figure struct {
 	ID        string             `json:"id"`
@@ -166,7 +188,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	steps := []struct {
 		id string
 		fn func(context.Context) error
-	}{{"P3", b.measurePerSession}, {"P1", b.p1}, {"P2", b.p2}, {"P4", b.p4}, {"P6", b.p6}, {"P5", b.p5}, {"P3", b.p3}}
+	}{
+		{FigureSessionMemory, b.sessionMemoryPerCaller}, {FigureRead, b.readLatency}, {FigureFileEncrypt, b.fileEncrypt},
+		{FigureDurableSave, b.durableSave}, {FigureSaveHistory, b.saveHistory}, {FigureFirstRead, b.firstRead},
+		{FigureSessionMemory, b.sessionMemory},
+	}
 	for _, s := range steps {
 		if !o.wants(s.id) {
 			continue
@@ -270,9 +296,9 @@ func callOK(ctx context.Context, cs *mcp.ClientSession, name string, args map[st
 	return nil
 }
 
-// p1 is the read figure: pdmcp's read_protected_document against a
+// readLatency (P1) is the read figure: pdmcp's read_protected_document against a
 // direct decrypt plus a bare no-op, 8 users, paced, in both session modes.
-func (b *run) p1(ctx context.Context) error {
+func (b *run) readLatency(ctx context.Context) error {
 	o, st := b.o, b.st
 	b.say("P1: %d users, %.0f calls/s, %d calls per user per target, %d rounds", o.Users, o.Rate, o.Calls, o.Rounds)
 	type target struct {
@@ -408,7 +434,7 @@ func (b *run) p1(ctx context.Context) error {
 			p := lat["pdmcp "+mode].Quantile(q.q)
 			a := lat["direct"].Quantile(q.q)
 			n := lat["bare "+mode].Quantile(q.q)
-			f := Figure{ID: "P1", Name: "read_protected_document 4 KiB, " + q.name + ", " + label, Unit: "ms", PDMCP: p,
+			f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, " + q.name + ", " + label, Unit: "ms", PDMCP: p,
 				Baselines: map[string]float64{"direct decrypt (a)": a, "bare no-op (b)": n}, Baseline: a + n, Ratio: p / (a + n)}
 			if q.name == "median" {
 				f.Goal, f.Met = "<= 1.05 x (a+b)", f.Ratio <= 1.05
@@ -431,7 +457,7 @@ func (b *run) p1(ctx context.Context) error {
 		calls := float64(o.Rounds * o.Users * o.Calls)
 		per := func(name string) float64 { return cpu[name].Seconds() * 1000 / calls }
 		p, a, n := per("pdmcp "+mode), per("direct"), per("bare "+mode)
-		f := Figure{ID: "P1", Name: "read_protected_document 4 KiB, CPU per call (whole process), " + label,
+		f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, CPU per call (whole process), " + label,
 			Unit: "ms", PDMCP: p, Baselines: map[string]float64{"direct decrypt (a)": a, "bare no-op (b)": n}, Baseline: a + n,
 			Ratio: p / (a + n), Goal: "<= 1.05 x (a+b)", Met: p/(a+n) <= 1.05}
 		var rounds []float64
@@ -457,9 +483,9 @@ func docBytes(st *Stack, ivB64, rel string) (iv, ct []byte, err error) {
 	return iv, ct, err
 }
 
-// p2 is encrypt_file of the big file against posting its bytes to the
+// fileEncrypt (P2) is encrypt_file of the big file against posting its bytes to the
 // Gateway directly, and the peak heap of each against the file size.
-func (b *run) p2(ctx context.Context) error {
+func (b *run) fileEncrypt(ctx context.Context) error {
 	o, st := b.o, b.st
 	b.say("P2: encrypt_file of %d bytes, %d rounds", o.FileSize, o.Rounds)
 	tok, err := st.Token(ctx, 0)
@@ -525,10 +551,10 @@ func (b *run) p2(ctx context.Context) error {
 	n := float64(o.Rounds)
 	ft, bt := fileT.Seconds()*1000/n, baseT.Seconds()*1000/n
 	own := max(float64(fileP)-float64(baseP), 0) / float64(o.FileSize)
-	timeF := Figure{ID: "P2", Name: fmt.Sprintf("encrypt_file %d bytes, time", o.FileSize), Unit: "ms", PDMCP: ft,
+	timeF := Figure{ID: FigureFileEncrypt, Name: fmt.Sprintf("encrypt_file %d bytes, time", o.FileSize), Unit: "ms", PDMCP: ft,
 		Baselines: map[string]float64{"post to the Gateway": bt}, Baseline: bt, Ratio: ft / bt, Goal: "<= 1.5 x", Met: ft/bt <= 1.5}
 	timeF.spread(timeRounds)
-	memF := Figure{ID: "P2", Name: "encrypt_file, peak heap growth / file size, pdmcp's own share", Unit: "x file size",
+	memF := Figure{ID: FigureFileEncrypt, Name: "encrypt_file, peak heap growth / file size, pdmcp's own share", Unit: "x file size",
 		PDMCP: own, Baselines: map[string]float64{"whole process, encrypt_file": float64(fileP) / float64(o.FileSize),
 			"whole process, post to the Gateway": float64(baseP) / float64(o.FileSize)},
 		Baseline: 1, Ratio: own, Goal: "<= 3 x file size", Met: own <= 3,
@@ -538,10 +564,10 @@ func (b *run) p2(ctx context.Context) error {
 	return nil
 }
 
-// p4 is save_protected_result with the durable journal and saved files
+// durableSave (P4) is save_protected_result with the durable journal and saved files
 // against a second pdmcp whose journal and save pipeline do not fsync, on
 // its own stack, one save to each in turn.
-func (b *run) p4(ctx context.Context) error {
+func (b *run) durableSave(ctx context.Context) error {
 	o, st := b.o, b.st
 	b.say("P4: %d saves per round, %d rounds; starting the non-durable stack", o.Saves, o.Rounds)
 	nd, err := StartStack(ctx, StackOptions{Dir: filepath.Join(filepath.Dir(st.o.Dir), "nondurable"), Users: 1,
@@ -608,17 +634,17 @@ func (b *run) p4(ctx context.Context) error {
 	}
 	n := float64(o.Rounds * o.Saves)
 	dr, lr := n/dT.Seconds(), n/lT.Seconds()
-	b.r.Figures = append(b.r.Figures, Figure{ID: "P4", Name: "save_protected_result throughput, durable journal", Unit: "saves/s",
+	b.r.Figures = append(b.r.Figures, Figure{ID: FigureDurableSave, Name: "save_protected_result throughput, durable journal", Unit: "saves/s",
 		PDMCP: dr, Baselines: map[string]float64{"journal without fsync": lr}, Baseline: lr, Ratio: dr / lr,
 		Goal: ">= 0.7 x", Met: dr/lr >= 0.7, Note: "ratio per round " + strings.Join(perRound, ", ")})
 	return nil
 }
 
-// p6 is a save's median latency to a destination with History earlier
+// saveHistory (P6) is a save's median latency to a destination with History earlier
 // versions in the record against one with none, on the same server and
 // journal, one save to each in turn; the fresh destination is also timed
 // once before the history is written, with the record empty of it.
-func (b *run) p6(ctx context.Context) error {
+func (b *run) saveHistory(ctx context.Context) error {
 	o, st := b.o, b.st
 	tok, err := st.Token(ctx, 0)
 	if err != nil {
@@ -682,16 +708,16 @@ func (b *run) p6(ctx context.Context) error {
 		b.say("P6: round %d of %d done", i+1, o.Rounds)
 	}
 	none, with := fresh.Quantile(0.5), long.Quantile(0.5)
-	b.r.Figures = append(b.r.Figures, Figure{ID: "P6", Name: fmt.Sprintf("save_protected_result median latency, %d earlier versions in the record", o.History),
+	b.r.Figures = append(b.r.Figures, Figure{ID: FigureSaveHistory, Name: fmt.Sprintf("save_protected_result median latency, %d earlier versions in the record", o.History),
 		Unit: "ms", PDMCP: with, Baselines: map[string]float64{"no earlier versions": none, "no earlier versions, before the history was written": before[0].Quantile(0.5)},
 		Baseline: none, Ratio: with / none, Goal: "<= 1.1 x", Met: with/none <= 1.1,
 		Note: "ratio per round " + strings.Join(perRound, ", ")})
 	return nil
 }
 
-// p5 is a new user's first call against the same exchange, mint and
+// firstRead (P5) is a new user's first call against the same exchange, mint and
 // decrypt made directly, each side with users it has never seen.
-func (b *run) p5(ctx context.Context) error {
+func (b *run) firstRead(ctx context.Context) error {
 	o, st := b.o, b.st
 	b.say("P5: %d new users per side", o.NewUsers)
 	c, err := gateway.New(st.Service.ClientConfig())
@@ -758,7 +784,7 @@ func (b *run) p5(ctx context.Context) error {
 	}
 	n := float64(o.NewUsers)
 	p, d := pT.Seconds()*1000/n, dT.Seconds()*1000/n
-	f := Figure{ID: "P5", Name: "a new user's first read (token check, exchange, mint, decrypt)",
+	f := Figure{ID: FigureFirstRead, Name: "a new user's first read (token check, exchange, mint, decrypt)",
 		Unit: "ms", PDMCP: p, Baselines: map[string]float64{"exchange + mint + decrypt, direct": d}, Baseline: d, Ratio: p / d,
 		Goal: "<= 1.1 x", Met: p/d <= 1.1, Note: fmt.Sprintf("spread over groups of %d new users", group)}
 	f.spread(groups)
@@ -793,10 +819,10 @@ func exchange(ctx context.Context, st *Stack, subject string) (string, error) {
 	return out.AccessToken, nil
 }
 
-// p3 cycles distinct users through maxCallers 8: the server's heap after
+// sessionMemory (P3) cycles distinct users through maxCallers 8: the server's heap after
 // warm-up against at the end, what each live session holds, and the most
 // live Gateway sessions seen.
-func (b *run) p3(ctx context.Context) error {
+func (b *run) sessionMemory(ctx context.Context) error {
 	o, st := b.o, b.st
 	first := o.Users + 2*o.NewUsers
 	b.say("P3: signing in %d users", o.Churn)
@@ -847,14 +873,14 @@ func (b *run) p3(ctx context.Context) error {
 	maxLive := b.r.MaxLive
 	b.mu.Unlock()
 	b.r.Figures = append(b.r.Figures,
-		Figure{ID: "P3", Name: fmt.Sprintf("%d users through maxCallers 8: server heap at end / after warm-up", o.Churn), Unit: "bytes",
+		Figure{ID: FigureSessionMemory, Name: fmt.Sprintf("%d users through maxCallers 8: server heap at end / after warm-up", o.Churn), Unit: "bytes",
 			PDMCP: float64(ownE), Baselines: map[string]float64{"after warm-up": float64(ownW)}, Baseline: float64(ownW),
 			Ratio: float64(ownE) / float64(ownW), Goal: "<= 1.10 x", Met: float64(ownE) <= 1.1*float64(ownW),
 			Note: fmt.Sprintf("heap allocated outside the in-process Gateway, provider and bench clients (heap profile); whole process %d -> %d", totW, totE)},
-		Figure{ID: "P3", Name: "most live Gateway sessions during the run (reference counters)", Unit: "sessions",
+		Figure{ID: FigureSessionMemory, Name: "most live Gateway sessions during the run (reference counters)", Unit: "sessions",
 			PDMCP: float64(maxLive), Baseline: 8, Ratio: float64(maxLive) / 8, Goal: "<= 8", Met: maxLive <= 8})
 	if b.perSession > 0 {
-		b.r.Figures = append(b.r.Figures, Figure{ID: "P3", Name: "server heap per live caller session (8 new callers from an empty pool)",
+		b.r.Figures = append(b.r.Figures, Figure{ID: FigureSessionMemory, Name: "server heap per live caller session (8 new callers from an empty pool)",
 			Unit: "bytes", PDMCP: b.perSession, Baseline: 64 << 10, Ratio: b.perSession / (64 << 10), Goal: "<= 64 KiB",
 			Met: b.perSession <= 64<<10, Note: "the pool entry with its Gateway session, exchanged token and caches"})
 	}
@@ -876,9 +902,9 @@ func (b *run) heapProfile(name string) {
 	}
 }
 
-// measurePerSession measures, before anything else has called, what 8 callers
+// sessionMemoryPerCaller measures, before anything else has called, what 8 callers
 // hold once served: the server's heap after one read each, less before.
-func (b *run) measurePerSession(ctx context.Context) error {
+func (b *run) sessionMemoryPerCaller(ctx context.Context) error {
 	st := b.st
 	prevRate := runtime.MemProfileRate
 	runtime.MemProfileRate = 512
