@@ -296,120 +296,29 @@ func callOK(ctx context.Context, cs *mcp.ClientSession, name string, args map[st
 	return nil
 }
 
-// readLatency (P1) is the read figure: pdmcp's read_protected_document against a
-// direct decrypt plus a bare no-op, 8 users, paced, in both session modes.
+// readLatency (P1) is the read figure: pdmcp's read_protected_document
+// against a direct decrypt plus a bare no-op, 8 users, paced, in both
+// session modes.
 func (b *run) readLatency(ctx context.Context) error {
-	o, st := b.o, b.st
+	o := b.o
 	b.say("P1: %d users, %.0f calls/s, %d calls per user per target, %d rounds", o.Users, o.Rate, o.Calls, o.Rounds)
-	type target struct {
-		name string
-		cs   []*mcp.ClientSession
-	}
 	var closers []func()
 	defer func() {
 		for _, c := range closers {
 			c()
 		}
 	}()
-	connectAll := func(url string, tokens []string, proto string) ([]*mcp.ClientSession, error) {
-		var out []*mcp.ClientSession
-		for _, t := range tokens {
-			cs, err := st.Connect(ctx, url, t, proto)
-			if err != nil {
-				return nil, err
-			}
-			closers = append(closers, func() { cs.Close() })
-			out = append(out, cs)
-		}
-		return out, nil
-	}
-	tokens := make([]string, o.Users)
-	bare := make([]string, o.Users)
-	for i := range o.Users {
-		t, err := st.Token(ctx, i)
-		if err != nil {
-			return err
-		}
-		tokens[i], bare[i] = t, st.BareToken
-	}
-	var targets []target
-	for _, mode := range []string{SessionProtocol, StatelessProtocol} {
-		p, err := connectAll(st.MCPURL, tokens, mode)
-		if err != nil {
-			return err
-		}
-		n, err := connectAll(st.BareURL, bare, mode)
-		if err != nil {
-			return err
-		}
-		targets = append(targets, target{"pdmcp " + mode, p}, target{"bare " + mode, n})
-	}
-	// (a): one session per user acting as the reader, as pdmcp's are.
-	c, err := gateway.New(st.Service.ClientConfig())
+	targets, err := b.readTargets(ctx, &closers)
 	if err != nil {
 		return err
 	}
-	if err := c.SignIn(ctx); err != nil {
-		return err
-	}
-	doc := st.Manifest.Documents[DocumentID]
-	iv, ct, err := docBytes(st, doc.IV, doc.Path)
+	direct, err := b.directReads(ctx, &closers)
 	if err != nil {
 		return err
 	}
-	direct := make([]*gateway.Session, o.Users)
-	for i := range direct {
-		s, end, err := b.mint(ctx, c, gateway.MintRequest{ActingAs: st.Reader, Objects: []string{doc.TTag}, TTL: api.MaxScopedTTL})
-		if err != nil {
-			return err
-		}
-		direct[i] = s
-		closers = append(closers, end)
-	}
-	lat := map[string]Latencies{}
-	cpu := map[string]time.Duration{}
-	// The same per round, for each ratio's spread.
-	roundLat := map[string][]Latencies{}
-	roundCPU := map[string][]time.Duration{}
-	// A first unmeasured round warms every path (pdmcp mints the users'
-	// sessions here).
-	for round := 0; round <= o.Rounds; round++ {
-		for _, t := range targets {
-			tool, args := "read_protected_document", readArgs()
-			if strings.HasPrefix(t.name, "bare") {
-				tool, args = "noop", map[string]any{}
-			}
-			c0 := cpuTime()
-			l, err := paced(ctx, o.Users, o.Calls, o.Rate, func(ctx context.Context, u int) error {
-				return callOK(ctx, t.cs[u], tool, args)
-			})
-			if err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
-			}
-			if round > 0 {
-				c := cpuTime() - c0
-				lat[t.name] = append(lat[t.name], l...)
-				cpu[t.name] += c
-				roundLat[t.name] = append(roundLat[t.name], l)
-				roundCPU[t.name] = append(roundCPU[t.name], c)
-			}
-		}
-		c0 := cpuTime()
-		l, err := paced(ctx, o.Users, o.Calls, o.Rate, func(ctx context.Context, u int) error {
-			_, err := direct[u].Decrypt(ctx, doc.TTag, iv, ct)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("direct decrypt: %w", err)
-		}
-		if round > 0 {
-			c := cpuTime() - c0
-			cpu["direct"] += c
-			lat["direct"] = append(lat["direct"], l...)
-			roundLat["direct"] = append(roundLat["direct"], l)
-			roundCPU["direct"] = append(roundCPU["direct"], c)
-			b.say("P1: round %d of %d done", round, o.Rounds)
-		}
+	m, err := b.readRounds(ctx, append(targets, direct))
+	if err != nil {
+		return err
 	}
 	if o.Trace != "" {
 		pdmcp := map[string][]*mcp.ClientSession{}
@@ -423,52 +332,174 @@ func (b *run) readLatency(ctx context.Context) error {
 		}
 	}
 	for _, mode := range []string{SessionProtocol, StatelessProtocol} {
-		label := "with sessions (" + mode + ")"
-		if mode == StatelessProtocol {
-			label = "without sessions (" + mode + ")"
-		}
-		for _, q := range []struct {
-			name string
-			q    float64
-		}{{"median", 0.5}, {"p99", 0.99}} {
-			p := lat["pdmcp "+mode].Quantile(q.q)
-			a := lat["direct"].Quantile(q.q)
-			n := lat["bare "+mode].Quantile(q.q)
-			f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, " + q.name + ", " + label, Unit: "ms", PDMCP: p,
-				Baselines: map[string]float64{"direct decrypt (a)": a, "bare no-op (b)": n}, Baseline: a + n, Ratio: p / (a + n)}
-			if q.name == "median" {
-				f.Goal, f.Met = "<= 1.05 x (a+b)", f.Ratio <= 1.05
-			} else {
-				f.Goal, f.Met = "reported", true
-			}
-			var per []float64
-			for i := range roundLat["direct"] {
-				per = append(per, roundLat["pdmcp "+mode][i].Quantile(q.q)/
-					(roundLat["direct"][i].Quantile(q.q)+roundLat["bare "+mode][i].Quantile(q.q)))
-			}
-			f.spread(per)
-			b.r.Figures = append(b.r.Figures, f)
-		}
-		if !cpuMeasured {
-			continue
-		}
-		// CPU per call of the whole process (client, server, Gateway all
-		// run here): far less sensitive than latency to a loaded machine.
-		calls := float64(o.Rounds * o.Users * o.Calls)
-		per := func(name string) float64 { return cpu[name].Seconds() * 1000 / calls }
-		p, a, n := per("pdmcp "+mode), per("direct"), per("bare "+mode)
-		f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, CPU per call (whole process), " + label,
-			Unit: "ms", PDMCP: p, Baselines: map[string]float64{"direct decrypt (a)": a, "bare no-op (b)": n}, Baseline: a + n,
-			Ratio: p / (a + n), Goal: "<= 1.05 x (a+b)", Met: p/(a+n) <= 1.05}
-		var rounds []float64
-		for i := range roundCPU["direct"] {
-			rounds = append(rounds, float64(roundCPU["pdmcp "+mode][i])/
-				float64(roundCPU["direct"][i]+roundCPU["bare "+mode][i]))
-		}
-		f.spread(rounds)
-		b.r.Figures = append(b.r.Figures, f)
+		b.readFigures(m, mode)
 	}
 	return nil
+}
+
+// readTarget is one side of the read figure: what user u's call is.
+type readTarget struct {
+	name string
+	cs   []*mcp.ClientSession // the users' sessions, for the MCP sides
+	call func(ctx context.Context, u int) error
+}
+
+// readTargets connects every user to pdmcp (reading the 4 KiB document)
+// and to the bare server (its no-op) in both session modes.
+func (b *run) readTargets(ctx context.Context, closers *[]func()) ([]readTarget, error) {
+	o, st := b.o, b.st
+	tokens := make([]string, o.Users)
+	for i := range o.Users {
+		t, err := st.Token(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		tokens[i] = t
+	}
+	target := func(name, url, mode, tool string, args map[string]any, token func(u int) string) (readTarget, error) {
+		t := readTarget{name: name + " " + mode}
+		for u := range o.Users {
+			cs, err := st.Connect(ctx, url, token(u), mode)
+			if err != nil {
+				return t, err
+			}
+			*closers = append(*closers, func() { cs.Close() })
+			t.cs = append(t.cs, cs)
+		}
+		t.call = func(ctx context.Context, u int) error { return callOK(ctx, t.cs[u], tool, args) }
+		return t, nil
+	}
+	var targets []readTarget
+	for _, mode := range []string{SessionProtocol, StatelessProtocol} {
+		p, err := target("pdmcp", st.MCPURL, mode, "read_protected_document", readArgs(), func(u int) string { return tokens[u] })
+		if err != nil {
+			return nil, err
+		}
+		n, err := target("bare", st.BareURL, mode, "noop", map[string]any{}, func(int) string { return st.BareToken })
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, p, n)
+	}
+	return targets, nil
+}
+
+// directReads is baseline (a): one Gateway session per user acting as the
+// reader, as pdmcp's are, decrypting the document's ciphertext.
+func (b *run) directReads(ctx context.Context, closers *[]func()) (readTarget, error) {
+	st := b.st
+	t := readTarget{name: "direct"}
+	c, err := gateway.New(st.Service.ClientConfig())
+	if err != nil {
+		return t, err
+	}
+	if err := c.SignIn(ctx); err != nil {
+		return t, err
+	}
+	doc := st.Manifest.Documents[DocumentID]
+	iv, ct, err := docBytes(st, doc.IV, doc.Path)
+	if err != nil {
+		return t, err
+	}
+	direct := make([]*gateway.Session, b.o.Users)
+	for i := range direct {
+		s, end, err := b.mint(ctx, c, gateway.MintRequest{ActingAs: st.Reader, Objects: []string{doc.TTag}, TTL: api.MaxScopedTTL})
+		if err != nil {
+			return t, err
+		}
+		direct[i] = s
+		*closers = append(*closers, end)
+	}
+	t.call = func(ctx context.Context, u int) error {
+		_, err := direct[u].Decrypt(ctx, doc.TTag, iv, ct)
+		return err
+	}
+	return t, nil
+}
+
+// readMeasures are each target's latencies and CPU time, over all the
+// measured rounds and round by round (for each ratio's spread).
+type readMeasures struct {
+	lat      map[string]Latencies
+	cpu      map[string]time.Duration
+	roundLat map[string][]Latencies
+	roundCPU map[string][]time.Duration
+}
+
+// readRounds runs the targets in turn, paced, for o.Rounds rounds after a
+// first unmeasured one that warms every path (pdmcp mints the users'
+// sessions there).
+func (b *run) readRounds(ctx context.Context, targets []readTarget) (*readMeasures, error) {
+	o := b.o
+	m := &readMeasures{lat: map[string]Latencies{}, cpu: map[string]time.Duration{},
+		roundLat: map[string][]Latencies{}, roundCPU: map[string][]time.Duration{}}
+	for round := 0; round <= o.Rounds; round++ {
+		for _, t := range targets {
+			c0 := cpuTime()
+			l, err := paced(ctx, o.Users, o.Calls, o.Rate, t.call)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", t.name, err)
+			}
+			if round > 0 {
+				c := cpuTime() - c0
+				m.lat[t.name] = append(m.lat[t.name], l...)
+				m.cpu[t.name] += c
+				m.roundLat[t.name] = append(m.roundLat[t.name], l)
+				m.roundCPU[t.name] = append(m.roundCPU[t.name], c)
+			}
+		}
+		if round > 0 {
+			b.say("P1: round %d of %d done", round, o.Rounds)
+		}
+	}
+	return m, nil
+}
+
+// readFigures adds mode's P1 figures: the median and p99 latency, and the
+// CPU per call, each against (a) + (b).
+func (b *run) readFigures(m *readMeasures, mode string) {
+	label := "with sessions (" + mode + ")"
+	if mode == StatelessProtocol {
+		label = "without sessions (" + mode + ")"
+	}
+	p, n := "pdmcp "+mode, "bare "+mode
+	for _, q := range []struct {
+		name string
+		q    float64
+	}{{"median", 0.5}, {"p99", 0.99}} {
+		pq, aq, nq := m.lat[p].Quantile(q.q), m.lat["direct"].Quantile(q.q), m.lat[n].Quantile(q.q)
+		f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, " + q.name + ", " + label, Unit: "ms", PDMCP: pq,
+			Baselines: map[string]float64{"direct decrypt (a)": aq, "bare no-op (b)": nq}, Baseline: aq + nq, Ratio: pq / (aq + nq)}
+		if q.name == "median" {
+			f.Goal, f.Met = "<= 1.05 x (a+b)", f.Ratio <= 1.05
+		} else {
+			f.Goal, f.Met = "reported", true
+		}
+		var per []float64
+		for i := range m.roundLat["direct"] {
+			per = append(per, m.roundLat[p][i].Quantile(q.q)/
+				(m.roundLat["direct"][i].Quantile(q.q)+m.roundLat[n][i].Quantile(q.q)))
+		}
+		f.spread(per)
+		b.r.Figures = append(b.r.Figures, f)
+	}
+	if !cpuMeasured {
+		return
+	}
+	// CPU per call of the whole process (client, server, Gateway all run
+	// here): far less sensitive than latency to a loaded machine.
+	calls := float64(b.o.Rounds * b.o.Users * b.o.Calls)
+	per := func(name string) float64 { return m.cpu[name].Seconds() * 1000 / calls }
+	pc, ac, nc := per(p), per("direct"), per(n)
+	f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, CPU per call (whole process), " + label,
+		Unit: "ms", PDMCP: pc, Baselines: map[string]float64{"direct decrypt (a)": ac, "bare no-op (b)": nc}, Baseline: ac + nc,
+		Ratio: pc / (ac + nc), Goal: "<= 1.05 x (a+b)", Met: pc/(ac+nc) <= 1.05}
+	var rounds []float64
+	for i := range m.roundCPU["direct"] {
+		rounds = append(rounds, float64(m.roundCPU[p][i])/float64(m.roundCPU["direct"][i]+m.roundCPU[n][i]))
+	}
+	f.spread(rounds)
+	b.r.Figures = append(b.r.Figures, f)
 }
 
 func docBytes(st *Stack, ivB64, rel string) (iv, ct []byte, err error) {
