@@ -6,7 +6,65 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 )
+
+// The figures' ids, which reports, options (--only) and the docs name, by
+// what each measures.
+const (
+	// FigureRead: read_protected_document of 4 KiB against a direct
+	// decrypt plus a bare no-op, paced, in both session modes.
+	FigureRead = "P1"
+	// FigureFileEncrypt: encrypt_file of a big file against posting it to
+	// the Gateway directly, and the heap each takes.
+	FigureFileEncrypt = "P2"
+	// FigureSessionMemory: what the server holds as distinct users churn
+	// through maxCallers, and the most live Gateway sessions.
+	FigureSessionMemory = "P3"
+	// FigureDurableSave: a durable save against one without fsync.
+	FigureDurableSave = "P4"
+	// FigureFirstRead: a new user's first read against the same exchange,
+	// mint and decrypt made directly.
+	FigureFirstRead = "P5"
+	// FigureSaveHistory: a save to a destination with a long history in
+	// the record against one with none.
+	FigureSaveHistory = "P6"
+)
+
+// Figure is one measured comparison.
+type Figure struct {
+	ID        string             `json:"id"`
+	Name      string             `json:"name"`
+	Unit      string             `json:"unit"`
+	PDMCP     float64            `json:"pdmcp"`
+	Baselines map[string]float64 `json:"baselines,omitempty"`
+	Baseline  float64            `json:"baseline"` // what the ratio divides by
+	Ratio     float64            `json:"ratio"`
+	Goal      string             `json:"goal"`
+	Met       bool               `json:"met"`
+	Note      string             `json:"note,omitempty"`
+	// Spread: the ratio's least and greatest over the rounds it was
+	// measured in (the same ratio computed round by round), and how many.
+	// A figure measured once has its ratio as both.
+	RatioMin float64 `json:"ratioMin"`
+	RatioMax float64 `json:"ratioMax"`
+	Rounds   int     `json:"rounds"`
+}
+
+// Report is a run's result.
+type Report struct {
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+	GoVer   string    `json:"go"`
+	CPUs    int       `json:"cpus"`
+	OS      string    `json:"os"`
+	Options Options   `json:"options"`
+	Figures []Figure  `json:"figures"`
+	MaxLive int       `json:"maxLiveGatewaySessions"`
+	// Trace is where a read's time goes, when Options.Trace is set.
+	Trace    []Breakdown `json:"trace,omitempty"`
+	Problems []string    `json:"problems,omitempty"`
+}
 
 func decodeB64(s string) ([]byte, error) { return base64.StdEncoding.DecodeString(s) }
 

@@ -1,0 +1,365 @@
+package bench
+
+// The read figures: P1 (FigureRead), a 4 KiB read through pdmcp against a
+// direct decrypt plus a bare no-op, and P5 (FigureFirstRead), a new user's
+// first read against the same exchange, mint and decrypt made directly.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/auth/devidp"
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+)
+
+func readArgs() map[string]any { return map[string]any{"documentId": DocumentID} }
+
+// callOK calls a tool and turns a refusal into an error.
+func callOK(ctx context.Context, cs *mcp.ClientSession, name string, args map[string]any) error {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if res.IsError {
+		var text string
+		for _, c := range res.Content {
+			if t, ok := c.(*mcp.TextContent); ok {
+				text += t.Text
+			}
+		}
+		return fmt.Errorf("%s refused: %s", name, text)
+	}
+	return nil
+}
+
+// readLatency (P1) is the read figure: pdmcp's read_protected_document
+// against a direct decrypt plus a bare no-op, 8 users, paced, in both
+// session modes.
+func (b *run) readLatency(ctx context.Context) error {
+	o := b.o
+	b.say("P1: %d users, %.0f calls/s, %d calls per user per target, %d rounds", o.Users, o.Rate, o.Calls, o.Rounds)
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	targets, err := b.readTargets(ctx, &closers)
+	if err != nil {
+		return err
+	}
+	direct, err := b.directReads(ctx, &closers)
+	if err != nil {
+		return err
+	}
+	m, err := b.readRounds(ctx, append(targets, direct))
+	if err != nil {
+		return err
+	}
+	if o.Trace != "" {
+		pdmcp := map[string][]*mcp.ClientSession{}
+		for _, t := range targets {
+			if mode, ok := strings.CutPrefix(t.name, "pdmcp "); ok {
+				pdmcp[mode] = t.cs
+			}
+		}
+		if err := b.traceReads(ctx, pdmcp); err != nil {
+			return fmt.Errorf("trace: %w", err)
+		}
+	}
+	for _, mode := range []string{SessionProtocol, StatelessProtocol} {
+		b.readFigures(m, mode)
+	}
+	return nil
+}
+
+// readTarget is one side of the read figure: what user u's call is.
+type readTarget struct {
+	name string
+	cs   []*mcp.ClientSession // the users' sessions, for the MCP sides
+	call func(ctx context.Context, u int) error
+}
+
+// readTargets connects every user to pdmcp (reading the 4 KiB document)
+// and to the bare server (its no-op) in both session modes.
+func (b *run) readTargets(ctx context.Context, closers *[]func()) ([]readTarget, error) {
+	o, st := b.o, b.st
+	tokens := make([]string, o.Users)
+	for i := range o.Users {
+		t, err := st.Token(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		tokens[i] = t
+	}
+	target := func(name, url, mode, tool string, args map[string]any, token func(u int) string) (readTarget, error) {
+		t := readTarget{name: name + " " + mode}
+		for u := range o.Users {
+			cs, err := st.Connect(ctx, url, token(u), mode)
+			if err != nil {
+				return t, err
+			}
+			*closers = append(*closers, func() { cs.Close() })
+			t.cs = append(t.cs, cs)
+		}
+		t.call = func(ctx context.Context, u int) error { return callOK(ctx, t.cs[u], tool, args) }
+		return t, nil
+	}
+	var targets []readTarget
+	for _, mode := range []string{SessionProtocol, StatelessProtocol} {
+		p, err := target("pdmcp", st.MCPURL, mode, "read_protected_document", readArgs(), func(u int) string { return tokens[u] })
+		if err != nil {
+			return nil, err
+		}
+		n, err := target("bare", st.BareURL, mode, "noop", map[string]any{}, func(int) string { return st.BareToken })
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, p, n)
+	}
+	return targets, nil
+}
+
+// directReads is baseline (a): one Gateway session per user acting as the
+// reader, as pdmcp's are, decrypting the document's ciphertext.
+func (b *run) directReads(ctx context.Context, closers *[]func()) (readTarget, error) {
+	st := b.st
+	t := readTarget{name: "direct"}
+	c, err := gateway.New(st.Service.ClientConfig())
+	if err != nil {
+		return t, err
+	}
+	if err := c.SignIn(ctx); err != nil {
+		return t, err
+	}
+	doc := st.Manifest.Documents[DocumentID]
+	iv, ct, err := docBytes(st, doc.IV, doc.Path)
+	if err != nil {
+		return t, err
+	}
+	direct := make([]*gateway.Session, b.o.Users)
+	for i := range direct {
+		s, end, err := b.mint(ctx, c, gateway.MintRequest{ActingAs: st.Reader, Objects: []string{doc.TTag}, TTL: api.MaxScopedTTL})
+		if err != nil {
+			return t, err
+		}
+		direct[i] = s
+		*closers = append(*closers, end)
+	}
+	t.call = func(ctx context.Context, u int) error {
+		_, err := direct[u].Decrypt(ctx, doc.TTag, iv, ct)
+		return err
+	}
+	return t, nil
+}
+
+// readMeasures are each target's latencies and CPU time, over all the
+// measured rounds and round by round (for each ratio's spread).
+type readMeasures struct {
+	lat      map[string]Latencies
+	cpu      map[string]time.Duration
+	roundLat map[string][]Latencies
+	roundCPU map[string][]time.Duration
+}
+
+// readRounds runs the targets in turn, paced, for o.Rounds rounds after a
+// first unmeasured one that warms every path (pdmcp mints the users'
+// sessions there).
+func (b *run) readRounds(ctx context.Context, targets []readTarget) (*readMeasures, error) {
+	o := b.o
+	m := &readMeasures{lat: map[string]Latencies{}, cpu: map[string]time.Duration{},
+		roundLat: map[string][]Latencies{}, roundCPU: map[string][]time.Duration{}}
+	for round := 0; round <= o.Rounds; round++ {
+		for _, t := range targets {
+			c0 := cpuTime()
+			l, err := paced(ctx, o.Users, o.Calls, o.Rate, t.call)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", t.name, err)
+			}
+			if round > 0 {
+				c := cpuTime() - c0
+				m.lat[t.name] = append(m.lat[t.name], l...)
+				m.cpu[t.name] += c
+				m.roundLat[t.name] = append(m.roundLat[t.name], l)
+				m.roundCPU[t.name] = append(m.roundCPU[t.name], c)
+			}
+		}
+		if round > 0 {
+			b.say("P1: round %d of %d done", round, o.Rounds)
+		}
+	}
+	return m, nil
+}
+
+// readFigures adds mode's P1 figures: the median and p99 latency, and the
+// CPU per call, each against (a) + (b).
+func (b *run) readFigures(m *readMeasures, mode string) {
+	label := "with sessions (" + mode + ")"
+	if mode == StatelessProtocol {
+		label = "without sessions (" + mode + ")"
+	}
+	p, n := "pdmcp "+mode, "bare "+mode
+	for _, q := range []struct {
+		name string
+		q    float64
+	}{{"median", 0.5}, {"p99", 0.99}} {
+		pq, aq, nq := m.lat[p].Quantile(q.q), m.lat["direct"].Quantile(q.q), m.lat[n].Quantile(q.q)
+		f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, " + q.name + ", " + label, Unit: "ms", PDMCP: pq,
+			Baselines: map[string]float64{"direct decrypt (a)": aq, "bare no-op (b)": nq}, Baseline: aq + nq, Ratio: pq / (aq + nq)}
+		if q.name == "median" {
+			f.Goal, f.Met = "<= 1.05 x (a+b)", f.Ratio <= 1.05
+		} else {
+			f.Goal, f.Met = "reported", true
+		}
+		var per []float64
+		for i := range m.roundLat["direct"] {
+			per = append(per, m.roundLat[p][i].Quantile(q.q)/
+				(m.roundLat["direct"][i].Quantile(q.q)+m.roundLat[n][i].Quantile(q.q)))
+		}
+		f.spread(per)
+		b.r.Figures = append(b.r.Figures, f)
+	}
+	if !cpuMeasured {
+		return
+	}
+	// CPU per call of the whole process (client, server, Gateway all run
+	// here): far less sensitive than latency to a loaded machine.
+	calls := float64(b.o.Rounds * b.o.Users * b.o.Calls)
+	per := func(name string) float64 { return m.cpu[name].Seconds() * 1000 / calls }
+	pc, ac, nc := per(p), per("direct"), per(n)
+	f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, CPU per call (whole process), " + label,
+		Unit: "ms", PDMCP: pc, Baselines: map[string]float64{"direct decrypt (a)": ac, "bare no-op (b)": nc}, Baseline: ac + nc,
+		Ratio: pc / (ac + nc), Goal: "<= 1.05 x (a+b)", Met: pc/(ac+nc) <= 1.05}
+	var rounds []float64
+	for i := range m.roundCPU["direct"] {
+		rounds = append(rounds, float64(m.roundCPU[p][i])/float64(m.roundCPU["direct"][i]+m.roundCPU[n][i]))
+	}
+	f.spread(rounds)
+	b.r.Figures = append(b.r.Figures, f)
+}
+
+func docBytes(st *Stack, ivB64, rel string) (iv, ct []byte, err error) {
+	path, err := st.Manifest.Resolve(rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ct, err = os.ReadFile(path); err != nil {
+		return nil, nil, err
+	}
+	iv, err = decodeB64(ivB64)
+	return iv, ct, err
+}
+
+// firstRead (P5) is a new user's first call against the same exchange, mint and
+// decrypt made directly, each side with users it has never seen.
+func (b *run) firstRead(ctx context.Context) error {
+	o, st := b.o, b.st
+	b.say("P5: %d new users per side", o.NewUsers)
+	c, err := gateway.New(st.Service.ClientConfig())
+	if err != nil {
+		return err
+	}
+	if err := c.SignIn(ctx); err != nil {
+		return err
+	}
+	doc := st.Manifest.Documents[DocumentID]
+	iv, ct, err := docBytes(st, doc.IV, doc.Path)
+	if err != nil {
+		return err
+	}
+	var pT, dT time.Duration
+	// The new users in o.Rounds groups, for the ratio's spread.
+	group := max(1, o.NewUsers/o.Rounds)
+	var gP, gD time.Duration
+	var groups []float64
+	base := o.Users
+	for i := range o.NewUsers {
+		pu, du := base+2*i, base+2*i+1
+		ptok, err := st.Token(ctx, pu)
+		if err != nil {
+			return err
+		}
+		dtok, err := st.Token(ctx, du)
+		if err != nil {
+			return err
+		}
+		cs, err := st.Connect(ctx, st.MCPURL, ptok, StatelessProtocol)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		err = callOK(ctx, cs, "read_protected_document", readArgs())
+		pd := time.Since(t0)
+		pT += pd
+		cs.Close()
+		if err != nil {
+			return err
+		}
+		t0 = time.Now()
+		x, err := exchange(ctx, st, dtok)
+		if err != nil {
+			return err
+		}
+		s, end, err := b.mint(ctx, c, gateway.MintRequest{SubjectToken: x, Objects: []string{doc.TTag}, TTL: api.MaxScopedTTL})
+		if err != nil {
+			return fmt.Errorf("mint with a subject token: %w", err)
+		}
+		_, err = s.Decrypt(ctx, doc.TTag, iv, ct)
+		dd := time.Since(t0)
+		dT += dd
+		end()
+		if err != nil {
+			return err
+		}
+		gP, gD = gP+pd, gD+dd
+		if (i+1)%group == 0 || i == o.NewUsers-1 {
+			groups = append(groups, float64(gP)/float64(gD))
+			gP, gD = 0, 0
+		}
+	}
+	n := float64(o.NewUsers)
+	p, d := pT.Seconds()*1000/n, dT.Seconds()*1000/n
+	f := Figure{ID: FigureFirstRead, Name: "a new user's first read (token check, exchange, mint, decrypt)",
+		Unit: "ms", PDMCP: p, Baselines: map[string]float64{"exchange + mint + decrypt, direct": d}, Baseline: d, Ratio: p / d,
+		Goal: "<= 1.1 x", Met: p/d <= 1.1, Note: fmt.Sprintf("spread over groups of %d new users", group)}
+	f.spread(groups)
+	b.r.Figures = append(b.r.Figures, f)
+	return nil
+}
+
+// exchange trades a user's access token for a Gateway token at the
+// provider, as the confidential adapter client.
+func exchange(ctx context.Context, st *Stack, subject string) (string, error) {
+	form := url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:token-exchange"}, "subject_token": {subject},
+		"subject_token_type":   {"urn:ietf:params:oauth:token-type:access_token"},
+		"requested_token_type": {"urn:ietf:params:oauth:token-type:access_token"},
+		"audience":             {devidp.DefaultGatewayAudience}, "scope": {devidp.DefaultGatewayAudience}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.Issuer+"/oauth/token", strings.NewReader(form.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(st.stack.Provider.ClientID, st.stack.Provider.ClientSecret)
+	resp, err := st.HC.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		AccessToken string `json:"access_token"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out); err != nil || resp.StatusCode != 200 || out.AccessToken == "" {
+		return "", fmt.Errorf("token exchange: status %d (%v)", resp.StatusCode, err)
+	}
+	return out.AccessToken, nil
+}
