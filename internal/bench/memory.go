@@ -112,11 +112,7 @@ func (b *run) sessionMemoryPerCaller(ctx context.Context) error {
 		}
 	}()
 	for i := range 8 {
-		tok, err := st.Token(ctx, first+b.o.Churn-1-i)
-		if err != nil {
-			return err
-		}
-		cs, err := st.Connect(ctx, st.MCPURL, tok, StatelessProtocol)
+		cs, err := st.ConnectUser(ctx, first+b.o.Churn-1-i, StatelessProtocol)
 		if err != nil {
 			return err
 		}

@@ -309,6 +309,16 @@ func (st *Stack) Token(ctx context.Context, i int) (string, error) {
 	return tok.AccessToken, nil
 }
 
+// ConnectUser signs user i in and opens their MCP session with pdmcp,
+// speaking protocol.
+func (st *Stack) ConnectUser(ctx context.Context, i int, protocol string) (*mcp.ClientSession, error) {
+	tok, err := st.Token(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	return st.Connect(ctx, st.MCPURL, tok, protocol)
+}
+
 // Connect opens an MCP client session with token at url speaking protocol.
 func (st *Stack) Connect(ctx context.Context, url, token, protocol string) (*mcp.ClientSession, error) {
 	return stack.Connect(ctx, st.HC, url, token, "pdmcp-bench", &mcp.ClientSessionOptions{ProtocolVersion: protocol})

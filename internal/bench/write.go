@@ -27,11 +27,7 @@ import (
 func (b *run) fileEncrypt(ctx context.Context) error {
 	o, st := b.o, b.st
 	b.say("P2: encrypt_file of %d bytes, %d rounds", o.FileSize, o.Rounds)
-	tok, err := st.Token(ctx, 0)
-	if err != nil {
-		return err
-	}
-	cs, err := st.Connect(ctx, st.MCPURL, tok, SessionProtocol)
+	cs, err := st.ConnectUser(ctx, 0, SessionProtocol)
 	if err != nil {
 		return err
 	}
@@ -115,19 +111,12 @@ func (b *run) durableSave(ctx context.Context) error {
 		return err
 	}
 	defer nd.Close()
-	open := func(s *Stack) (*mcp.ClientSession, error) {
-		tok, err := s.Token(ctx, 0)
-		if err != nil {
-			return nil, err
-		}
-		return s.Connect(ctx, s.MCPURL, tok, SessionProtocol)
-	}
-	durable, err := open(st)
+	durable, err := st.ConnectUser(ctx, 0, SessionProtocol)
 	if err != nil {
 		return err
 	}
 	defer durable.Close()
-	loose, err := open(nd)
+	loose, err := nd.ConnectUser(ctx, 0, SessionProtocol)
 	if err != nil {
 		return err
 	}
@@ -185,11 +174,7 @@ func (b *run) durableSave(ctx context.Context) error {
 // once before the history is written, with the record empty of it.
 func (b *run) saveHistory(ctx context.Context) error {
 	o, st := b.o, b.st
-	tok, err := st.Token(ctx, 0)
-	if err != nil {
-		return err
-	}
-	cs, err := st.Connect(ctx, st.MCPURL, tok, SessionProtocol)
+	cs, err := st.ConnectUser(ctx, 0, SessionProtocol)
 	if err != nil {
 		return err
 	}
