@@ -12,8 +12,13 @@ import (
 // once signed in. opts may be nil.
 func Connect(ctx context.Context, hc *http.Client, url, token, client string, opts *mcp.ClientSessionOptions) (*mcp.ClientSession, error) {
 	c := mcp.NewClient(&mcp.Implementation{Name: client, Version: "1"}, nil)
-	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url,
-		HTTPClient: &http.Client{Transport: &bearer{token: token, base: hc.Transport}}}, opts)
+	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: BearerClient(token, hc.Transport)}, opts)
+}
+
+// BearerClient is an HTTP client that sends token as the bearer on every
+// request, through base.
+func BearerClient(token string, base http.RoundTripper) *http.Client {
+	return &http.Client{Transport: &bearer{token: token, base: base}}
 }
 
 // bearer adds the access token to each request.
