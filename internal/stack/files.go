@@ -25,11 +25,7 @@ import (
 // folder over TLS on 127.0.0.1: on port when it is free, any port otherwise.
 // It returns the server and the file holding the admin password.
 func ServeGateway(ctx context.Context, state string, ca *devpki.CA, port int, log *slog.Logger) (*reference.Server, string, error) {
-	dir := filepath.Join(state, "gateway")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, "", err
-	}
-	cert, key, err := ca.Issue(dir, "gateway-tls")
+	dir, cert, key, err := issue(ca, state, "gateway")
 	if err != nil {
 		return nil, "", err
 	}
@@ -48,6 +44,17 @@ func ServeGateway(ctx context.Context, state string, ca *devpki.CA, port int, lo
 		srv, err = reference.Serve(ctx, cfg)
 	}
 	return srv, pwFile, err
+}
+
+// issue makes part's folder in the state folder and the TLS certificate
+// and key ca issues it there (<part>-tls.pem, kept while still good).
+func issue(ca *devpki.CA, state, part string) (dir, cert, key string, err error) {
+	dir = filepath.Join(state, part)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", "", err
+	}
+	cert, key, err = ca.Issue(dir, part+"-tls")
+	return dir, cert, key, err
 }
 
 // WriteHTTPConfig writes mcp-http.json at path (mode 600), with the files

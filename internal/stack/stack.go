@@ -238,11 +238,7 @@ func (st *Stack) startProvider(ctx context.Context) error {
 		return nil
 	}
 	d := st.o.DevIdP
-	dir := filepath.Join(st.o.Dir, "idp")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	cert, key, err := st.CA.Issue(dir, "idp-tls")
+	dir, cert, key, err := issue(st.CA, st.o.Dir, "idp")
 	if err != nil {
 		return err
 	}
@@ -400,11 +396,7 @@ func (st *Stack) launchGrant() error {
 
 // startMCP writes mcp-http.json and starts serve.Run on its listener.
 func (st *Stack) startMCP(ctx context.Context) error {
-	dir := filepath.Join(st.o.Dir, "mcp")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	cert, key, err := st.CA.Issue(dir, "mcp-tls")
+	_, cert, key, err := issue(st.CA, st.o.Dir, "mcp")
 	if err != nil {
 		return err
 	}
