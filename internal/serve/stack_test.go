@@ -3,13 +3,10 @@ package serve_test
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
-	"fmt"
+	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,10 +16,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/auth/devpki"
 	"github.com/pdmcp/pdmcp/gateway"
-	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
@@ -30,15 +27,18 @@ import (
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/internal/serve"
+	"github.com/pdmcp/pdmcp/internal/stack"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
-// httpStack is the HTTP transport end to end in one process: a reference
-// Gateway, the development OpenID provider, the seeded data with users
-// alice (every document), bob (aurora and the criteria) and carol (nothing),
-// and serve.Run serving Streamable HTTP over TLS on 127.0.0.1.
+// httpStack is the HTTP transport end to end in one process, built by
+// internal/stack: a reference Gateway, the development OpenID provider,
+// the seeded data with users alice (every document), bob (aurora and the
+// criteria) and carol (nothing), and serve.Run serving Streamable HTTP over
+// TLS on 127.0.0.1.
 type httpStack struct {
 	env    *reftest.Env
+	st     *stack.Stack
 	idp    *devidp.Provider
 	issuer string
 	caFile string
@@ -49,10 +49,8 @@ type httpStack struct {
 	exchanges atomic.Int64
 	audit     string
 	stderr    *testutil.LogBuffer
-	cancel    context.CancelFunc
-	done      chan error
 	svc       *gateway.ServiceConfig
-	// httpExtra is appended to mcp-http.json's members (",\"name\":value").
+	// httpExtra is added to mcp-http.json's members (",\"name\":value").
 	httpExtra string
 	manifst   string
 	// gatewayTimeout, when set, is serve.Options.GatewayTimeout.
@@ -65,130 +63,72 @@ type stackOption func(t *testing.T, hs *httpStack, data string, lo *grant.Launch
 
 func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack {
 	t.Helper()
-	ctx := context.Background()
 	dir := t.TempDir()
 	hs := &httpStack{env: reftest.Start(t, reference.Config{}), stderr: &testutil.LogBuffer{}}
 	ca, err := devpki.LoadOrCreateCA(filepath.Join(dir, "ca"), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs.caFile = ca.CertPEM
-	hs.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	var lo grant.LaunchOptions
+	// dave signs in at the provider but is never mapped at the Gateway.
+	hs.st, err = stack.Start(context.Background(), stack.Options{Dir: dir, CA: ca, Version: "test",
+		Gateway: &stack.Gateway{URL: hs.env.URL, TrustFile: hs.env.CAFile, AdminUser: reftest.AdminUser,
+			AdminPasswordFile: hs.env.AdminPasswordFile},
+		ServiceName: "svc", SeedTag: "t", SeedUsers: []operator.SeedUser{
+			{Name: "alice", Documents: []string{"proposal-aurora", "proposal-borealis", "proposal-cirrus", "proposal-doldrum", "evaluation-criteria"}, Save: true},
+			{Name: "bob", Documents: []string{"proposal-aurora", "evaluation-criteria"}},
+			{Name: "carol"},
+		},
+		DevIdP: stack.DevIdP{Users: []devidp.User{{Username: "alice", Password: "pw-a"}, {Username: "bob", Password: "pw-b"},
+			{Username: "carol", Password: "pw-c"}, {Username: "dave", Password: "pw-d"}}, Handler: hs.countExchanges},
+		Identities: map[string]string{"alice": "alice", "bob": "bob", "carol": "carol"},
+		Prepare: func(_ context.Context, st *stack.Stack) error {
+			hs.svc, hs.manifst = st.Service, st.ManifestPath
+			lo = grant.LaunchOptions{ManifestPath: st.ManifestPath, AllApproved: true, CallerIdentity: true,
+				TTL: time.Hour, Out: st.GrantPath}
+			for _, o := range opts {
+				o(t, hs, st.Data, &lo)
+			}
+			return nil
+		},
+		Grant: func(l *grant.LaunchOptions) { *l = lo },
+		HTTP: func(c *auth.HTTPConfig) {
+			c.MaxCallers, c.Provider.JWKSRefreshMinSeconds = maxCallers, 1
+			if hs.httpExtra != "" {
+				if err := json.Unmarshal([]byte("{"+strings.TrimPrefix(hs.httpExtra, ",")+"}"), c); err != nil {
+					t.Fatalf("mcp-http.json members %s: %v", hs.httpExtra, err)
+				}
+			}
+		},
+		Serve: func(o *serve.Options) {
+			o.GatewayTimeout, o.Logger = hs.gatewayTimeout, slog.New(slog.NewTextHandler(hs.stderr, nil))
+			o.OpsAddr, o.OpsReady = "127.0.0.1:0", func(u string) { hs.opsURL = u }
+		},
+	})
+	if err != nil {
+		t.Fatalf("start the stack: %v", err)
+	}
+	t.Cleanup(hs.st.Close)
+	hs.idp, hs.issuer, hs.caFile, hs.hc = hs.st.IdP, hs.st.Provider.Issuer, ca.CertPEM, hs.st.HC
+	hs.url, hs.audit = hs.st.MCPURL, hs.st.AuditPath
+	return hs
+}
 
-	// The provider, on its own TLS listener with a certificate from the CA.
-	idpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs.issuer = "https://" + idpLn.Addr().String()
-	hs.idp, err = devidp.New(ctx, devidp.Config{Issuer: hs.issuer, AdapterClientSecret: "adapter-secret", Users: []devidp.User{
-		{Username: "alice", Password: "pw-a"}, {Username: "bob", Password: "pw-b"}, {Username: "carol", Password: "pw-c"},
-		{Username: "dave", Password: "pw-d"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	idpCert, idpKey, err := ca.Issue(filepath.Join(dir, "ca"), "idp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	idpSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// countExchanges counts the token exchanges the provider is asked for.
+func (hs *httpStack) countExchanges(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/token") {
 			_ = r.ParseForm()
 			if strings.HasSuffix(r.PostForm.Get("grant_type"), "token-exchange") {
 				hs.exchanges.Add(1)
 			}
 		}
-		hs.idp.ServeHTTP(w, r)
-	})}
-	go func() { _ = idpSrv.ServeTLS(idpLn, idpCert, idpKey) }()
-	t.Cleanup(func() { idpSrv.Close() })
-
-	// The service, the seed with three users, the provider binding and the
-	// identity mappings (dave is never mapped).
-	hs.svc = hs.env.Service(t, "svc", true)
-	data := filepath.Join(dir, "task-data")
-	rec, err := operator.Seed(ctx, operator.SeedOptions{Config: hs.svc, OutDir: data, Tag: "t", Users: []operator.SeedUser{
-		{Name: "alice", Documents: []string{"proposal-aurora", "proposal-borealis", "proposal-cirrus", "proposal-doldrum", "evaluation-criteria"}, Save: true},
-		{Name: "bob", Documents: []string{"proposal-aurora", "evaluation-criteria"}},
-		{Name: "carol"},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = rec
-	caPEM, _ := os.ReadFile(ca.CertPEM)
-	admin := hs.env.Client(t).Admin(reftest.AdminUser, reftest.AdminPassword)
-	if err := admin.BindProvider(ctx, api.BindProviderRequest{ServiceID: hs.svc.ServiceID, Issuer: hs.issuer,
-		Audience: devidp.DefaultGatewayAudience, AllowedClient: devidp.DefaultAdapterClientID, CAPEM: string(caPEM)}); err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range []string{"alice", "bob", "carol"} {
-		if err := admin.MapIdentity(ctx, api.MapIdentityRequest{ServiceID: hs.svc.ServiceID, Issuer: hs.issuer, Subject: u,
-			Principal: hs.svc.Prefix + "t." + u}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	hs.manifst = filepath.Join(data, "manifest.json")
-	grantPath := filepath.Join(data, "grant.json")
-	lo := grant.LaunchOptions{ManifestPath: hs.manifst, AllApproved: true, CallerIdentity: true, TTL: time.Hour, Out: grantPath}
-	for _, o := range opts {
-		o(t, hs, data, &lo)
-	}
-	if _, err := grant.Launch(lo); err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := gateway.WriteServiceConfig(cfgPath, hs.svc); err != nil {
-		t.Fatal(err)
-	}
-
-	// mcp-http.json, on a port bound now.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	mcpCert, mcpKey, err := ca.Issue(filepath.Join(dir, "ca"), "mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("adapter-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	httpCfg := fmt.Sprintf(`{"listen":{"host":"127.0.0.1","port":%d},"tls":{"certificate":%q,"key":%q},
-		"provider":{"issuer":%q,"caFile":%q,"allowedAlgs":["ES256","RS256"],"jwksRefreshMinSeconds":1},
-		"exchange":{"clientId":"mcp-adapter","clientSecretFile":"secret","gatewayAudience":"gateway-api"},
-		"requiredScopes":["openid"],"maxCallers":%d%s}`, port, mcpCert, mcpKey, hs.issuer, ca.CertPEM, maxCallers, hs.httpExtra)
-	httpCfgPath := filepath.Join(dir, "mcp-http.json")
-	if err := os.WriteFile(httpCfgPath, []byte(httpCfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hs.audit = filepath.Join(data, "audit.jsonl")
-	runCtx, cancel := context.WithCancel(ctx)
-	hs.cancel, hs.done = cancel, make(chan error, 1)
-	ready := make(chan string, 1)
-	go func() {
-		hs.done <- serve.Run(runCtx, serve.Options{ConfigPath: cfgPath, ManifestPath: hs.manifst, GrantPath: grantPath,
-			AuditPath: hs.audit, HTTPConfigPath: httpCfgPath, Version: "test", Listener: ln, GatewayTimeout: hs.gatewayTimeout,
-			OpsAddr: "127.0.0.1:0", OpsReady: func(u string) { hs.opsURL = u },
-			Logger: slog.New(slog.NewTextHandler(hs.stderr, nil)), Ready: func(u string) { ready <- u }})
-	}()
-	select {
-	case hs.url = <-ready:
-	case err := <-hs.done:
-		t.Fatalf("serve.Run: %v", err)
-	}
-	t.Cleanup(hs.stop)
-	return hs
+		h.ServeHTTP(w, r)
+	})
 }
 
-func (hs *httpStack) stop() {
-	if hs.cancel != nil {
-		hs.cancel()
-		<-hs.done
-		hs.cancel = nil
-	}
-}
+// stop stops pdmcp, which revokes every user's Gateway session.
+func (hs *httpStack) stop() { _ = hs.st.StopMCP() }
 
 // token gets a user's access token through the real code flow.
 func (hs *httpStack) token(t *testing.T, user, password string) string {
@@ -199,17 +139,6 @@ func (hs *httpStack) token(t *testing.T, user, password string) string {
 		t.Fatalf("login %s: %v", user, err)
 	}
 	return tok.AccessToken
-}
-
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
 }
 
 // connect connects the go-sdk client with a bearer token.
@@ -224,7 +153,7 @@ func (hs *httpStack) as(token string, base http.RoundTripper) *http.Client {
 	if base == nil {
 		base = hs.hc.Transport
 	}
-	return &http.Client{Transport: &bearer{token: token, base: base}}
+	return stack.BearerClient(token, base)
 }
 
 // dial connects a go-sdk client named name over hc, with the client and
