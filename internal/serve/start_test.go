@@ -7,7 +7,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/auth/devpki"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -24,6 +24,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/internal/serve"
+	"github.com/pdmcp/pdmcp/internal/stack"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
@@ -57,11 +58,12 @@ func TestHTTPStartRefusals(t *testing.T) {
 	}
 	writeHTTPConfig := func(name, host, cert, key string) string {
 		p := filepath.Join(dir, name)
-		body := fmt.Sprintf(`{"listen":{"host":%q,"port":%d},"tls":{"certificate":%q,"key":%q},
-			"provider":{"issuer":"https://127.0.0.1:1","caFile":%q,"allowedAlgs":["ES256"]},
-			"exchange":{"clientId":"mcp-adapter","clientSecretFile":"secret","gatewayAudience":"gateway-api"},
-			"requiredScopes":["openid"],"maxCallers":2}`, host, freePort(t), cert, key, ca.CertPEM)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		if err := stack.WriteHTTPConfig(p, auth.HTTPConfig{Listen: auth.ListenConfig{Host: host, Port: freePort(t)},
+			TLS:      auth.TLSConfig{Certificate: cert, Key: key},
+			Provider: auth.ProviderConfig{Issuer: "https://127.0.0.1:1", CAFile: ca.CertPEM, AllowedAlgs: []string{"ES256"}},
+			Exchange: auth.ExchangeConfig{ClientID: "mcp-adapter", ClientSecretFile: filepath.Join(dir, "secret"),
+				GatewayAudience: "gateway-api"},
+			RequiredScopes: []string{"openid"}, MaxCallers: 2}); err != nil {
 			t.Fatal(err)
 		}
 		return p
