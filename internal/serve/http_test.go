@@ -6,16 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -398,35 +395,8 @@ func TestHTTPServerNamesItsBuild(t *testing.T) {
 func TestHTTPGoSDKOAuthClient(t *testing.T) {
 	hs := newHTTPStack(t, 8)
 	connect := func(user, password string) *mcp.ClientSession {
-		const redirect = "http://127.0.0.1:18124/callback"
-		h, err := sdkauth.NewAuthorizationCodeHandler(&sdkauth.AuthorizationCodeHandlerConfig{
-			PreregisteredClient: &oauthex.ClientCredentials{ClientID: devidp.DefaultHostClientID, Issuer: hs.issuer},
-			RedirectURL:         redirect,
-			AuthorizationCodeFetcher: func(ctx context.Context, args *sdkauth.AuthorizationArgs) (*sdkauth.AuthorizationResult, error) {
-				u, err := url.Parse(args.URL)
-				if err != nil {
-					return nil, err
-				}
-				state := u.Query().Get("state")
-				res, err := devidp.AuthorizeResponse(ctx, hs.hc, args.URL, redirect, user, password, state)
-				if err != nil {
-					return nil, err
-				}
-				// The provider advertises RFC 9207 iss, so the SDK requires it.
-				return &sdkauth.AuthorizationResult{Code: res.Code, State: state, Iss: res.Iss}, nil
-			},
-			Client: hs.hc,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := mcp.NewClient(&mcp.Implementation{Name: "oauth-" + user, Version: "1"}, nil)
-		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.url, HTTPClient: hs.hc, OAuthHandler: h}, nil)
-		if err != nil {
-			t.Fatalf("connect as %s through the OAuth flow: %v", user, err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
+		return mcptest.ConnectOAuth(t, hs.url, mcptest.SignIn{Issuer: hs.issuer, ClientID: devidp.DefaultHostClientID,
+			RedirectURL: "http://127.0.0.1:18124/callback", User: user, Password: password, HC: hs.hc})
 	}
 	alice := connect("alice", "pw-a")
 	if m, isErr := mcptest.Call(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-cirrus"}); isErr {

@@ -3,7 +3,6 @@
 package keycloaktest
 
 import (
-	"context"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -11,11 +10,8 @@ import (
 	"testing"
 	"time"
 
-	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
-
-	"github.com/pdmcp/pdmcp/auth/devidp"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
 // TestGoSDKOAuthClient signs two users in at Keycloak with the go-sdk's own
@@ -29,37 +25,14 @@ func TestGoSDKOAuthClient(t *testing.T) {
 	s := newStack(t)
 	connect := func(user string) *mcp.ClientSession {
 		jar, _ := cookiejar.New(nil)
-		browser := &http.Client{Timeout: 60 * time.Second, Transport: s.hc.Transport, Jar: jar}
-		h, err := sdkauth.NewAuthorizationCodeHandler(&sdkauth.AuthorizationCodeHandlerConfig{
-			PreregisteredClient: &oauthex.ClientCredentials{ClientID: hostClient, Issuer: s.kc.Issuer},
-			RedirectURL:         redirectURL,
-			AuthorizationCodeFetcher: func(ctx context.Context, args *sdkauth.AuthorizationArgs) (*sdkauth.AuthorizationResult, error) {
-				u, err := url.Parse(args.URL)
-				if err != nil {
-					return nil, err
-				}
-				if !strings.HasPrefix(args.URL, s.kc.Issuer+"/") || u.Query().Get("redirect_uri") != redirectURL {
+		return mcptest.ConnectOAuth(t, s.mcpURL, mcptest.SignIn{Issuer: s.kc.Issuer, ClientID: hostClient,
+			RedirectURL: redirectURL, User: user, Password: password(user), HC: s.hc,
+			Browser: &http.Client{Timeout: 60 * time.Second, Transport: s.hc.Transport, Jar: jar},
+			Check: func(u *url.URL) {
+				if !strings.HasPrefix(u.String(), s.kc.Issuer+"/") || u.Query().Get("redirect_uri") != redirectURL {
 					t.Errorf("the SDK sends the browser to %s://%s%s with redirect %q", u.Scheme, u.Host, u.Path, u.Query().Get("redirect_uri"))
 				}
-				state := u.Query().Get("state")
-				res, err := devidp.AuthorizeResponse(ctx, browser, args.URL, redirectURL, user, password(user), state)
-				if err != nil {
-					return nil, err
-				}
-				return &sdkauth.AuthorizationResult{Code: res.Code, State: state, Iss: res.Iss}, nil
-			},
-			Client: s.hc,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := mcp.NewClient(&mcp.Implementation{Name: "oauth-" + user, Version: "1"}, nil)
-		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: s.mcpURL, HTTPClient: s.hc, OAuthHandler: h}, nil)
-		if err != nil {
-			t.Fatalf("connect as %s through the go-sdk's OAuth flow at Keycloak: %v", user, err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
+			}})
 	}
 	m, isErr := read(t, connect("alice"), sharedDocument)
 	if isErr || !strings.Contains(str(m["text"]), "Supplier proposal") {
