@@ -5,6 +5,8 @@ import (
 	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // Connect opens an MCP client session named client at url, over hc's
@@ -18,17 +20,5 @@ func Connect(ctx context.Context, hc *http.Client, url, token, client string, op
 // BearerClient is an HTTP client that sends token as the bearer on every
 // request, through base.
 func BearerClient(token string, base http.RoundTripper) *http.Client {
-	return &http.Client{Transport: &bearer{token: token, base: base}}
-}
-
-// bearer adds the access token to each request.
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
+	return &http.Client{Transport: &testutil.Bearer{Token: token, Base: base}}
 }
