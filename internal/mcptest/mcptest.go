@@ -1,9 +1,10 @@
 // Package mcptest holds the helpers that the MCP-level tests of server
-// (over stdio), internal/serve (over HTTP) and cmd/pdmcp (the built binary)
-// share: a tool call and its result read as a client reads it, refusals
-// included; the tools listed; the audit file's lines; the Gateway's key
-// routes an adapter refusal must not reach; and what the file and hand-off
-// tools leave for a test to check. Only tests import it.
+// (over stdio), internal/serve (over HTTP), cmd/pdmcp (the built binary)
+// and the Keycloak test share: a tool call and its result read as a client
+// reads it, refusals included; the tools listed; the audit file's lines;
+// the Gateway's key routes an adapter refusal must not reach; what the file
+// and hand-off tools leave for a test to check; and the go-sdk's own OAuth
+// sign-in through a scripted login (ConnectOAuth). Only tests import it.
 package mcptest
 
 import (
