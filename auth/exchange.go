@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -253,6 +254,7 @@ func cacheKey(callerID, subjectToken string) string {
 
 // request performs one exchange at the token endpoint.
 func (e *Exchanger) request(ctx context.Context, subjectToken string) (ExchangedToken, error) {
+	defer trace.StartRegion(ctx, TraceExchangeRegion).End()
 	meta, err := e.provider.Metadata(ctx)
 	if err != nil {
 		return ExchangedToken{}, &ExchangeError{Code: CodeTokenExchangeUnavailable, cause: err}

@@ -6,11 +6,19 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+)
+
+// The runtime/trace regions of a bearer token's check and of a token
+// exchange at the provider (pdmcp bench --trace).
+const (
+	TraceVerifyRegion   = "auth.verify"
+	TraceExchangeRegion = "auth.exchange"
 )
 
 // RefusalRecord is the audit line for a refused request. It holds nothing
@@ -138,7 +146,9 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 				refuseRequest(w, r, te)
 				return
 			}
+			region := trace.StartRegion(r.Context(), TraceVerifyRegion)
 			caller, err := verifier.Verify(r.Context(), token)
+			region.End()
 			if err != nil {
 				if !errors.As(err, &te) {
 					te = refuse(ClassInvalid, ReasonVerifierFailed)

@@ -33,6 +33,10 @@ const maxResponseBytes = 64 << 20
 // from sending it to its answer read (pdmcp bench --trace).
 const TraceRequestRegion = "gateway.request"
 
+// TraceRouteLog is the runtime/trace log category that names the route of
+// the Gateway request whose region it is logged in.
+const TraceRouteLog = "gateway.route"
+
 // maxIdleConnsPerHost is how many idle connections to the Gateway are kept
 // for reuse: several times the pool's default maxCallers, each user's call
 // making one request at a time.
@@ -391,6 +395,9 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 
 	start := time.Now()
 	region := trace.StartRegion(ctx, TraceRequestRegion)
+	if trace.IsEnabled() {
+		trace.Log(ctx, TraceRouteLog, r.route)
+	}
 	resp, err := c.http.Do(req)
 	// The request is sent: drop its body, which resp.Request would keep
 	// alive while the answer (as large, for the crypto routes) is read.

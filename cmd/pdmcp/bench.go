@@ -46,7 +46,8 @@ measures, in alternating rounds in this one process:
 
 Each figure is printed with its baselines and their ratio, and the ratio's
 least and greatest over the rounds; only ratios mean anything on a shared
-machine. --trace FILE breaks a P1 read's time down from a runtime/trace. Progress goes to stderr; --json prints the report
+machine. --trace FILE breaks a P1 read's time, and a P5 new user's first read,
+down from a runtime/trace. Progress goes to stderr; --json prints the report
 for machines.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -95,8 +96,9 @@ for machines.`,
 	f.StringVar(&dir, "dir", "", "state folder (default: a temporary one, removed afterwards)")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process)")
 	f.StringVar(&heapDir, "heapprofiles", "", "folder for P3's heap profiles after warm-up and at the end")
-	f.StringVar(&traceFile, "trace", "", "write a runtime/trace of one more paced round of P1's reads to this file, "+
-		"and break a read's time down from it (go tool trace reads the file too)")
+	f.StringVar(&traceFile, "trace", "", "write a runtime/trace of one more paced round of P1's reads to this file "+
+		"(and of one more group of P5's new users to FILE.p5, or to FILE without P1), and break a read's time down "+
+		"from it (go tool trace reads the files too)")
 	f.IntVar(&opts.Rounds, "rounds", opts.Rounds, "alternating rounds of P1, P2, P4 and P6")
 	f.IntVar(&opts.Calls, "calls", opts.Calls, "P1 calls per user per target per round")
 	f.Float64Var(&opts.Rate, "rate", opts.Rate, "P1 total calls per second")

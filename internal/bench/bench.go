@@ -110,7 +110,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		OS: runtime.GOOS + "/" + runtime.GOARCH, Options: o}
 	b := &run{o: o, r: r}
 	b.say("starting the stack (reference Gateway, provider, pdmcp, bare server) in %s", dir)
-	users := o.Users + 2*o.NewUsers + o.Churn
+	// P5's traced new users come after P3's.
+	users := o.Users + 2*o.NewUsers + o.Churn + o.p5Group()
 	st, err := StartStack(ctx, StackOptions{Dir: filepath.Join(dir, "main"), Users: users, MaxCallers: 8,
 		BigFile: false, Logger: o.Logger})
 	if err != nil {

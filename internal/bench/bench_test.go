@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
 )
 
 // TestQuickRun runs every figure with small counts, so the command cannot
@@ -54,18 +56,27 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("%s: %d figures, want %d", id, seen[id], n)
 		}
 	}
-	// The trace: every traced read of both modes broken down, its parts
-	// adding up to the server's time, a Gateway round trip in each.
-	if len(r.Trace) != 2 {
-		t.Fatalf("trace breakdowns for %d modes, want 2", len(r.Trace))
+	// The trace: every traced read of P1's two modes and P5's new users
+	// broken down, its parts adding up to the server's time, a Gateway
+	// round trip in each; a new user's read exchanges a token and mints.
+	if len(r.Trace) != 3 {
+		t.Fatalf("trace breakdowns for %d modes, want 3", len(r.Trace))
 	}
 	for _, b := range r.Trace {
-		if b.Reads != o.Users*o.Calls {
-			t.Errorf("%s: %d reads broken down, want every one of the %d traced", b.Mode, b.Reads, o.Users*o.Calls)
-		}
 		parts := map[string]Phase{}
 		for _, p := range b.Phases {
 			parts[p.Name] = p
+		}
+		if strings.HasPrefix(b.Mode, "P5 ") {
+			if b.Reads != o.p5Group() {
+				t.Errorf("%s: %d reads broken down, want every one of the %d traced", b.Mode, b.Reads, o.p5Group())
+			}
+			if !(parts[phaseExchange].Median > 0) || !(parts[phaseRoute(api.RouteScoped)].Median > 0) ||
+				!(parts[phaseVerify].Median > 0) {
+				t.Errorf("%s: no token check, exchange or mint in the breakdown: %+v", b.Mode, b)
+			}
+		} else if b.Reads != o.Users*o.Calls {
+			t.Errorf("%s: %d reads broken down, want every one of the %d traced", b.Mode, b.Reads, o.Users*o.Calls)
 		}
 		sum := parts[phaseBeforeTool].Mean + parts[phaseToolToGW].Mean + parts[phaseGateway].Mean +
 			parts[phaseAfterGW].Mean + parts[phaseEncodeWrite].Mean
@@ -76,8 +87,10 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("%s: no Gateway round trip, audit write or waits in the breakdown: %+v", b.Mode, b)
 		}
 	}
-	if fi, err := os.Stat(o.Trace); err != nil || fi.Size() == 0 {
-		t.Errorf("no trace file written: %v", err)
+	for _, file := range []string{o.Trace, o.Trace + ".p5"} {
+		if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
+			t.Errorf("no trace file written: %v", err)
+		}
 	}
 	if r.MaxLive < 1 {
 		t.Errorf("no live Gateway session was ever seen (%d): the counters are not read", r.MaxLive)

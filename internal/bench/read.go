@@ -277,35 +277,39 @@ func (b *run) firstRead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// first is a new user's first read through pdmcp, timed.
+	first := func(u int) (time.Duration, error) {
+		tok, err := st.Token(ctx, u)
+		if err != nil {
+			return 0, err
+		}
+		cs, err := st.Connect(ctx, st.MCPURL, tok, StatelessProtocol)
+		if err != nil {
+			return 0, err
+		}
+		defer cs.Close()
+		t0 := time.Now()
+		err = callOK(ctx, cs, "read_protected_document", readArgs())
+		return time.Since(t0), err
+	}
 	var pT, dT time.Duration
 	// The new users in o.Rounds groups, for the ratio's spread.
-	group := max(1, o.NewUsers/o.Rounds)
+	group := o.p5Group()
 	var gP, gD time.Duration
 	var groups []float64
 	base := o.Users
 	for i := range o.NewUsers {
 		pu, du := base+2*i, base+2*i+1
-		ptok, err := st.Token(ctx, pu)
+		pd, err := first(pu)
 		if err != nil {
 			return err
 		}
+		pT += pd
 		dtok, err := st.Token(ctx, du)
 		if err != nil {
 			return err
 		}
-		cs, err := st.Connect(ctx, st.MCPURL, ptok, StatelessProtocol)
-		if err != nil {
-			return err
-		}
 		t0 := time.Now()
-		err = callOK(ctx, cs, "read_protected_document", readArgs())
-		pd := time.Since(t0)
-		pT += pd
-		cs.Close()
-		if err != nil {
-			return err
-		}
-		t0 = time.Now()
 		x, err := exchange(ctx, st, dtok)
 		if err != nil {
 			return err
@@ -334,8 +338,39 @@ func (b *run) firstRead(ctx context.Context) error {
 		Goal: "<= 1.1 x", Met: p/d <= 1.1, Note: fmt.Sprintf("spread over groups of %d new users", group)}
 	f.spread(groups)
 	b.r.Figures = append(b.r.Figures, f)
+	if o.Trace == "" {
+		return nil
+	}
+	// One more group of new users, pdmcp's side only, traced.
+	file := o.Trace
+	if o.wants(FigureRead) {
+		file += ".p5"
+	}
+	b.say("P5: tracing %d more new users' first reads into %s", group, file)
+	bd, err := traceCalls(file, func() (map[string]Latencies, error) {
+		var l Latencies
+		for i := range group {
+			d, err := first(base + 2*o.NewUsers + o.Churn + i)
+			if err != nil {
+				return nil, err
+			}
+			l = append(l, d)
+		}
+		return map[string]Latencies{StatelessProtocol: l}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	for i := range bd {
+		bd[i].Mode = "P5 new users, " + bd[i].Mode
+	}
+	b.r.Trace = append(b.r.Trace, bd...)
 	return nil
 }
+
+// p5Group is how many new users make one group of P5's spread, and how
+// many more are traced.
+func (o Options) p5Group() int { return max(1, o.NewUsers/o.Rounds) }
 
 // exchange trades a user's access token for a Gateway token at the
 // provider, as the confidential adapter client.

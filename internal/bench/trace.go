@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	rtrace "runtime/trace"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	xtrace "golang.org/x/exp/trace"
 
+	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/server"
@@ -47,7 +49,10 @@ type Breakdown struct {
 const (
 	phaseServer      = "server, handler entry to return"
 	phaseBeforeTool  = "MCP handler before the tool (origin, token check, body check, SDK decode, hand-off to the session)"
+	phaseVerify      = "of which the bearer token's check"
 	phaseToolToGW    = "tool before the Gateway request (arguments, grant checks, pool, proof)"
+	phaseExchange    = "of which the token exchange at the provider"
+	phaseToolBlocked = "the tool blocked outside its requests (a place in the pool, a lock, a channel), within the tool's parts"
 	phaseGateway     = "Gateway round trip(s)"
 	phaseAfterGW     = "tool after the Gateway (result, audit line)"
 	phaseAudit       = "of which the audit write"
@@ -78,8 +83,12 @@ func overlap(ivs []interval, w interval) time.Duration {
 type region struct {
 	kind     string
 	task     xtrace.TaskID
-	interval // end is 0 while open
+	route    string // a Gateway request's route, when logged
+	interval        // end is 0 while open
 }
+
+// phaseRoute names the part of the Gateway round trips spent on one route.
+func phaseRoute(route string) string { return "of which " + route }
 
 type request struct {
 	id       xtrace.TaskID
@@ -103,9 +112,11 @@ type traceState struct {
 	// and who woke it.
 	runnable map[xtrace.GoID][]interval
 	sync     map[xtrace.GoID][]interval
+	blocked  map[xtrace.GoID][]interval // waiting, for any reason
 	assist   map[xtrace.GoID][]interval
 	woken    map[xtrace.GoID][]unblock
 	since    map[xtrace.GoID]xtrace.Time // start of the current runnable or sync wait
+	waitAt   map[xtrace.GoID]xtrace.Time // start of the current wait, any reason
 	inSync   map[xtrace.GoID]bool
 	assistAt map[xtrace.GoID]xtrace.Time
 	stw      []interval
@@ -136,6 +147,7 @@ func analyzeTrace(r io.Reader, client map[string]Latencies) ([]Breakdown, error)
 	st := &traceState{requests: map[xtrace.TaskID]*request{}, regions: map[xtrace.GoID][]*region{},
 		open: map[xtrace.GoID][]*region{}, runnable: map[xtrace.GoID][]interval{}, sync: map[xtrace.GoID][]interval{},
 		assist: map[xtrace.GoID][]interval{}, woken: map[xtrace.GoID][]unblock{}, since: map[xtrace.GoID]xtrace.Time{},
+		blocked: map[xtrace.GoID][]interval{}, waitAt: map[xtrace.GoID]xtrace.Time{},
 		inSync: map[xtrace.GoID]bool{}, assistAt: map[xtrace.GoID]xtrace.Time{}}
 	for {
 		ev, err := rd.ReadEvent()
@@ -162,15 +174,25 @@ func (st *traceState) event(ev xtrace.Event) {
 			q.end = t
 		}
 	case xtrace.EventLog:
-		if l := ev.Log(); l.Category == serve.TraceProtocolLog {
+		switch l := ev.Log(); l.Category {
+		case serve.TraceProtocolLog:
 			if q := st.requests[l.Task]; q != nil {
 				q.protocol = l.Message
+			}
+		case gateway.TraceRouteLog:
+			open := st.open[ev.Goroutine()]
+			for i := len(open) - 1; i >= 0; i-- {
+				if open[i].kind == gateway.TraceRequestRegion {
+					open[i].route = l.Message
+					break
+				}
 			}
 		}
 	case xtrace.EventRegionBegin:
 		rg := ev.Region()
 		switch rg.Type {
-		case server.TraceToolRegion, server.TraceAuditRegion, gateway.TraceRequestRegion:
+		case server.TraceToolRegion, server.TraceAuditRegion, gateway.TraceRequestRegion,
+			auth.TraceVerifyRegion, auth.TraceExchangeRegion:
 			g := ev.Goroutine()
 			x := &region{kind: rg.Type, task: rg.Task, interval: interval{start: t}}
 			st.open[g] = append(st.open[g], x)
@@ -231,6 +253,15 @@ func (st *traceState) event(ev xtrace.Event) {
 			st.inSync[g] = false
 		}
 		delete(st.since, g)
+		if from == xtrace.GoWaiting {
+			if s, ok := st.waitAt[g]; ok {
+				st.blocked[g] = append(st.blocked[g], interval{s, t})
+				delete(st.waitAt, g)
+			}
+		}
+		if to == xtrace.GoWaiting {
+			st.waitAt[g] = t
+		}
 		switch to {
 		case xtrace.GoRunnable:
 			st.since[g] = t
@@ -274,6 +305,7 @@ func (st *traceState) toolOf(q *request) (xtrace.GoID, *region) {
 func (st *traceState) breakdowns(client map[string]Latencies) []Breakdown {
 	type sample map[string]time.Duration
 	byMode := map[string][]sample{}
+	routes := map[string]bool{}
 	for _, q := range st.requests {
 		if q.end == 0 {
 			continue
@@ -283,7 +315,15 @@ func (st *traceState) breakdowns(client map[string]Latencies) []Breakdown {
 			continue // not a tools/call (initialize, a notification)
 		}
 		s := sample{phaseServer: q.dur(), phaseBeforeTool: tool.start.Sub(q.start), phaseEncodeWrite: q.end.Sub(tool.end)}
+		for _, rg := range st.regions[q.g] {
+			if rg.kind == auth.TraceVerifyRegion && rg.end != 0 && rg.start >= q.start && rg.end <= tool.start {
+				s[phaseVerify] += rg.dur()
+			}
+		}
 		var gw []*region
+		// The tool's waits outside its requests: a request's own wait for
+		// its answer is the request's.
+		s[phaseToolBlocked] = overlap(st.blocked[tg], tool.interval)
 		for _, rg := range st.regions[tg] {
 			if rg.end == 0 || rg.start < tool.start || rg.end > tool.end {
 				continue
@@ -292,6 +332,12 @@ func (st *traceState) breakdowns(client map[string]Latencies) []Breakdown {
 			case gateway.TraceRequestRegion:
 				gw = append(gw, rg)
 				s[phaseGateway] += rg.dur()
+				s[phaseRoute(rg.route)] += rg.dur()
+				routes[rg.route] = true
+				s[phaseToolBlocked] -= overlap(st.blocked[tg], rg.interval)
+			case auth.TraceExchangeRegion:
+				s[phaseExchange] += rg.dur()
+				s[phaseToolBlocked] -= overlap(st.blocked[tg], rg.interval)
 			case server.TraceAuditRegion:
 				s[phaseAudit] += rg.dur()
 			}
@@ -330,7 +376,11 @@ func (st *traceState) breakdowns(client map[string]Latencies) []Breakdown {
 			return Phase{Name: name, Median: l.Quantile(0.5), Mean: sum.Seconds() * 1000 / float64(len(ss))}
 		}
 		b := Breakdown{Mode: mode, Reads: len(ss), ClientMedian: client[mode].Quantile(0.5)}
-		for _, n := range []string{phaseServer, phaseBeforeTool, phaseToolToGW, phaseGateway, phaseAfterGW, phaseAudit, phaseEncodeWrite} {
+		names := []string{phaseServer, phaseBeforeTool, phaseVerify, phaseToolToGW, phaseExchange, phaseGateway}
+		for _, r := range slices.Sorted(maps.Keys(routes)) {
+			names = append(names, phaseRoute(r))
+		}
+		for _, n := range append(names, phaseAfterGW, phaseAudit, phaseEncodeWrite, phaseToolBlocked) {
 			b.Phases = append(b.Phases, stat(n))
 		}
 		for _, n := range []string{waitRunnable, waitGCAssist, waitSTW, waitGCMark, waitSync} {
@@ -346,38 +396,54 @@ func (st *traceState) breakdowns(client map[string]Latencies) []Breakdown {
 // in each mode into Options.Trace and breaks it down into the report.
 func (b *run) traceReads(ctx context.Context, sessions map[string][]*mcp.ClientSession) error {
 	o := b.o
-	f, err := os.Create(o.Trace)
+	b.say("P1: tracing one more round of reads into %s", o.Trace)
+	bd, err := traceCalls(o.Trace, func() (map[string]Latencies, error) {
+		client := map[string]Latencies{}
+		for _, mode := range []string{SessionProtocol, StatelessProtocol} {
+			cs := sessions[mode]
+			l, err := paced(ctx, o.Users, o.Calls, o.Rate, func(ctx context.Context, u int) error {
+				return callOK(ctx, cs[u], "read_protected_document", readArgs())
+			})
+			if err != nil {
+				return nil, err
+			}
+			client[mode] = l
+		}
+		return client, nil
+	})
 	if err != nil {
 		return err
 	}
+	b.r.Trace = append(b.r.Trace, bd...)
+	return nil
+}
+
+// traceCalls records a runtime/trace of what run does into the file and
+// breaks down every tools/call in it that reached a tool; run returns the
+// client's latencies per protocol revision.
+func traceCalls(file string, run func() (map[string]Latencies, error)) ([]Breakdown, error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
 	defer f.Close()
-	b.say("P1: tracing one more round of reads into %s", o.Trace)
 	if err := rtrace.Start(f); err != nil {
-		return err
+		return nil, err
 	}
-	client := map[string]Latencies{}
-	for _, mode := range []string{SessionProtocol, StatelessProtocol} {
-		cs := sessions[mode]
-		l, err := paced(ctx, o.Users, o.Calls, o.Rate, func(ctx context.Context, u int) error {
-			return callOK(ctx, cs[u], "read_protected_document", readArgs())
-		})
-		if err != nil {
-			rtrace.Stop()
-			return err
-		}
-		client[mode] = l
-	}
+	client, err := run()
 	rtrace.Stop()
+	if err != nil {
+		return nil, err
+	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
+		return nil, err
 	}
 	bd, err := analyzeTrace(bufio.NewReader(f), client)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(bd) == 0 {
-		return errors.New("the trace holds no tools/call that reached a tool")
+		return nil, errors.New("the trace holds no tools/call that reached a tool")
 	}
-	b.r.Trace = bd
-	return nil
+	return bd, nil
 }
