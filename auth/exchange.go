@@ -50,6 +50,13 @@ const noExpiryLifetime = time.Minute
 
 const maxTokenResponse = 64 << 10
 
+// At most maxAhead exchanges ahead of need (Exchanger.Ahead) are in flight
+// at once, each given up after aheadTimeout.
+const (
+	maxAhead     = 8
+	aheadTimeout = 10 * time.Second
+)
+
 // ExchangeError is a failed exchange. For TOKEN_EXCHANGE_REFUSED it carries
 // the provider's HTTP status and its own error and error_description
 // (shortened to printable text). It converts to an *api.Error of the
@@ -153,6 +160,16 @@ type Exchanger struct {
 
 	mu    sync.Mutex
 	cache map[string]ExchangedToken
+	// ahead are the exchanges started by Ahead and not yet answered, by
+	// cache key.
+	ahead map[string]*flight
+}
+
+// flight is one exchange ahead of need; done is closed once t or err is set.
+type flight struct {
+	done chan struct{}
+	t    ExchangedToken
+	err  error
 }
 
 // NewExchanger checks cfg and returns an Exchanger. It fetches nothing.
@@ -170,7 +187,7 @@ func NewExchanger(cfg ExchangerConfig) (*Exchanger, error) {
 	e := &Exchanger{
 		provider: cfg.Provider, clientID: cfg.ClientID, secret: cfg.ClientSecret,
 		audience: cfg.GatewayAudience, now: cfg.Now, max: cfg.MaxEntries,
-		cache: make(map[string]ExchangedToken),
+		cache: make(map[string]ExchangedToken), ahead: make(map[string]*flight),
 	}
 	if e.now == nil {
 		e.now = time.Now
@@ -192,11 +209,29 @@ func (e *Exchanger) Exchange(ctx context.Context, caller *Caller, subjectToken s
 	now := e.now()
 	e.mu.Lock()
 	t, ok := e.cache[key]
+	f := e.ahead[key]
 	e.mu.Unlock()
 	if ok && now.Before(t.Expiry.Add(-ExchangeReuseMargin)) {
 		return t, nil
 	}
+	if f != nil {
+		// An exchange ahead of need is on its way: its answer is as good
+		// as a new one. If it failed, this call asks itself, so that its
+		// refusal is its own.
+		select {
+		case <-f.done:
+			if f.err == nil {
+				return f.t, nil
+			}
+		case <-ctx.Done():
+			return ExchangedToken{}, &ExchangeError{Code: CodeTokenExchangeUnavailable, cause: ctx.Err()}
+		}
+	}
+	return e.exchange(ctx, caller, key, subjectToken)
+}
 
+// exchange asks the provider and caches the answer under key.
+func (e *Exchanger) exchange(ctx context.Context, caller *Caller, key, subjectToken string) (ExchangedToken, error) {
 	t, err := e.request(ctx, subjectToken)
 	if err != nil {
 		return ExchangedToken{}, err
@@ -210,6 +245,40 @@ func (e *Exchanger) Exchange(ctx context.Context, caller *Caller, subjectToken s
 	return t, nil
 }
 
+// Ahead starts, in the background, the exchange a first tool call of
+// caller would make, unless a fresh exchanged token is cached or on its way
+// already (or maxAhead are), so that the call finds it ready instead of
+// waiting for the provider. A failure is dropped: the call then asks
+// itself and reports its own.
+func (e *Exchanger) Ahead(caller *Caller, subjectToken string) {
+	if caller == nil || subjectToken == "" {
+		return
+	}
+	key := cacheKey(caller.ID(), subjectToken)
+	now := e.now()
+	e.mu.Lock()
+	if t, ok := e.cache[key]; (ok && now.Before(t.Expiry.Add(-ExchangeReuseMargin))) || e.ahead[key] != nil ||
+		len(e.ahead) >= maxAhead {
+		e.mu.Unlock()
+		return
+	}
+	f := &flight{done: make(chan struct{})}
+	e.ahead[key] = f
+	e.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), aheadTimeout)
+		defer cancel()
+		t, err := e.exchange(ctx, caller, key, subjectToken)
+		e.mu.Lock()
+		if e.ahead[key] == f {
+			delete(e.ahead, key)
+		}
+		e.mu.Unlock()
+		f.t, f.err = t, err
+		close(f.done)
+	}()
+}
+
 // Forget drops every cached token of the caller with this ID, for example
 // when the Gateway refused one or the caller's session ended.
 func (e *Exchanger) Forget(callerID string) {
@@ -219,6 +288,14 @@ func (e *Exchanger) Forget(callerID string) {
 	for k := range e.cache {
 		if strings.HasPrefix(k, prefix) {
 			delete(e.cache, k)
+		}
+	}
+	// An exchange ahead of need still in flight is not joined any more
+	// (it may still land in the cache: a token the provider issued after
+	// this call, not the one the Gateway refused).
+	for k := range e.ahead {
+		if strings.HasPrefix(k, prefix) {
+			delete(e.ahead, k)
 		}
 	}
 }

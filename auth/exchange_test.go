@@ -320,3 +320,58 @@ func TestExchangedTokenDoesNotPrint(t *testing.T) {
 		}
 	}
 }
+
+// TestExchangeAhead: an exchange started ahead of need is joined by the
+// call that needs it (one request to the provider), none is started while
+// a fresh token is cached, and a call whose exchange ahead failed asks
+// itself.
+func TestExchangeAhead(t *testing.T) {
+	for _, fails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ahead fails %v", fails), func(t *testing.T) {
+			f := newExchangeFixture(t, nil)
+			ctx := context.Background()
+			alice := caller("alice", f.clock.Now().Add(time.Hour))
+			ok := f.answer
+			arrived, release := make(chan struct{}), make(chan struct{})
+			f.answer = func(n int) (int, any) {
+				if n == 1 {
+					close(arrived)
+					<-release
+					if fails {
+						return http.StatusBadGateway, "upstream down"
+					}
+				}
+				return ok(n)
+			}
+			f.x.Ahead(alice, "alice-token")
+			<-arrived
+			// A second one while the first is in flight starts nothing.
+			f.x.Ahead(alice, "alice-token")
+			got := make(chan ExchangedToken)
+			go func() {
+				tok, err := f.x.Exchange(ctx, alice, "alice-token")
+				if err != nil {
+					t.Errorf("exchange: %v", err)
+				}
+				got <- tok
+			}()
+			close(release)
+			tok := <-got
+			want, requests := "gw-token-1", 1
+			if fails {
+				want, requests = "gw-token-2", 2
+			}
+			if tok.AccessToken != want {
+				t.Errorf("the call got %q, want %q", tok.AccessToken, want)
+			}
+			// Cached now: no exchange ahead, none for the call.
+			f.x.Ahead(alice, "alice-token")
+			if again, err := f.x.Exchange(ctx, alice, "alice-token"); err != nil || again.AccessToken != want {
+				t.Errorf("cached exchange: %q %v", again.AccessToken, err)
+			}
+			if n := f.count(t); n != requests {
+				t.Errorf("%d requests to the provider, want %d", n, requests)
+			}
+		})
+	}
+}

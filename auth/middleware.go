@@ -46,6 +46,10 @@ type MiddlewareOptions struct {
 	Logger *slog.Logger
 	// Now stamps the records; time.Now when nil.
 	Now func() time.Time
+	// Accepted, when set, is told of every accepted request's caller and
+	// token before the request goes on (for work ahead of need, such as
+	// the token exchange); it must not block.
+	Accepted func(c *Caller, accessToken string)
 }
 
 // TokenVerifier is what Middleware needs of a Verifier.
@@ -161,6 +165,9 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 					refuseRequest(w, r, refuse(ClassInsufficientScope, ReasonScopeMissing))
 					return
 				}
+			}
+			if opts.Accepted != nil {
+				opts.Accepted(caller, token)
 			}
 			inner.ServeHTTP(w, r.WithContext(ContextWithCaller(r.Context(), caller, token)))
 		})

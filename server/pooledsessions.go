@@ -82,6 +82,26 @@ func (p *PooledSessions) subject(c Caller) gateway.SubjectSource {
 	}
 }
 
+// ExchangeAhead starts exchanging the token of a caller who holds no
+// pooled session, in the background (auth.Exchanger.Ahead): a host
+// connects and lists the tools before its first call, which then finds the
+// Gateway token ready.
+func (p *PooledSessions) ExchangeAhead(c *auth.Caller, accessToken string) {
+	if p.pool.Current(c.ID()) == nil {
+		p.ex.Ahead(c, accessToken)
+	}
+}
+
+// ExchangeAhead passes an accepted HTTP request's caller to the session
+// source, when it exchanges tokens (PooledSessions.ExchangeAhead).
+func (s *Server) ExchangeAhead(c *auth.Caller, accessToken string) {
+	if a, ok := s.cfg.Sessions.(interface {
+		ExchangeAhead(*auth.Caller, string)
+	}); ok {
+		a.ExchangeAhead(c, accessToken)
+	}
+}
+
 // Current is the caller's pooled session, or nil when they hold none.
 func (p *PooledSessions) Current(c Caller) GatewaySession {
 	if sess := p.pool.Current(c.ID); sess != nil {

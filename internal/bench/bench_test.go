@@ -58,7 +58,9 @@ func TestQuickRun(t *testing.T) {
 	}
 	// The trace: every traced read of P1's two modes and P5's new users
 	// broken down, its parts adding up to the server's time, a Gateway
-	// round trip in each; a new user's read exchanges a token and mints.
+	// round trip in each; a new user's read checks a token and mints (its
+	// exchange is made ahead, when the client connects, and may be over
+	// before the call).
 	if len(r.Trace) != 3 {
 		t.Fatalf("trace breakdowns for %d modes, want 3", len(r.Trace))
 	}
@@ -71,9 +73,8 @@ func TestQuickRun(t *testing.T) {
 			if b.Reads != o.p5Group() {
 				t.Errorf("%s: %d reads broken down, want every one of the %d traced", b.Mode, b.Reads, o.p5Group())
 			}
-			if !(parts[phaseExchange].Median > 0) || !(parts[phaseRoute(api.RouteScoped)].Median > 0) ||
-				!(parts[phaseVerify].Median > 0) {
-				t.Errorf("%s: no token check, exchange or mint in the breakdown: %+v", b.Mode, b)
+			if !(parts[phaseRoute(api.RouteScoped)].Median > 0) || !(parts[phaseVerify].Median > 0) {
+				t.Errorf("%s: no token check or mint in the breakdown: %+v", b.Mode, b)
 			}
 		} else if b.Reads != o.Users*o.Calls {
 			t.Errorf("%s: %d reads broken down, want every one of the %d traced", b.Mode, b.Reads, o.Users*o.Calls)

@@ -72,6 +72,7 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 		ResourceMetadataURL: cfg.ResourceMetadataURL(),
 		Scopes:              cfg.RequiredScopes,
 		Logger:              log,
+		Accepted:            srv.ExchangeAhead,
 		Audit: func(r auth.RefusalRecord) {
 			m.AuthRefused(string(r.Class), r.Status)
 			if err := a.Write(audit.AuthRefused{Class: string(r.Class), Reason: r.Reason, Status: r.Status,
