@@ -217,13 +217,16 @@ func (e *Exchanger) Exchange(ctx context.Context, caller *Caller, subjectToken s
 	if f != nil {
 		// An exchange ahead of need is on its way: its answer is as good
 		// as a new one. If it failed, this call asks itself, so that its
-		// refusal is its own.
+		// refusal is its own. The wait shows in a trace as exchange time.
+		region := trace.StartRegion(ctx, TraceExchangeRegion)
 		select {
 		case <-f.done:
+			region.End()
 			if f.err == nil {
 				return f.t, nil
 			}
 		case <-ctx.Done():
+			region.End()
 			return ExchangedToken{}, &ExchangeError{Code: CodeTokenExchangeUnavailable, cause: ctx.Err()}
 		}
 	}

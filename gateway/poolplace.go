@@ -146,6 +146,19 @@ func (p *Pool) idlestLocked(keep *poolEntry, calledBefore time.Time) *poolEntry 
 	return nil
 }
 
+// Expect says callerID is about to call (a request of theirs was
+// accepted): when they have no entry and every place is taken, the least
+// recent idle user is ended in the background now, as the newcomer's
+// arrival would, so that their first call finds a place free or being
+// freed. Nothing is minted; at most one place is freed this way at a time.
+func (p *Pool) Expect(callerID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.callers[callerID] == nil {
+		p.evictAheadLocked(0)
+	}
+}
+
 // evictAheadLocked frees a place in the background when every place is
 // taken and none is being freed: the least recent idle user who has not
 // called for minIdle (any, when zero) is taken out of the pool, and their

@@ -124,3 +124,31 @@ func TestPoolNewcomerArrivalFreesAPlace(t *testing.T) {
 		t.Fatalf("peak %d live; maxCallers is %d", peak, sparePlaces)
 	}
 }
+
+// TestPoolExpectFreesAPlace: a caller expected before their first call
+// (Expect) has the least recent idle user ended in the background at once;
+// a caller with an entry, or one expected while a place is free, ends
+// nobody; the newcomer then mints without another revoke.
+func TestPoolExpectFreesAPlace(t *testing.T) {
+	w, p, alice, bob, carol := newSparePool(t, time.Hour)
+	aliceSess := w.session(t, p, alice)
+	bobSess := w.session(t, p, bob)
+	p.Expect(bob.caller.ID())
+	if n := w.count(api.RouteRevoke); n != 0 || p.Places() != sparePlaces {
+		t.Fatalf("%d revokes, %d places after expecting bob, who holds a session", n, p.Places())
+	}
+	p.Expect(carol.caller.ID())
+	testutil.WaitFor(t, "a place freed for carol", func() bool { return p.Places() == sparePlaces-1 })
+	w.wantEnded(t, aliceSess)
+	p.Expect("dave") // a place is free: nobody else is ended
+	w.session(t, p, carol)
+	if s := w.session(t, p, bob); s != bobSess {
+		t.Fatal("bob lost his session")
+	}
+	if n := w.count(api.RouteRevoke); n != 1 {
+		t.Fatalf("%d revokes, want alice's only", n)
+	}
+	if _, peak := w.env.Gateway.LiveScopedSessions(); peak > sparePlaces {
+		t.Fatalf("peak %d live; maxCallers is %d", peak, sparePlaces)
+	}
+}

@@ -82,12 +82,15 @@ func (p *PooledSessions) subject(c Caller) gateway.SubjectSource {
 	}
 }
 
-// ExchangeAhead starts exchanging the token of a caller who holds no
-// pooled session, in the background (auth.Exchanger.Ahead): a host
-// connects and lists the tools before its first call, which then finds the
-// Gateway token ready.
+// ExchangeAhead prepares the first call of a caller who holds no pooled
+// session, in the background: their token's exchange (auth.Exchanger.Ahead)
+// and, when the pool is full, a place (gateway.Pool.Expect). A host
+// connects and lists the tools before its first call, which then finds
+// both ready or on their way.
 func (p *PooledSessions) ExchangeAhead(c *auth.Caller, accessToken string) {
-	if p.pool.Current(c.ID()) == nil {
+	id := c.ID()
+	if p.pool.Current(id) == nil {
+		p.pool.Expect(id)
 		p.ex.Ahead(c, accessToken)
 	}
 }
