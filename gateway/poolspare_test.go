@@ -114,15 +114,7 @@ func TestPoolNewcomerArrivalFreesAPlace(t *testing.T) {
 		t.Fatal("no revoke reached the Gateway while carol's token was fetched: the place was freed only after")
 	}
 	w.wantEnded(t, aliceSess)
-	if s := w.session(t, p, bob); s != bobSess {
-		t.Fatal("bob lost his session")
-	}
-	if n := w.count(api.RouteRevoke); n != 1 {
-		t.Fatalf("%d revokes, want alice's only", n)
-	}
-	if _, peak := w.env.Gateway.LiveScopedSessions(); peak > sparePlaces {
-		t.Fatalf("peak %d live; maxCallers is %d", peak, sparePlaces)
-	}
+	wantOnlyAliceEnded(t, w, p, bob, bobSess)
 }
 
 // TestPoolExpectFreesAPlace: a caller expected before their first call
@@ -142,6 +134,14 @@ func TestPoolExpectFreesAPlace(t *testing.T) {
 	w.wantEnded(t, aliceSess)
 	p.Expect("dave") // a place is free: nobody else is ended
 	w.session(t, p, carol)
+	wantOnlyAliceEnded(t, w, p, bob, bobSess)
+}
+
+// wantOnlyAliceEnded is how a newcomer test of newSparePool ends: bob keeps
+// his session, alice's was the only revoke, and the Gateway never saw more
+// than sparePlaces live.
+func wantOnlyAliceEnded(t *testing.T, w *poolWorld, p *gateway.Pool, bob *poolUser, bobSess *gateway.Session) {
+	t.Helper()
 	if s := w.session(t, p, bob); s != bobSess {
 		t.Fatal("bob lost his session")
 	}
