@@ -3,6 +3,8 @@ package audit
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pdmcp/pdmcp/internal/lowerhex"
 )
 
 // maxClientField bounds strings that come from the other end of a
@@ -67,20 +69,8 @@ func isB64URL(c byte) bool {
 	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
-func isLowerHex(v string, n int) bool {
-	if len(v) != n {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-func isDigest12(v string) bool { return isLowerHex(v, 12) }
-func isSHA256(v string) bool   { return isLowerHex(v, 64) }
+func isDigest12(v string) bool { return lowerhex.Valid(v, 12) }
+func isSHA256(v string) bool   { return lowerhex.Valid(v, 64) }
 
 // isThumbprint: an RFC 7638 SHA-256 thumbprint is 43 base64url characters.
 func isThumbprint(v string) bool {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/jsonb64"
+	"github.com/pdmcp/pdmcp/internal/lowerhex"
 )
 
 // The envelope encrypt_file writes beside a file: JSON, format
@@ -146,25 +147,12 @@ func ReadEnvelope(r io.Reader, size int64, p string) (Envelope, error) {
 		return not("its createdAt is not a time")
 	}
 	pt := doc.Plaintext
-	if pt.Bytes <= 0 || pt.Bytes > api.MaxDataBytes || !isLowerHex(pt.SHA256, 64) || pt.Name == "" ||
+	if pt.Bytes <= 0 || pt.Bytes > api.MaxDataBytes || !lowerhex.Valid(pt.SHA256, 64) || pt.Name == "" ||
 		strings.ContainsAny(pt.Name, `/\`) {
 		return not("its plaintext record is not valid")
 	}
 	return Envelope{CreatedAt: created, TTag: *doc.TTag, IV: doc.IV, Ciphertext: doc.Ciphertext,
 		Name: pt.Name, Bytes: pt.Bytes, SHA256: pt.SHA256}, nil
-}
-
-func isLowerHex(s string, n int) bool {
-	if len(s) != n {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // IsEnvelopeName reports a name ending in .pisoft, in any case.

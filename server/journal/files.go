@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/lowerhex"
 )
 
 // An encrypt_file goes through these steps:
@@ -187,7 +189,7 @@ func (j *Journal) RecordMinted(ctx context.Context, key FileKey, m MintedKey) (F
 	if m.TTag == "" || len(m.IV) == 0 || (len(m.Ciphertext) == 0 && m.CiphertextSHA256 == "") {
 		return FileRecord{}, fmt.Errorf("journal: %w: a minted key needs a t-Tag, an IV and a ciphertext", ErrInvalid)
 	}
-	if !isHex(m.LinkDigest, 12) {
+	if !lowerhex.Valid(m.LinkDigest, 12) {
 		return FileRecord{}, fmt.Errorf("journal: %w: link digest must be 12 lowercase hex digits", ErrInvalid)
 	}
 	ctSHA := m.CiphertextSHA256

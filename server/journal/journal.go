@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pdmcp/pdmcp/internal/lowerhex"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -389,22 +390,8 @@ func parseNullTime(s sql.NullString) (time.Time, error) {
 
 func nowText() string { return formatTime(time.Now()) }
 
-// isHex reports whether s is n lowercase hex digits.
-func isHex(s string, n int) bool {
-	if len(s) != n {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 func checkSHA256(field, v string) error {
-	if !isHex(v, 64) {
+	if !lowerhex.Valid(v, 64) {
 		return fmt.Errorf("journal: %w: %s must be 64 lowercase hex digits", ErrInvalid, field)
 	}
 	return nil
