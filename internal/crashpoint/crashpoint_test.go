@@ -1,46 +1,23 @@
 package crashpoint
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"regexp"
-	"strconv"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // TestAllListsEveryConstant parses this package's source: every Point
 // constant is in All once, and has the "<operation>:<step>" form, so a
 // point added here cannot escape the crash suite, which iterates All.
 func TestAllListsEveryConstant(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "crashpoint.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	form := regexp.MustCompile(`^[a-z_]+:[a-z-]+$`)
 	var declared []Point
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok || g.Tok != token.CONST {
-			continue
+	for _, s := range testutil.StringConsts(t, "crashpoint.go", "Point") {
+		if !form.MatchString(s) {
+			t.Errorf("%q: want <operation>:<step>", s)
 		}
-		for _, spec := range g.Specs {
-			v := spec.(*ast.ValueSpec)
-			for _, val := range v.Values {
-				lit, ok := val.(*ast.BasicLit)
-				if !ok {
-					t.Fatalf("constant %s is not a string literal", v.Names[0])
-				}
-				s, err := strconv.Unquote(lit.Value)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !form.MatchString(s) {
-					t.Errorf("%s = %q: want <operation>:<step>", v.Names[0], s)
-				}
-				declared = append(declared, Point(s))
-			}
-		}
+		declared = append(declared, Point(s))
 	}
 	all := All()
 	if len(declared) < 16 || len(all) != len(declared) {

@@ -1,9 +1,6 @@
 package refusal
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // TestCatalogueHasEveryCode parses this package's source: every Code
@@ -18,27 +17,9 @@ import (
 // hint and a page under docs/, so no code decided anywhere falls back to
 // Status's 500.
 func TestCatalogueHasEveryCode(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "refusal.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var declared []Code
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok || g.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range g.Specs {
-			v := spec.(*ast.ValueSpec)
-			if id, ok := v.Type.(*ast.Ident); !ok || id.Name != "Code" {
-				continue
-			}
-			s, err := strconv.Unquote(v.Values[0].(*ast.BasicLit).Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			declared = append(declared, Code(s))
-		}
+	for _, s := range testutil.StringConsts(t, "refusal.go", "Code") {
+		declared = append(declared, Code(s))
 	}
 	cat := Catalogue()
 	if len(declared) < 50 || len(cat) != len(declared) {
