@@ -100,6 +100,17 @@ func TestDeployCheckersRefuseBrokenFiles(t *testing.T) {
 	httpCfg := string(readDeploy(t, "examples/mcp-http.json"))
 	svcCfg := string(readDeploy(t, "examples/config.json"))
 
+	// The adapter client's settings after serviceAccountsEnabled: what
+	// tells its entry from the other clients'.
+	adapterTail := `
+      "consentRequired": false,
+      "frontchannelLogout": false,
+      "fullScopeAllowed": false,
+      "redirectUris": [],
+      "webOrigins": [],
+      "attributes": {
+        "standard.token.exchange.enabled": "true"`
+
 	tests := []struct {
 		name     string
 		file     string
@@ -126,21 +137,7 @@ func TestDeployCheckersRefuseBrokenFiles(t *testing.T) {
 		{"realm: host tokens within Gemini's margin", realm, `"access.token.lifespan": "600"`, `"access.token.lifespan": "300"`, realmCheck},
 		{"realm: a description Keycloak cannot store", realm, `"description": "Public client of MCP hosts: `, `"description": "` + strings.Repeat("x", 250) + ` `, realmCheck},
 		{"realm: opencode's redirect missing", realm, `"http://127.0.0.1:18124/mcp/oauth/callback"`, `"http://127.0.0.1:18124/mcp/callback"`, realmCheck},
-		{"realm: service account on", realm, `"serviceAccountsEnabled": false,
-      "consentRequired": false,
-      "frontchannelLogout": false,
-      "fullScopeAllowed": false,
-      "redirectUris": [],
-      "webOrigins": [],
-      "attributes": {
-        "standard.token.exchange.enabled": "true"`, `"serviceAccountsEnabled": true,
-      "consentRequired": false,
-      "frontchannelLogout": false,
-      "fullScopeAllowed": false,
-      "redirectUris": [],
-      "webOrigins": [],
-      "attributes": {
-        "standard.token.exchange.enabled": "true"`, realmCheck},
+		{"realm: service account on", realm, `"serviceAccountsEnabled": false,` + adapterTail, `"serviceAccountsEnabled": true,` + adapterTail, realmCheck},
 		{"unit: no ProtectHome", unit, "ProtectHome=read-only\n", "", unitCheck},
 		{"unit: stdio transport", unit, "serve --transport http", "serve --transport stdio", unitCheck},
 		{"unit: a flag serve does not know", unit, "--audit %h", "--audit-file %h", unitCheck},
