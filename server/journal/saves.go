@@ -68,6 +68,15 @@ type saveIdent struct {
 	kind, caller, target, fragment, idem string
 }
 
+// update sets columns of the save's row, and its updated_at, in tx.
+func (id saveIdent) update(ctx context.Context, tx *sql.Tx, set string, args ...any) error {
+	args = append(args, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
+	_, err := tx.ExecContext(ctx, `
+UPDATE saves SET `+set+`, updated_at = ?
+WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`, args...)
+	return err
+}
+
 func (k SaveKey) ident() (saveIdent, error) {
 	if k.Destination == "" || k.IdempotencyKey == "" {
 		return saveIdent{}, fmt.Errorf("journal: %w: a save key needs a destination and an idempotency key", ErrInvalid)
@@ -183,11 +192,8 @@ func (j *Journal) RecordEncrypted(ctx context.Context, key SaveID, p EncryptedPa
 		if r.State != SaveReserved {
 			return nil
 		}
-		_, err := tx.ExecContext(ctx, `
-UPDATE saves SET state = 'encrypted', ttag = ?, iv = ?, ciphertext = ?, acting_as = ?, updated_at = ?
-WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
-			p.TTag, p.IV, p.Ciphertext, p.ActingAs, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
-		return err
+		return id.update(ctx, tx, "state = 'encrypted', ttag = ?, iv = ?, ciphertext = ?, acting_as = ?",
+			p.TTag, p.IV, p.Ciphertext, p.ActingAs)
 	})
 }
 
@@ -204,11 +210,7 @@ func (j *Journal) RecordPlacement(ctx context.Context, key SaveID, p Placement) 
 		case SaveCommitted:
 			return fmt.Errorf("journal: save %s: %w: already committed", id, ErrOutOfOrder)
 		}
-		_, err := tx.ExecContext(ctx, `
-UPDATE saves SET state = 'placed', placed_version = ?, placed_path = ?, updated_at = ?
-WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
-			p.Version, p.Path, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
-		return err
+		return id.update(ctx, tx, "state = 'placed', placed_version = ?, placed_path = ?", p.Version, p.Path)
 	})
 }
 
@@ -231,11 +233,7 @@ func (j *Journal) Commit(ctx context.Context, key SaveID, rc Receipt) (Reservati
 					id, ErrOutOfOrder, rc.Version, rc.Path, r.Placement.Version, r.Placement.Path)
 			}
 		}
-		_, err := tx.ExecContext(ctx, `
-UPDATE saves SET state = 'committed', receipt = ?, updated_at = ?
-WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
-			string(b), nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
-		return err
+		return id.update(ctx, tx, "state = 'committed', receipt = ?", string(b))
 	})
 }
 

@@ -133,17 +133,10 @@ WHERE kind = ? AND target = ? AND fragment = ? AND placed_version IS NOT NULL`,
 			return fmt.Errorf("journal: %w: no path for version %d", ErrInvalid, n)
 		}
 		if r.State == SaveReserved {
-			_, err := tx.ExecContext(ctx, `
-UPDATE saves SET state = 'placed', ttag = ?, iv = ?, ciphertext = ?, acting_as = ?, placed_version = ?, placed_path = ?, updated_at = ?
-WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
-				enc.TTag, enc.IV, enc.Ciphertext, enc.ActingAs, n, p, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
-			return err
+			return id.update(ctx, tx, "state = 'placed', ttag = ?, iv = ?, ciphertext = ?, acting_as = ?, placed_version = ?, placed_path = ?",
+				enc.TTag, enc.IV, enc.Ciphertext, enc.ActingAs, n, p)
 		}
-		_, err := tx.ExecContext(ctx, `
-UPDATE saves SET state = 'placed', placed_version = ?, placed_path = ?, updated_at = ?
-WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
-			n, p, nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
-		return err
+		return id.update(ctx, tx, "state = 'placed', placed_version = ?, placed_path = ?", n, p)
 	})
 }
 
@@ -208,11 +201,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		if err != nil {
 			return fmt.Errorf("encode receipt: %w", err)
 		}
-		_, err = tx.ExecContext(ctx, `
-UPDATE saves SET state = 'committed', receipt = ?, updated_at = ?
-WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?`,
-			string(b), nowText(), id.kind, id.caller, id.target, id.fragment, id.idem)
-		return err
+		return id.update(ctx, tx, "state = 'committed', receipt = ?", string(b))
 	})
 }
 
