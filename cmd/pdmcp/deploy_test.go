@@ -725,10 +725,7 @@ func checkCodexTOML(data, realmJSON []byte) error {
 	// writes for these paths.
 	const stdioName = "protected-documents-stdio"
 	stdio, _ := servers[stdioName].(map[string]any)
-	want, err := operator.HostConfig{ServerName: stdioName, Binary: exampleBinary,
-		Config: exampleSrv + "/config.json", Manifest: exampleSrv + "/task-data/manifest.json",
-		Grant: exampleSrv + "/task-data/grant.json", Audit: exampleSrv + "/task-data/audit.jsonl",
-		AllowedTools: grant.DocumentTools()}.CodexTOML()
+	want, err := exampleHost(stdioName).CodexTOML()
 	if err != nil {
 		return err
 	}
@@ -811,13 +808,19 @@ func checkClaudeScript(data []byte) error {
 	return p.err()
 }
 
+// exampleHost is the host configuration pdmcp host-config writes for the
+// examples' paths, under the given server name.
+func exampleHost(name string) operator.HostConfig {
+	return operator.HostConfig{ServerName: name, Binary: exampleBinary,
+		Config: exampleSrv + "/config.json", Manifest: exampleSrv + "/task-data/manifest.json",
+		Grant: exampleSrv + "/task-data/grant.json", Audit: exampleSrv + "/task-data/audit.jsonl",
+		AllowedTools: grant.DocumentTools()}
+}
+
 // checkMCPServersJSON holds the stdio example to what `pdmcp host-config`
 // writes for the same paths.
 func checkMCPServersJSON(data []byte) error {
-	want, err := operator.HostConfig{ServerName: serverName, Binary: exampleBinary,
-		Config: exampleSrv + "/config.json", Manifest: exampleSrv + "/task-data/manifest.json",
-		Grant: exampleSrv + "/task-data/grant.json", Audit: exampleSrv + "/task-data/audit.jsonl",
-		AllowedTools: grant.DocumentTools()}.MCPServersJSON()
+	want, err := exampleHost(serverName).MCPServersJSON()
 	if err != nil {
 		return err
 	}
