@@ -52,6 +52,18 @@ type ccdaSection struct {
 	template   string
 }
 
+// newXMLDecoder reads a C-CDA as both splitting it and checking a saved
+// section in its skeleton must: strictly, after any byte-order mark, whose
+// length base is to be added to the decoder's offsets.
+func newXMLDecoder(src []byte) (d *xml.Decoder, base int) {
+	if bytes.HasPrefix(src, bom) {
+		base = len(bom)
+	}
+	d = xml.NewDecoder(bytes.NewReader(src[base:]))
+	d.Strict = true
+	return d, base
+}
+
 // splitCCDA walks the document's XML tokens with their byte offsets and
 // protects recordTarget and every section.
 //
@@ -80,12 +92,7 @@ func splitCCDA(src []byte, t *Table) ([]Section, error) {
 			return nil, refuse(FormCCDA, i, ErrDeclaration, "declarations are never processed")
 		}
 	}
-	base := 0
-	if bytes.HasPrefix(src, bom) {
-		base = len(bom)
-	}
-	d := xml.NewDecoder(bytes.NewReader(src[base:]))
-	d.Strict = true
+	d, base := newXMLDecoder(src)
 	var (
 		stack    []element
 		secs     []ccdaSection

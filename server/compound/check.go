@@ -95,12 +95,7 @@ func checkElement(skeleton []byte, id string, text []byte, bad func(string, ...a
 	doc = append(doc, skeleton[at+len(marker):]...)
 	start, end := at, at+len(text)
 
-	base := 0
-	if bytes.HasPrefix(doc, bom) {
-		base = len(bom)
-	}
-	d := xml.NewDecoder(bytes.NewReader(doc[base:]))
-	d.Strict = true
+	d, base := newXMLDecoder(doc)
 	depth := 0
 	// spanDepth is the depth the span's element opens at, known once
 	// the walk reaches start; spanEl counts elements opened at start.
