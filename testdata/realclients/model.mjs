@@ -141,15 +141,10 @@ export async function startModel() {
   // OpenAI Chat Completions.
   function openaiChat(body, entry, res) {
     const messages = body.messages ?? [];
-    const text = (c) => (typeof c === 'string' ? c : (c ?? []).map((p) => p.text ?? '').join('\n'));
-    const users = messages.filter((m) => m.role === 'user').map((m) => text(m.content));
+    const users = messages.filter((m) => m.role === 'user').map((m) => openaiText(m.content));
     // The results after the last assistant message.
-    let i = messages.length - 1;
-    const results = [];
-    while (i >= 0 && messages[i].role === 'tool') {
-      results.unshift({ id: messages[i].tool_call_id, content: messages[i].content });
-      i -= 1;
-    }
+    const results = trailing(messages, (m) => m.role === 'tool')
+      .map((m) => ({ id: m.tool_call_id, content: m.content }));
     const offered = (body.tools ?? []).map((t) => t.function?.name ?? t.name).filter(Boolean);
     const p = plan(entry, users, offered, results);
     const id = `chatcmpl_${requests.length}`;
@@ -178,14 +173,9 @@ export async function startModel() {
   // OpenAI Responses API.
   function openaiResponses(body, entry, res) {
     const input = typeof body.input === 'string' ? [{ role: 'user', content: body.input }] : (body.input ?? []);
-    const text = (c) => (typeof c === 'string' ? c : (c ?? []).map((p) => p.text ?? '').join('\n'));
-    const users = input.filter((m) => m.role === 'user').map((m) => text(m.content));
-    let i = input.length - 1;
-    const results = [];
-    while (i >= 0 && input[i].type === 'function_call_output') {
-      results.unshift({ id: input[i].call_id, content: input[i].output });
-      i -= 1;
-    }
+    const users = input.filter((m) => m.role === 'user').map((m) => openaiText(m.content));
+    const results = trailing(input, (m) => m.type === 'function_call_output')
+      .map((m) => ({ id: m.call_id, content: m.output }));
     // Codex offers each MCP server's tools as one namespace tool
     // ({type: "namespace", name: "mcp__<server>", tools: [...]}); a call of
     // one of them names the tool and its namespace. Offered here as
@@ -253,6 +243,20 @@ export async function startModel() {
       server.close(resolve);
     }),
   };
+}
+
+// openaiText is the text of an OpenAI message's content: a string or a
+// list of parts.
+function openaiText(c) {
+  return typeof c === 'string' ? c : (c ?? []).map((p) => p.text ?? '').join('\n');
+}
+
+// trailing is the run of items at the end of list that isResult accepts,
+// in order: the tool results sent since the model's last turn.
+function trailing(list, isResult) {
+  let i = list.length;
+  while (i > 0 && isResult(list[i - 1])) i -= 1;
+  return list.slice(i);
 }
 
 function json(res, status, body) {
