@@ -339,11 +339,11 @@ func (g *fakeGateway) serve(w http.ResponseWriter, r *http.Request) {
 		if !decode(w, r, &req) {
 			return
 		}
-		pt, ok := decodeBase64(w, req.Plaintext)
+		ct, ok := toyCipherBase64(w, req.Plaintext)
 		if !ok {
 			return
 		}
-		resp := api.EncryptResponse{TTag: req.TTag, IV: req.IV, Link: "link-1"}
+		resp := api.EncryptResponse{TTag: req.TTag, IV: req.IV, Ciphertext: ct, Link: "link-1"}
 		if resp.IV == "" {
 			resp.IV = base64.StdEncoding.EncodeToString(make([]byte, api.IVBytes))
 		}
@@ -351,27 +351,33 @@ func (g *fakeGateway) serve(w http.ResponseWriter, r *http.Request) {
 			resp.TTag, resp.Minted = "ttag-minted", true
 			sc.objects = append(sc.objects, resp.TTag)
 		}
-		resp.Ciphertext = base64.StdEncoding.EncodeToString(toyCipher(pt))
 		writeJSON(w, http.StatusOK, resp)
 	case api.RouteDecrypt:
 		var req api.DecryptRequest
 		if !decode(w, r, &req) {
 			return
 		}
-		ct, ok := decodeBase64(w, req.Ciphertext)
-		if !ok {
-			return
+		if pt, ok := toyCipherBase64(w, req.Ciphertext); ok {
+			writeJSON(w, http.StatusOK, api.DecryptResponse{Plaintext: pt, Link: "link-1"})
 		}
-		writeJSON(w, http.StatusOK, api.DecryptResponse{Plaintext: base64.StdEncoding.EncodeToString(toyCipher(ct)), Link: "link-1"})
-	case api.RouteAdminCreatePrincipal, api.RouteAdminGetPrincipal:
-		var req api.PrincipalRequest
-		if !decode(w, r, &req) {
-			return
-		}
-		writeJSON(w, http.StatusOK, api.Principal{Name: req.Name, SystemID: 7, PrincipalID: "1001", Roles: api.DefaultRoles})
 	default:
-		writeJSON(w, http.StatusOK, api.OKResponse{OK: true})
+		answerPrincipalOrOK(w, r, route)
 	}
+}
+
+// answerPrincipalOrOK answers the routes both the admin and a service
+// session may call: a principal's record for the principal routes, OK for
+// the rest.
+func answerPrincipalOrOK(w http.ResponseWriter, r *http.Request, route string) {
+	if route != api.RouteAdminCreatePrincipal && route != api.RouteAdminGetPrincipal {
+		writeJSON(w, http.StatusOK, api.OKResponse{OK: true})
+		return
+	}
+	var req api.PrincipalRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Principal{Name: req.Name, SystemID: 7, PrincipalID: "1001", Roles: api.DefaultRoles})
 }
 
 // toyCipher stands in for AES-GCM: the client does not look inside.
@@ -391,15 +397,16 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// decodeBase64 decodes a base64 field, refused as a bad request when it
-// is not base64.
-func decodeBase64(w http.ResponseWriter, field string) ([]byte, bool) {
+// toyCipherBase64 applies toyCipher to a base64 field, both ways (the
+// toy is its own inverse): a field that is not base64 is refused as a bad
+// request.
+func toyCipherBase64(w http.ResponseWriter, field string) (string, bool) {
 	b, err := base64.StdEncoding.DecodeString(field)
 	if err != nil {
 		refuse(w, http.StatusBadRequest, api.LayerGateway, api.CodeBadRequest)
-		return nil, false
+		return "", false
 	}
-	return b, true
+	return base64.StdEncoding.EncodeToString(toyCipher(b)), true
 }
 
 // checkProof verifies the request's proof as the reference does: form,
@@ -468,14 +475,8 @@ func (g *fakeGateway) admin(w http.ResponseWriter, r *http.Request, route string
 	switch route {
 	case api.RouteAdminRegisterService:
 		writeJSON(w, http.StatusOK, api.RegisterServiceResponse{ServiceID: "svc-1", SystemID: 7, Prefix: "xa.test."})
-	case api.RouteAdminCreatePrincipal, api.RouteAdminGetPrincipal:
-		var req api.PrincipalRequest
-		if !decode(w, r, &req) {
-			return
-		}
-		writeJSON(w, http.StatusOK, api.Principal{Name: req.Name, SystemID: 7, PrincipalID: "1001", Roles: api.DefaultRoles})
 	default:
-		writeJSON(w, http.StatusOK, api.OKResponse{OK: true})
+		answerPrincipalOrOK(w, r, route)
 	}
 }
 
