@@ -114,15 +114,11 @@ func VerifyAssertion(token, loginURL string, now time.Time, window time.Duration
 	if err := json.Unmarshal(payload, &cl); err != nil {
 		return nil, fmt.Errorf("%w: assertion claims are not JSON", ErrInvalid)
 	}
-	want, err := NormalizeHTU(loginURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	if err := checkURLClaim(cl.Aud, loginURL, "assertion audience is not this Gateway"); err != nil {
+		return nil, err
 	}
-	if cl.Aud != want {
-		return nil, fmt.Errorf("%w: assertion audience is not this Gateway", ErrInvalid)
-	}
-	if d := now.Sub(time.Unix(cl.IAT, 0)); d > window || d < -window {
-		return nil, fmt.Errorf("%w: assertion iat is %s from the Gateway's clock", ErrStale, d.Round(time.Second))
+	if err := checkIAT(cl.IAT, now, window, "assertion iat"); err != nil {
+		return nil, err
 	}
 	if now.After(time.Unix(cl.Exp, 0).Add(window)) {
 		return nil, fmt.Errorf("%w: assertion expired", ErrStale)

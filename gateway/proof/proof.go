@@ -196,25 +196,42 @@ func Verify(token, method, rawURL, handle string, now time.Time, window time.Dur
 	if c.HTM != method {
 		return nil, fmt.Errorf("%w: htm does not match the request", ErrInvalid)
 	}
-	want, err := NormalizeHTU(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if c.HTU != want {
-		return nil, fmt.Errorf("%w: htu does not match the request", ErrInvalid)
+	if err := checkURLClaim(c.HTU, rawURL, "htu does not match the request"); err != nil {
+		return nil, err
 	}
 	if handle != "" && c.ATH != ATH(handle) {
 		return nil, fmt.Errorf("%w: ath does not match the session", ErrInvalid)
 	}
-	iat := time.Unix(c.IAT, 0)
-	if d := now.Sub(iat); d > window || d < -window {
-		return nil, fmt.Errorf("%w: iat is %s from the Gateway's clock", ErrStale, d.Round(time.Second))
+	if err := checkIAT(c.IAT, now, window, "iat"); err != nil {
+		return nil, err
 	}
 	jkt, err := Thumbprint(pub)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return &Verified{Claims: c, JKT: jkt}, nil
+}
+
+// checkURLClaim checks that claim is rawURL's htu; mismatch says which
+// claim differs.
+func checkURLClaim(claim, rawURL, mismatch string) error {
+	want, err := NormalizeHTU(rawURL)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if claim != want {
+		return fmt.Errorf("%w: %s", ErrInvalid, mismatch)
+	}
+	return nil
+}
+
+// checkIAT refuses (ErrStale) an iat more than window from now; name is
+// the claim as the message calls it.
+func checkIAT(iat int64, now time.Time, window time.Duration, name string) error {
+	if d := now.Sub(time.Unix(iat, 0)); d > window || d < -window {
+		return fmt.Errorf("%w: %s is %s from the Gateway's clock", ErrStale, name, d.Round(time.Second))
+	}
+	return nil
 }
 
 // ATH is base64url(sha256(handle)), the proof's binding to a session handle.
