@@ -34,8 +34,7 @@ func entryOf(entries []api.ACLEntry, p api.Principal) *api.ACLEntry {
 
 func TestReadHolderCannotGrant(t *testing.T) {
 	w := newWorld(t)
-	wantOK(t, "grant bob READ", w.grant(w.owner, w.key.TTag, w.bob, []string{api.RightRead}, nil, nil))
-	bob := w.scoped(w.svc, w.bob, w.key.TTag)
+	bob := w.grantBob("grant bob READ", []string{api.RightRead}, nil, nil)
 	_, err := w.decrypt(bob, w.decryptReq())
 	wantOK(t, "READ holder decrypts", err)
 
@@ -75,8 +74,7 @@ func TestReadHolderCannotGrant(t *testing.T) {
 
 func TestRevokedEntryRefusedOnHeldSession(t *testing.T) {
 	w := newWorld(t)
-	wantOK(t, "grant", w.grant(w.owner, w.key.TTag, w.bob, []string{api.RightRead}, nil, nil))
-	bob := w.scoped(w.svc, w.bob, w.key.TTag)
+	bob := w.grantBob("grant", []string{api.RightRead}, nil, nil)
 	_, err := w.decrypt(bob, w.decryptReq())
 	wantOK(t, "decrypt while granted", err)
 	wantOK(t, "revoke", w.call(api.RouteACLRevoke, w.owner.handle, w.owner.key,
@@ -91,8 +89,7 @@ func TestRevokedEntryRefusedOnHeldSession(t *testing.T) {
 func TestUsesRunOut(t *testing.T) {
 	w := newWorld(t)
 	two := 2
-	wantOK(t, "grant two uses", w.grant(w.owner, w.key.TTag, w.bob, []string{api.RightRead}, nil, &two))
-	bob := w.scoped(w.svc, w.bob, w.key.TTag)
+	bob := w.grantBob("grant two uses", []string{api.RightRead}, nil, &two)
 
 	// ACL reads do not spend uses; encrypt and decrypt do.
 	w.aclEntries(bob)
@@ -123,8 +120,7 @@ func TestUsesRunOut(t *testing.T) {
 func TestEndTimePasses(t *testing.T) {
 	w := newWorld(t)
 	end := w.clock.Now().Add(2 * time.Minute)
-	wantOK(t, "grant until end", w.grant(w.owner, w.key.TTag, w.bob, []string{api.RightRead}, &end, nil))
-	bob := w.scoped(w.svc, w.bob, w.key.TTag)
+	bob := w.grantBob("grant until end", []string{api.RightRead}, &end, nil)
 	if e := entryOf(w.aclEntries(w.owner), w.bob); e == nil || e.EndTime == nil || !e.EndTime.Equal(end) {
 		t.Errorf("entry %+v, want endTime %v", e, end)
 	}
@@ -205,8 +201,7 @@ func TestUsesUnderConcurrency(t *testing.T) {
 	w := newWorld(t)
 	const allowed, workers, each = 13, 4, 6
 	n := allowed
-	wantOK(t, "grant", w.grant(w.owner, w.key.TTag, w.bob, []string{api.RightRead}, nil, &n))
-	bob := w.scoped(w.svc, w.bob, w.key.TTag)
+	bob := w.grantBob("grant", []string{api.RightRead}, nil, &n)
 	body, err := json.Marshal(w.decryptReq())
 	if err != nil {
 		t.Fatal(err)

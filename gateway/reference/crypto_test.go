@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 )
@@ -35,6 +36,14 @@ func newWorld(t *testing.T) *world {
 	w.owner = e.scoped(w.svc, w.alice)
 	w.key = e.mintKey(w.owner, w.text)
 	return w
+}
+
+// grantBob has the owner grant bob rights on the world's key, then mints
+// bob a scoped session over it.
+func (w *world) grantBob(what string, rights []string, end *time.Time, uses *int) *session {
+	w.t.Helper()
+	wantOK(w.t, what, w.grant(w.owner, w.key.TTag, w.bob, rights, end, uses))
+	return w.scoped(w.svc, w.bob, w.key.TTag)
 }
 
 func (w *world) decryptReq() api.DecryptRequest {
@@ -285,8 +294,7 @@ func TestKeyServerRefusals(t *testing.T) {
 
 func TestExpireAndRemove(t *testing.T) {
 	w := newWorld(t)
-	wantOK(t, "grant bob WRITE", w.grant(w.owner, w.key.TTag, w.bob, []string{api.RightWrite}, nil, nil))
-	bob := w.scoped(w.svc, w.bob, w.key.TTag)
+	bob := w.grantBob("grant bob WRITE", []string{api.RightWrite}, nil, nil)
 
 	err := w.call(api.RouteKeyExpire, bob.handle, bob.key, api.TTagRequest{TTag: w.key.TTag}, nil)
 	wantRefusal(t, "WRITE holder expires", err, api.LayerKeyServer, api.CodeACLDenied, http.StatusForbidden)
