@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 
 import {
   auditLines, bin, callerDigest, cleanEnv, describeRun, devInfo, devOutput, devToken, hostDirs, mask, newAuditLines, removeDir,
-  run, startRecorder, tempDir, assertNoticeThenText, assertRefusalCode, here,
+  run, startRecorder, tempDir, here, testModelReads,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
 
@@ -197,15 +197,7 @@ describe('Claude Code', () => {
     return scripted.toolResults[0].content;
   }
 
-  test('claude -p: the model gets the untrusted notice, then the document text', { timeout: 240_000 }, async (t) => {
-    const given = await claudeAsks(t, 'proposal-aurora');
-    assertNoticeThenText(given, 'proposal-aurora', 'Supplier proposal: Aurora Components Ltd.');
-  });
-
-  test('claude -p: the model gets a refusal\'s code', { timeout: 240_000 }, async (t) => {
-    const given = await claudeAsks(t, 'no-such-doc');
-    assertRefusalCode(given, { layer: 'adapter', code: 'DOCUMENT_NOT_IN_GRANT' });
-  });
+  testModelReads('claude -p: ', claudeAsks);
 
   test('no model call was made', () => {
     assert.deepEqual(model.requests, []);

@@ -20,7 +20,7 @@ import { before, describe, test } from 'node:test';
 
 import { assertRefreshRotates, gemini, geminiDirs, geminiReads, listLine } from './gemini-lib.mjs';
 import {
-  assertNoticeThenText, assertRefusalCode, bin, describeRun, devInfo, mask, run, scriptedSignIn, secret, start, user,
+  bin, describeRun, devInfo, mask, run, scriptedSignIn, secret, start, testModelReads, user,
 } from './lib.mjs';
 
 describe('Gemini CLI (OAuth sign-in)', () => {
@@ -108,19 +108,12 @@ describe('Gemini CLI (OAuth sign-in)', () => {
     await assertRefreshRotates();
   });
 
-  test('the model gets the untrusted notice, then the document text', { timeout: 240_000 }, async (t) => {
-    const given = await geminiReads(t, 'proposal-aurora');
-    assertNoticeThenText(given, 'proposal-aurora', 'Supplier proposal: Aurora Components Ltd.');
-  });
-
-  // Gemini CLI's transport (McpComplianceTransport.fixStructuredContent)
-  // parses a result's first text block as JSON into structuredContent when
-  // the server sent none, and its SDK then checks that against the tool's
-  // output schema: a refusal whose first block were its JSON would reach
-  // the model as "MCP error -32602". pdmcp's first block is a sentence.
-  test('the model gets a refusal\'s code', { timeout: 240_000 }, async (t) => {
-    const given = await geminiReads(t, 'no-such-doc');
-    assertRefusalCode(given, { layer: 'adapter', code: 'DOCUMENT_NOT_IN_GRANT' });
-  });
+  // The refusal test matters here: Gemini CLI's transport
+  // (McpComplianceTransport.fixStructuredContent) parses a result's first
+  // text block as JSON into structuredContent when the server sent none,
+  // and its SDK then checks that against the tool's output schema: a
+  // refusal whose first block were its JSON would reach the model as "MCP
+  // error -32602". pdmcp's first block is a sentence.
+  testModelReads('', geminiReads);
 });
 

@@ -9,6 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 export const here = path.dirname(fileURLToPath(import.meta.url));
@@ -521,6 +522,23 @@ export function assertRefusalCode(given, { layer, code }) {
   assert.equal(typeof refusal.detail, 'string', show());
   assert.ok(refusal.detail.length > 0, show());
   assert.ok(!/-32602|does not match the tool's output schema/i.test(JSON.stringify(given)), show());
+}
+
+/**
+ * The two tests of a host that drives a model: asked to read
+ * proposal-aurora, the model gets the untrusted notice, then the document
+ * text; asked for a document outside the grant, it gets the refusal's
+ * code. reads(t, documentId) is what the host handed its model; each
+ * test's name starts with prefix.
+ */
+export function testModelReads(prefix, reads) {
+  const opts = { timeout: 240_000 };
+  test(`${prefix}the model gets the untrusted notice, then the document text`, opts, async (t) => {
+    assertNoticeThenText(await reads(t, 'proposal-aurora'), 'proposal-aurora', 'Supplier proposal: Aurora Components Ltd.');
+  });
+  test(`${prefix}the model gets a refusal's code`, opts, async (t) => {
+    assertRefusalCode(await reads(t, 'no-such-doc'), { layer: 'adapter', code: 'DOCUMENT_NOT_IN_GRANT' });
+  });
 }
 
 /**

@@ -12,8 +12,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  aliceHome, assertNoticeThenText, assertRefusalCode, auditLines, bin, callerDigest, describeRun, mask, newAuditLines,
-  removeDir, run, scriptedSignIn, start, user,
+  aliceHome, auditLines, bin, callerDigest, describeRun, mask, newAuditLines,
+  removeDir, run, scriptedSignIn, start, testModelReads, user,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
 import { oauthEntry, oauthHome, opencodeOptions, plain } from './opencode-lib.mjs';
@@ -53,15 +53,7 @@ describe('opencode', () => {
     return model.toolResults[0].content;
   }
 
-  test('opencode run: the model gets the untrusted notice, then the document text', { timeout: 240_000 }, async (t) => {
-    const given = await opencodeReads(t, 'proposal-aurora');
-    assertNoticeThenText(given, 'proposal-aurora', 'Supplier proposal: Aurora Components Ltd.');
-  });
-
-  test('opencode run: the model gets a refusal\'s code', { timeout: 240_000 }, async (t) => {
-    const given = await opencodeReads(t, 'no-such-doc');
-    assertRefusalCode(given, { layer: 'adapter', code: 'DOCUMENT_NOT_IN_GRANT' });
-  });
+  testModelReads('opencode run: ', opencodeReads);
 
   test('opencode mcp auth signs bob in (mcp-host, code + PKCE); then the list connects as bob', { timeout: 300_000 }, async () => {
     const home = oauthHome();
