@@ -31,6 +31,13 @@ describe('MCP Inspector CLI', () => {
     });
   }
 
+  // readDocument calls read_protected_document on documentId with alice's
+  // token.
+  function readDocument(t, documentId) {
+    return inspector(t, ['--method', 'tools/call', '--tool-name', 'read_protected_document',
+      '--tool-arg', `documentId=${documentId}`, '--header', `Authorization: Bearer ${token}`]);
+  }
+
   test('tools/list with a bearer token lists exactly the grant tools', { timeout: 120_000 }, async (t) => {
     const r = await inspector(t, ['--method', 'tools/list', '--header', `Authorization: Bearer ${token}`]);
     assert.equal(r.code, 0, describeRun('inspector tools/list', r));
@@ -43,12 +50,7 @@ describe('MCP Inspector CLI', () => {
   });
 
   test('tools/call read_protected_document returns Aurora for alice', { timeout: 120_000 }, async (t) => {
-    const r = await inspector(t, [
-      '--method', 'tools/call',
-      '--tool-name', 'read_protected_document',
-      '--tool-arg', 'documentId=proposal-aurora',
-      '--header', `Authorization: Bearer ${token}`,
-    ]);
+    const r = await readDocument(t, 'proposal-aurora');
     assert.equal(r.code, 0, describeRun('inspector tools/call', r));
     const out = JSON.parse(r.stdout);
     assert.notEqual(out.isError, true, 'the read was refused');
@@ -63,12 +65,7 @@ describe('MCP Inspector CLI', () => {
   // schema error instead of the refusal.
   test('tools/call of a document outside the grant prints a readable refusal', { timeout: 120_000 }, async (t) => {
     const before = await gatewayCounts(info);
-    const r = await inspector(t, [
-      '--method', 'tools/call',
-      '--tool-name', 'read_protected_document',
-      '--tool-arg', 'documentId=no-such-doc',
-      '--header', `Authorization: Bearer ${token}`,
-    ]);
+    const r = await readDocument(t, 'no-such-doc');
     // The CLI prints the result and exits 5 (tool_is_error) for an isError
     // result; a schema failure is exit 1 with nothing on stdout.
     assert.equal(r.code, 5, describeRun('inspector tools/call no-such-doc', r));
