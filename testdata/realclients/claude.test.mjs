@@ -11,8 +11,8 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  auditLines, bin, callerDigest, cleanEnv, describeRun, devInfo, devOutput, devToken, hostDirs, mask, newAuditLines, removeDir,
-  run, startRecorder, tempDir, here, testModelReads,
+  auditLines, bin, callerDigest, cleanEnv, describeRun, devInfo, devPrintedBlock, devToken, hostDirs, mask, newAuditLines,
+  removeDir, run, startRecorder, tempDir, here, testModelReads,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
 
@@ -64,15 +64,7 @@ describe('Claude Code', () => {
   // printedBlock is what `pdmcp dev` printed under "Claude Code:", up to
   // the next blank line, each line trimmed.
   function printedBlock() {
-    const lines = devOutput().split('\n');
-    const start = lines.findIndex((l) => l.trim() === 'Claude Code:');
-    assert.ok(start >= 0, 'pdmcp dev printed no Claude Code block');
-    const block = [];
-    for (const l of lines.slice(start + 1)) {
-      if (l.trim() === '') break;
-      block.push(l.trim());
-    }
-    return block;
+    return devPrintedBlock((l) => l.trim() === 'Claude Code:', 'Claude Code');
   }
 
   test('pdmcp dev prints an export of the CA, then the claude mcp add line for this stack', () => {

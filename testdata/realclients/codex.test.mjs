@@ -20,7 +20,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 
 import {
-  assertNoticeThenText, assertRefusalCode, bin, cleanEnv, describeRun, devInfo, devOutput, devToken, gatewayCounts,
+  assertNoticeThenText, assertRefusalCode, bin, cleanEnv, describeRun, devInfo, devPrintedBlock, devToken, gatewayCounts,
   grantTools, hostDirs, mask, pdmcpBin, removeDir, run, startRecorder,
 } from './lib.mjs';
 import { callPrompt, startModel } from './model.mjs';
@@ -63,15 +63,7 @@ describe('Codex', () => {
 
   // printedCodexBlock is the config.toml block `pdmcp dev` printed.
   function printedCodexBlock() {
-    const lines = devOutput().split('\n');
-    const start = lines.findIndex((l) => l.startsWith('Codex ('));
-    assert.ok(start >= 0, 'pdmcp dev printed no Codex block');
-    const block = [];
-    for (const l of lines.slice(start + 1)) {
-      if (l.trim() === '') break;
-      block.push(l.trim());
-    }
-    return block.join('\n');
+    return devPrintedBlock((l) => l.startsWith('Codex ('), 'Codex').join('\n');
   }
 
   function codex(args, { ca = 'CODEX_CA_CERTIFICATE', config } = {}) {

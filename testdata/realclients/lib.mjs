@@ -37,6 +37,23 @@ export function devOutput() {
   return readFileSync(required('PDMCP_DEV_OUT'), 'utf8');
 }
 
+/**
+ * The lines `pdmcp dev` printed after the first line isHeading accepts, up
+ * to the next blank line, each trimmed; what names the block when there is
+ * none.
+ */
+export function devPrintedBlock(isHeading, what) {
+  const lines = devOutput().split('\n');
+  const start = lines.findIndex(isHeading);
+  assert.ok(start >= 0, `pdmcp dev printed no ${what} block`);
+  const block = [];
+  for (const l of lines.slice(start + 1)) {
+    if (l.trim() === '') break;
+    block.push(l.trim());
+  }
+  return block;
+}
+
 export const pdmcpBin = () => required('PDMCP_BIN');
 export const stateDir = () => required('PDMCP_STATE');
 

@@ -26,7 +26,7 @@ import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 
 import { assertRefreshRotates, gemini, geminiDirs, geminiReads, listLine } from '../gemini-lib.mjs';
 import {
-  assertNoticeThenText, assertRefusalCode, auditLines, bin, cleanEnv, describeRun, devInfo, devOutput, gatewayCounts,
+  assertNoticeThenText, assertRefusalCode, auditLines, bin, cleanEnv, describeRun, devInfo, devPrintedBlock, gatewayCounts,
   hostDirs, mask, newAuditLines, run, scriptedSignIn, start, tempDir, user,
 } from '../lib.mjs';
 import { connect as connectRemote, oauthArgs, signInAs } from '../mcpremote-lib.mjs';
@@ -238,14 +238,7 @@ describe('Codex at Keycloak: codex mcp login, then codex exec (bob)', () => {
     const { dirs: d } = hostDirs(t, 'kc-codex', { home: 'home', codexHome: 'codex-home', work: 'work' });
     const model = await startModel();
     t.after(() => model.close());
-    const lines = devOutput().split('\n');
-    const at = lines.findIndex((l) => l.startsWith('Codex ('));
-    assert.ok(at >= 0, 'pdmcp dev printed no Codex block');
-    const block = [];
-    for (const l of lines.slice(at + 1)) {
-      if (l.trim() === '') break;
-      block.push(l.trim());
-    }
+    const block = devPrintedBlock((l) => l.startsWith('Codex ('), 'Codex');
     writeFileSync(path.join(d.codexHome, 'config.toml'), [
       'model = "scripted"', 'model_provider = "scripted"', 'approval_policy = "never"', 'sandbox_mode = "read-only"',
       // Keep the sign-in in CODEX_HOME: no keyring on a CI machine.
