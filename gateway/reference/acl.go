@@ -78,18 +78,21 @@ func (g *Gateway) aclGet(ctx context.Context, c *call) (any, error) {
 	return ans, nil
 }
 
-// decodeGrant reads a grant or update body, in scope, and the entry it
-// asks for, valid, before anything is asked of the key server.
-func (c *call) decodeGrant() (*api.ACLGrantRequest, *aclEntry, error) {
+// changeEntry runs a grant or update: it reads the body, in scope, and
+// the entry it asks for, valid, before anything is asked of the key
+// server; then change writes the entry, the caller needing WRITE.
+func (g *Gateway) changeEntry(ctx context.Context, c *call, op string,
+	change func(tx *sql.Tx, d *decision, ttag string, entry *aclEntry) error) (any, error) {
 	var req api.ACLGrantRequest
 	if err := c.decodeInScope(&req, &req.TTag); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	entry, e := checkGrant(&req, c.now)
 	if e != nil {
-		return nil, nil, e
+		return nil, e
 	}
-	return &req, entry, nil
+	return g.changeACL(ctx, c, keyOp{op: op, ttag: req.TTag, needs: needWrite,
+		do: func(tx *sql.Tx, d *decision) error { return change(tx, d, req.TTag, entry) }})
 }
 
 // checkGrant validates a grant or update body before anything is asked.
@@ -148,46 +151,36 @@ func (g *Gateway) existingEntry(ctx context.Context, tx *sql.Tx, ttag string, sy
 }
 
 func (g *Gateway) aclGrant(ctx context.Context, c *call) (any, error) {
-	req, entry, err := c.decodeGrant()
-	if err != nil {
-		return nil, err
-	}
-	return g.changeACL(ctx, c, keyOp{op: OpACLGrant, ttag: req.TTag, needs: needWrite,
-		do: func(tx *sql.Tx, d *decision) error {
-			if entry.has(api.RightOwner) && !d.entry.has(api.RightOwner) {
-				return ownerOnly()
-			}
-			if _, err := g.store.principalByID(ctx, tx, entry.SystemID, entry.PrincipalID); errors.Is(err, errNotFound) {
-				return granteeNotFound()
-			} else if err != nil {
-				return err
-			}
-			err := g.store.insertEntry(ctx, tx, req.TTag, entry)
-			if errors.Is(err, errConflict) {
-				return keyServerError(api.CodeConflict, http.StatusConflict,
-					"the grantee already has an entry on this key; use update to change it")
-			}
+	return g.changeEntry(ctx, c, OpACLGrant, func(tx *sql.Tx, d *decision, ttag string, entry *aclEntry) error {
+		if entry.has(api.RightOwner) && !d.entry.has(api.RightOwner) {
+			return ownerOnly()
+		}
+		if _, err := g.store.principalByID(ctx, tx, entry.SystemID, entry.PrincipalID); errors.Is(err, errNotFound) {
+			return granteeNotFound()
+		} else if err != nil {
 			return err
-		}})
+		}
+		err := g.store.insertEntry(ctx, tx, ttag, entry)
+		if errors.Is(err, errConflict) {
+			return keyServerError(api.CodeConflict, http.StatusConflict,
+				"the grantee already has an entry on this key; use update to change it")
+		}
+		return err
+	})
 }
 
 func (g *Gateway) aclUpdate(ctx context.Context, c *call) (any, error) {
-	req, entry, err := c.decodeGrant()
-	if err != nil {
-		return nil, err
-	}
-	return g.changeACL(ctx, c, keyOp{op: OpACLUpdate, ttag: req.TTag, needs: needWrite,
-		do: func(tx *sql.Tx, d *decision) error {
-			old, err := g.existingEntry(ctx, tx, req.TTag, entry.SystemID, entry.PrincipalID,
-				"the principal has no entry on this key to update; use grant to add one")
-			if err != nil {
-				return err
-			}
-			if (entry.has(api.RightOwner) || old.has(api.RightOwner)) && !d.entry.has(api.RightOwner) {
-				return ownerOnly()
-			}
-			return g.store.updateEntry(ctx, tx, req.TTag, entry)
-		}})
+	return g.changeEntry(ctx, c, OpACLUpdate, func(tx *sql.Tx, d *decision, ttag string, entry *aclEntry) error {
+		old, err := g.existingEntry(ctx, tx, ttag, entry.SystemID, entry.PrincipalID,
+			"the principal has no entry on this key to update; use grant to add one")
+		if err != nil {
+			return err
+		}
+		if (entry.has(api.RightOwner) || old.has(api.RightOwner)) && !d.entry.has(api.RightOwner) {
+			return ownerOnly()
+		}
+		return g.store.updateEntry(ctx, tx, ttag, entry)
+	})
 }
 
 func (g *Gateway) aclRevoke(ctx context.Context, c *call) (any, error) {
