@@ -61,22 +61,26 @@ type stateAuthRequest struct {
 	Code          string    `json:"code,omitempty"`
 }
 
+// stateGrant is what an access token and a refresh token were issued
+// for: who, to which client, for which audience and scopes. Embedded, its
+// fields stand in the file where it stands in the struct.
+type stateGrant struct {
+	Subject  string   `json:"subject"`
+	ClientID string   `json:"clientId"`
+	Audience []string `json:"audience"`
+	Scopes   []string `json:"scopes"`
+}
+
 type stateToken struct {
-	Kind     tokenKind `json:"kind"`
-	Subject  string    `json:"subject"`
-	ClientID string    `json:"clientId"`
-	Audience []string  `json:"audience"`
-	Scopes   []string  `json:"scopes"`
+	Kind tokenKind `json:"kind"`
+	stateGrant
 	AuthTime time.Time `json:"authTime,omitzero"`
 	Issued   time.Time `json:"issued"`
 	Expires  time.Time `json:"expires"`
 }
 
 type stateRefresh struct {
-	Subject  string    `json:"subject"`
-	ClientID string    `json:"clientId"`
-	Audience []string  `json:"audience"`
-	Scopes   []string  `json:"scopes"`
+	stateGrant
 	AuthTime time.Time `json:"authTime"`
 	SignedIn time.Time `json:"signedIn"`
 	Expires  time.Time `json:"expires"`
@@ -203,8 +207,9 @@ func (st stateAuthRequest) authRequest(id string) *authRequest {
 }
 
 func (t tokenRecord) toState() stateToken {
-	return stateToken{Kind: t.kind, Subject: t.subject, ClientID: t.clientID, Audience: t.audience, Scopes: t.scopes,
-		AuthTime: t.authTime, Issued: t.issued, Expires: t.expires}
+	return stateToken{Kind: t.kind,
+		stateGrant: stateGrant{Subject: t.subject, ClientID: t.clientID, Audience: t.audience, Scopes: t.scopes},
+		AuthTime:   t.authTime, Issued: t.issued, Expires: t.expires}
 }
 
 func (st stateToken) record() tokenRecord {
@@ -213,8 +218,9 @@ func (st stateToken) record() tokenRecord {
 }
 
 func (r refreshRecord) toState() stateRefresh {
-	return stateRefresh{Subject: r.subject, ClientID: r.clientID, Audience: r.audience, Scopes: r.scopes,
-		AuthTime: r.authTime, SignedIn: r.signedIn, Expires: r.expires}
+	return stateRefresh{
+		stateGrant: stateGrant{Subject: r.subject, ClientID: r.clientID, Audience: r.audience, Scopes: r.scopes},
+		AuthTime:   r.authTime, SignedIn: r.signedIn, Expires: r.expires}
 }
 
 func (st stateRefresh) record() refreshRecord {
