@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pdmcp/pdmcp/internal/lowerhex"
@@ -219,39 +220,33 @@ WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
 // MarkFileDone records that the envelope is written. Marking again is a
 // no-op.
 func (j *Journal) MarkFileDone(ctx context.Context, key FileKey) (FileRecord, error) {
-	return j.fileStep(ctx, key, func(tx *sql.Tx, r FileRecord) error {
-		switch r.State {
-		case FileDone:
-			return nil
-		case FileReserved, FileAnswerLost:
-			return fmt.Errorf("journal: file %s: %w: no minted key recorded", key, ErrOutOfOrder)
-		}
-		return setFileState(ctx, tx, key, "done")
-	})
+	return j.markFile(ctx, key, FileDone, []FileState{FileReserved, FileAnswerLost}, "no minted key recorded")
 }
 
 // MarkAnswerLost records that the encrypt was sent and its answer lost. The
 // row stays so the encrypt is never sent again. Marking again is a no-op; a
 // row with a recorded key gives ErrOutOfOrder.
 func (j *Journal) MarkAnswerLost(ctx context.Context, key FileKey) (FileRecord, error) {
-	return j.fileStep(ctx, key, func(tx *sql.Tx, r FileRecord) error {
-		switch r.State {
-		case FileAnswerLost:
-			return nil
-		case FileMinted, FileDone:
-			return fmt.Errorf("journal: file %s: %w: its key is already recorded", key, ErrOutOfOrder)
-		}
-		return setFileState(ctx, tx, key, "answer-lost")
-	})
+	return j.markFile(ctx, key, FileAnswerLost, []FileState{FileMinted, FileDone}, "its key is already recorded")
 }
 
-// setFileState moves a file row to state, keeping what it recorded.
-func setFileState(ctx context.Context, tx *sql.Tx, key FileKey, state string) error {
-	_, err := tx.ExecContext(ctx, `
+// markFile moves a file row to state to, keeping what it recorded: a row
+// already there is returned unchanged, and a row in one of the states
+// refused gives ErrOutOfOrder, saying why.
+func (j *Journal) markFile(ctx context.Context, key FileKey, to FileState, refused []FileState, why string) (FileRecord, error) {
+	return j.fileStep(ctx, key, func(tx *sql.Tx, r FileRecord) error {
+		switch {
+		case r.State == to:
+			return nil
+		case slices.Contains(refused, r.State):
+			return fmt.Errorf("journal: file %s: %w: %s", key, ErrOutOfOrder, why)
+		}
+		_, err := tx.ExecContext(ctx, `
 UPDATE files SET state = ?, updated_at = ?
 WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
-		state, nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
-	return err
+			string(to), nowText(), key.Caller, key.Root, key.RelPath, key.ContentSHA256)
+		return err
+	})
 }
 
 // GetFile reads a file encryption's row, or ErrNotFound.
