@@ -55,6 +55,40 @@ var (
 	segmentID = regexp.MustCompile(`^[A-Z][A-Z0-9]{2}$`)
 )
 
+// entryForm is how the operator writes one kind of table entry,
+// KEY=dataType: what AddSection and AddSegment check first, and how their
+// errors name the entry.
+type entryForm struct {
+	what  string         // the entry, as errors name it
+	form  string         // how to write it
+	key   *regexp.Regexp // what its key must match
+	keyIs string         // what its key must be, for the error
+}
+
+var (
+	sectionForm = entryForm{"C-CDA section", "CODE=dataType, e.g. 29762-2=social-history",
+		loincCode, "a LOINC code (digits, '-', check digit)"}
+	segmentForm = entryForm{"HL7 segment", "ID=dataType or ID=clear, e.g. SPM=results",
+		segmentID, "a segment id (three capitals or digits, a capital first)"}
+)
+
+// cut splits spec into its key and its data type (not yet checked).
+func (f entryForm) cut(spec string) (key, dt string, err error) {
+	key, dt, ok := strings.Cut(spec, "=")
+	if !ok {
+		return "", "", f.errorf(spec, "write %s", f.form)
+	}
+	if !f.key.MatchString(key) {
+		return "", "", f.errorf(spec, "%q is not %s", key, f.keyIs)
+	}
+	return key, dt, nil
+}
+
+// errorf refuses spec, named as the operator wrote it.
+func (f entryForm) errorf(spec, format string, args ...any) error {
+	return fmt.Errorf(f.what+" %q: "+format, append([]any{spec}, args...)...)
+}
+
 // ClearWord is the value of an HL7 v2 extension that keeps a segment in
 // the clear.
 const ClearWord = "clear"
@@ -63,18 +97,15 @@ const ClearWord = "clear"
 // table already maps is refused: the operator extends the table, never
 // rewrites it.
 func (t *Table) AddSection(spec string) error {
-	code, dt, ok := strings.Cut(spec, "=")
-	if !ok {
-		return fmt.Errorf("C-CDA section %q: write CODE=dataType, e.g. 29762-2=social-history", spec)
-	}
-	if !loincCode.MatchString(code) {
-		return fmt.Errorf("C-CDA section %q: %q is not a LOINC code (digits, '-', check digit)", spec, code)
+	code, dt, err := sectionForm.cut(spec)
+	if err != nil {
+		return err
 	}
 	if err := checkDataType(dt); err != nil {
-		return fmt.Errorf("C-CDA section %q: %w", spec, err)
+		return sectionForm.errorf(spec, "%w", err)
 	}
 	if old, dup := t.Sections[code]; dup {
-		return fmt.Errorf("C-CDA section %q: %s is already %s", spec, code, old)
+		return sectionForm.errorf(spec, "%s is already %s", code, old)
 	}
 	if t.Sections == nil {
 		t.Sections = make(map[string]string)
@@ -88,21 +119,18 @@ func (t *Table) AddSection(spec string) error {
 // and ZPF (the mixed view's placeholder) cannot be named; a segment the
 // table already names is refused.
 func (t *Table) AddSegment(spec string) error {
-	id, dt, ok := strings.Cut(spec, "=")
-	if !ok {
-		return fmt.Errorf("HL7 segment %q: write ID=dataType or ID=clear, e.g. SPM=results", spec)
-	}
-	if !segmentID.MatchString(id) {
-		return fmt.Errorf("HL7 segment %q: %q is not a segment id (three capitals or digits, a capital first)", spec, id)
+	id, dt, err := segmentForm.cut(spec)
+	if err != nil {
+		return err
 	}
 	if id == "ZPF" {
-		return fmt.Errorf("HL7 segment %q: ZPF is the placeholder this program writes for a withheld segment", spec)
+		return segmentForm.errorf(spec, "ZPF is the placeholder this program writes for a withheld segment")
 	}
 	if old, dup := t.Segments[id]; dup {
-		return fmt.Errorf("HL7 segment %q: %s is already %s", spec, id, old)
+		return segmentForm.errorf(spec, "%s is already %s", id, old)
 	}
 	if t.Clear[id] {
-		return fmt.Errorf("HL7 segment %q: %s already stays in the clear", spec, id)
+		return segmentForm.errorf(spec, "%s already stays in the clear", id)
 	}
 	if dt == ClearWord {
 		if t.Clear == nil {
@@ -112,7 +140,7 @@ func (t *Table) AddSegment(spec string) error {
 		return nil
 	}
 	if err := checkDataType(dt); err != nil {
-		return fmt.Errorf("HL7 segment %q: %w", spec, err)
+		return segmentForm.errorf(spec, "%w", err)
 	}
 	if t.Segments == nil {
 		t.Segments = make(map[string]string)
