@@ -205,43 +205,56 @@ type rowsQueryer interface {
 }
 
 func queryHandOffs(ctx context.Context, q rowsQueryer, where string, args ...any) ([]HandOff, error) {
-	rows, err := q.QueryContext(ctx, `
+	return queryRows(ctx, q, "hand-offs", scanHandOff, `
 SELECT id, step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at, closed_at,
 	batch, grant_id, verified_at, close_reason
 FROM handoffs `+where+` ORDER BY id`, args...)
+}
+
+func scanHandOff(rows *sql.Rows) (HandOff, error) {
+	var (
+		h                HandOff
+		state            string
+		endTime, created string
+		closed, verified sql.NullString
+	)
+	err := rows.Scan(&h.ID, &h.Step, &h.Caller, &h.TTag, &h.DocumentID, &h.FragmentID, &h.SystemID,
+		&h.PrincipalID, &endTime, &state, &created, &closed, &h.Batch, &h.GrantID, &verified, &h.CloseReason)
 	if err != nil {
-		return nil, fmt.Errorf("journal: read hand-offs: %w", err)
+		return h, fmt.Errorf("journal: read hand-offs: %w", err)
+	}
+	h.State = HandOffState(state)
+	if h.EndTime, err = parseTime(endTime); err != nil {
+		return h, err
+	}
+	if h.CreatedAt, err = parseTime(created); err != nil {
+		return h, err
+	}
+	if h.ClosedAt, err = parseNullTime(closed); err != nil {
+		return h, err
+	}
+	h.VerifiedAt, err = parseNullTime(verified)
+	return h, err
+}
+
+// queryRows runs query and reads each row it returns with scan; what names
+// the rows in errors ("journal: read what: ...").
+func queryRows[T any](ctx context.Context, q rowsQueryer, what string, scan func(*sql.Rows) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("journal: read %s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []HandOff
+	var out []T
 	for rows.Next() {
-		var (
-			h                HandOff
-			state            string
-			endTime, created string
-			closed, verified sql.NullString
-		)
-		if err := rows.Scan(&h.ID, &h.Step, &h.Caller, &h.TTag, &h.DocumentID, &h.FragmentID, &h.SystemID,
-			&h.PrincipalID, &endTime, &state, &created, &closed, &h.Batch, &h.GrantID, &verified, &h.CloseReason); err != nil {
-			return nil, fmt.Errorf("journal: read hand-offs: %w", err)
-		}
-		h.State = HandOffState(state)
-		if h.EndTime, err = parseTime(endTime); err != nil {
+		v, err := scan(rows)
+		if err != nil {
 			return nil, err
 		}
-		if h.CreatedAt, err = parseTime(created); err != nil {
-			return nil, err
-		}
-		if h.ClosedAt, err = parseNullTime(closed); err != nil {
-			return nil, err
-		}
-		if h.VerifiedAt, err = parseNullTime(verified); err != nil {
-			return nil, err
-		}
-		out = append(out, h)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("journal: read hand-offs: %w", err)
+		return nil, fmt.Errorf("journal: read %s: %w", what, err)
 	}
 	return out, nil
 }

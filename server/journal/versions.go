@@ -240,36 +240,27 @@ const versionColumns = `kind, target, fragment, version, document_version, base_
 	caller, acting_as, idempotency_key`
 
 func scanVersions(ctx context.Context, q rowsQueryer, query string, args ...any) ([]Version, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+	return queryRows(ctx, q, "versions", scanVersion, query, args...)
+}
+
+func scanVersion(rows *sql.Rows) (Version, error) {
+	var (
+		v                      Version
+		kind, target, fragment string
+		saved                  string
+	)
+	err := rows.Scan(&kind, &target, &fragment, &v.Version, &v.DocumentVersion, &v.BaseIV, &v.Path, &v.IV,
+		&v.SHA256, &v.Size, &saved, &v.Caller, &v.ActingAs, &v.IdempotencyKey)
 	if err != nil {
-		return nil, fmt.Errorf("journal: read versions: %w", err)
+		return v, fmt.Errorf("journal: read versions: %w", err)
 	}
-	defer rows.Close()
-	var out []Version
-	for rows.Next() {
-		var (
-			v                      Version
-			kind, target, fragment string
-			saved                  string
-		)
-		if err := rows.Scan(&kind, &target, &fragment, &v.Version, &v.DocumentVersion, &v.BaseIV, &v.Path, &v.IV,
-			&v.SHA256, &v.Size, &saved, &v.Caller, &v.ActingAs, &v.IdempotencyKey); err != nil {
-			return nil, fmt.Errorf("journal: read versions: %w", err)
-		}
-		if kind == "result" {
-			v.Destination = target
-		} else {
-			v.DocumentID, v.FragmentID = target, fragment
-		}
-		if v.SavedAt, err = parseTime(saved); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
+	if kind == "result" {
+		v.Destination = target
+	} else {
+		v.DocumentID, v.FragmentID = target, fragment
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("journal: read versions: %w", err)
-	}
-	return out, nil
+	v.SavedAt, err = parseTime(saved)
+	return v, err
 }
 
 // AddHistoryForBenchmarks puts n versions of destination into the record
