@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/pdmcp/pdmcp/internal/filestest"
 )
 
 // FuzzOpen checks the security claim itself: whatever the path, an accepted
@@ -19,11 +17,7 @@ import (
 // and @BASE@ stand for the fixture's root and the folder around it, so the
 // committed corpus can name absolute paths.
 func FuzzOpen(f *testing.F) {
-	fx := filestest.New(f)
-	r, err := NewResolver(fx.Root)
-	if err != nil {
-		f.Fatal(err)
-	}
+	fx, r := newFixture(f)
 	for _, c := range fx.Cases() {
 		f.Add(strings.ReplaceAll(c.Path, fx.Root, "@ROOT@"))
 	}

@@ -11,12 +11,19 @@ import (
 	"github.com/pdmcp/pdmcp/internal/filestest"
 )
 
-func TestOpenHostilePaths(t *testing.T) {
-	fx := filestest.New(t)
+// newFixture is filestest's hostile folder and a Resolver on its root.
+func newFixture(tb testing.TB) (*filestest.Fixture, *Resolver) {
+	tb.Helper()
+	fx := filestest.New(tb)
 	r, err := NewResolver(fx.Root)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return fx, r
+}
+
+func TestOpenHostilePaths(t *testing.T) {
+	fx, r := newFixture(t)
 	cases := fx.Cases()
 	if len(cases) < 30 {
 		t.Fatalf("only %d cases", len(cases))
@@ -79,11 +86,7 @@ func TestOpenFileSwappedBetweenCheckAndOpen(t *testing.T) {
 	}
 	for name, swap := range swaps {
 		t.Run(name, func(t *testing.T) {
-			fx := filestest.New(t)
-			r, err := NewResolver(fx.Root)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fx, r := newFixture(t)
 			p := filepath.Join(fx.Root, "ok.txt")
 			r.afterCheck = func() { swap(t, fx, p) }
 			f, err := r.Open("ok.txt")
@@ -109,11 +112,7 @@ func replace(t *testing.T, p string, make func() error) {
 
 // A hard link made after the check is caught by the check after the open.
 func TestOpenHardLinkAddedAfterCheck(t *testing.T) {
-	fx := filestest.New(t)
-	r, err := NewResolver(fx.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fx, r := newFixture(t)
 	r.afterCheck = func() {
 		if err := os.Link(filepath.Join(fx.Root, "sub", "inner.txt"), filepath.Join(fx.Outside, "late-twin")); err != nil {
 			t.Fatal(err)
