@@ -275,13 +275,11 @@ func runHTTP(ctx context.Context, o Options) error {
 		return err
 	}
 	sessions := server.NewPooledSessions(pool, ex)
-	defer sessions.EndAll(context.WithoutCancel(ctx))
-	srv, metrics, err := d.server(ctx, &o, sessions, pool.Len, "http")
+	srv, metrics, stop, err := d.server(ctx, &o, sessions, pool.Len, "http")
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	defer srv.RevokeHandOffs(context.WithoutCancel(ctx))
+	defer stop()
 	h := NewHTTPHandler(srv, cfg, verifier, d.audit, metrics, o.Logger)
 	ln := o.Listener
 	if ln == nil {

@@ -156,15 +156,29 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	return d, nil
 }
 
-// server builds the MCP server, and starts the operations endpoints when
-// they are asked for.
-func (d *deps) server(ctx context.Context, o *Options, sessions server.GatewaySessions, live func() int, transport string) (*server.Server, *Metrics, error) {
-	var m *Metrics
+// endingSessions is the Gateway sessions a transport serves with: the
+// server's, and ended when it stops.
+type endingSessions interface {
+	server.GatewaySessions
+	EndAll(ctx context.Context)
+}
+
+// server builds the MCP server on sessions, and starts the operations
+// endpoints when they are asked for. stop, deferred by the transport, ends
+// it in order: the open hand-offs are revoked while the journal and the
+// service session are still open, then the server is closed and every
+// Gateway session ended. When server fails, the sessions are ended.
+func (d *deps) server(ctx context.Context, o *Options, sessions endingSessions, live func() int, transport string) (srv *server.Server, m *Metrics, stop func(), err error) {
+	defer func() {
+		if err != nil {
+			sessions.EndAll(context.WithoutCancel(ctx))
+		}
+	}()
 	if o.OpsAddr != "" {
 		m = NewMetrics(live)
 		url, err := serveOps(ctx, o.OpsAddr, OpsHandler(m, o.Version, transport), o.Logger)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		o.Logger.Info("operations endpoints", "url", url)
 		if o.OpsReady != nil {
@@ -181,12 +195,17 @@ func (d *deps) server(ctx context.Context, o *Options, sessions server.GatewaySe
 	if m != nil {
 		cfg.Metrics = m
 	}
-	srv, err := server.New(cfg)
-	if err == nil {
-		d.writeAudit(o, audit.Startup{RunID: d.runID, ProgramVersion: o.Version, Transport: transport, GrantID: d.grant.ID,
-			TS: o.Now().UTC()})
+	if srv, err = server.New(cfg); err != nil {
+		return nil, nil, nil, err
 	}
-	return srv, m, err
+	d.writeAudit(o, audit.Startup{RunID: d.runID, ProgramVersion: o.Version, Transport: transport, GrantID: d.grant.ID,
+		TS: o.Now().UTC()})
+	stop = func() {
+		srv.RevokeHandOffs(context.WithoutCancel(ctx))
+		srv.Close()
+		sessions.EndAll(context.WithoutCancel(ctx))
+	}
+	return srv, m, stop, nil
 }
 
 // stopped writes the shutdown line: why this run ended.
@@ -212,15 +231,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer d.close()
 	sessions := server.NewGrantSessions(d.client, d.grant.LocalUser, grant.Keys(d.grant, d.manifest), d.grant.NotAfter, o.Now, o.Logger)
-	defer sessions.EndAll(context.WithoutCancel(ctx))
-	srv, _, err := d.server(ctx, &o, sessions, sessions.Len, "stdio")
+	srv, _, stop, err := d.server(ctx, &o, sessions, sessions.Len, "stdio")
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	// Deferred after Close, so it runs first: the open hand-offs are
-	// revoked while the journal and the service session are still open.
-	defer srv.RevokeHandOffs(context.WithoutCancel(ctx))
+	defer stop()
 	t := o.StdioTransport
 	if t == nil {
 		t = &mcp.StdioTransport{}
