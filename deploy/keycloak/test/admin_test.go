@@ -100,17 +100,27 @@ func (a *kcAdmin) ensureUser(t *testing.T, name, password string) string {
 
 func (a *kcAdmin) userID(t *testing.T, name string) string {
 	t.Helper()
-	var users []struct {
-		ID       string `json:"id"`
-		Username string `json:"username"`
+	ids := a.idsWhere(t, "/users?exact=true&username="+url.QueryEscape(name), "username", name)
+	if len(ids) == 0 {
+		return ""
 	}
-	_ = json.Unmarshal(a.must(t, http.MethodGet, "/users?exact=true&username="+url.QueryEscape(name), nil, http.StatusOK), &users)
-	for _, u := range users {
-		if u.Username == name {
-			return u.ID
+	return ids[0]
+}
+
+// idsWhere lists the ids of the entities the listing at path returns
+// whose field is value.
+func (a *kcAdmin) idsWhere(t *testing.T, path, field, value string) []string {
+	t.Helper()
+	var list []map[string]any
+	_ = json.Unmarshal(a.must(t, http.MethodGet, path, nil, http.StatusOK), &list)
+	var ids []string
+	for _, e := range list {
+		if e[field] == value {
+			id, _ := e["id"].(string)
+			ids = append(ids, id)
 		}
 	}
-	return ""
+	return ids
 }
 
 func (a *kcAdmin) setEnabled(t *testing.T, id string, on bool) {
@@ -121,15 +131,11 @@ func (a *kcAdmin) setEnabled(t *testing.T, id string, on bool) {
 // clientUUID is the internal id of the client with this client id.
 func (a *kcAdmin) clientUUID(t *testing.T, clientID string) string {
 	t.Helper()
-	var cs []struct {
-		ID       string `json:"id"`
-		ClientID string `json:"clientId"`
+	ids := a.idsWhere(t, "/clients?clientId="+url.QueryEscape(clientID), "clientId", clientID)
+	if len(ids) != 1 {
+		t.Fatalf("client %s: %d found", clientID, len(ids))
 	}
-	_ = json.Unmarshal(a.must(t, http.MethodGet, "/clients?clientId="+url.QueryEscape(clientID), nil, http.StatusOK), &cs)
-	if len(cs) != 1 {
-		t.Fatalf("client %s: %d found", clientID, len(cs))
-	}
-	return cs[0].ID
+	return ids[0]
 }
 
 func (a *kcAdmin) clientSecret(t *testing.T, clientID string) string {
@@ -146,18 +152,11 @@ func (a *kcAdmin) clientSecret(t *testing.T, clientID string) string {
 
 func (a *kcAdmin) scopeID(t *testing.T, name string) string {
 	t.Helper()
-	var ss []struct {
-		ID   string `json:"id"`
-		Name string `json:"name"`
+	ids := a.idsWhere(t, "/client-scopes", "name", name)
+	if len(ids) == 0 {
+		t.Fatalf("no client scope %s", name)
 	}
-	_ = json.Unmarshal(a.must(t, http.MethodGet, "/client-scopes", nil, http.StatusOK), &ss)
-	for _, s := range ss {
-		if s.Name == name {
-			return s.ID
-		}
-	}
-	t.Fatalf("no client scope %s", name)
-	return ""
+	return ids[0]
 }
 
 // addOptionalScope gives a client an optional scope until the test ends.
