@@ -311,10 +311,10 @@ func (s *Server) readFragment(ctx context.Context, c *call, in fragmentInput) (f
 
 // saveFragmentInput is save_protected_fragment's arguments.
 type saveFragmentInput struct {
-	DocumentID     string `json:"documentId" jsonschema:"a compound document's id from list_approved_documents"`
-	FragmentID     string `json:"fragmentId" jsonschema:"one of that document's fragmentIds"`
-	Text           string `json:"text" jsonschema:"the section's new text, UTF-8, at most 65536 bytes"`
-	IdempotencyKey string `json:"idempotencyKey" jsonschema:"1 to 128 characters you choose for this save; reuse it only to retry the same save"`
+	DocumentID string `json:"documentId" jsonschema:"a compound document's id from list_approved_documents"`
+	FragmentID string `json:"fragmentId" jsonschema:"one of that document's fragmentIds"`
+	Text       string `json:"text" jsonschema:"the section's new text, UTF-8, at most 65536 bytes"`
+	saveKey
 }
 
 type fragmentReceipt struct {
@@ -355,7 +355,7 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 	if err != nil {
 		return zero, err
 	}
-	if err := checkIdempotencyKey(in.IdempotencyKey); err != nil {
+	if err := in.saveKey.check(); err != nil {
 		return zero, err
 	}
 	if !utf8.ValidString(in.Text) {

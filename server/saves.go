@@ -22,8 +22,13 @@ import (
 
 // saveInput is save_protected_result's arguments.
 type saveInput struct {
-	DestinationID  string `json:"destinationId" jsonschema:"a destinationId from list_approved_documents"`
-	Text           string `json:"text" jsonschema:"the result to save, UTF-8, at most 65536 bytes"`
+	DestinationID string `json:"destinationId" jsonschema:"a destinationId from list_approved_documents"`
+	Text          string `json:"text" jsonschema:"the result to save, UTF-8, at most 65536 bytes"`
+	saveKey
+}
+
+// saveKey is the argument both save tools take to make a retry safe.
+type saveKey struct {
 	IdempotencyKey string `json:"idempotencyKey" jsonschema:"1 to 128 characters you choose for this save; reuse it only to retry the same save"`
 }
 
@@ -83,7 +88,7 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 		return zero, refuseCode(CodeDestinationHasNoKey,
 			"destination %q has no key yet; nothing was sent; the operator must seed one", in.DestinationID)
 	}
-	if err := checkIdempotencyKey(in.IdempotencyKey); err != nil {
+	if err := in.saveKey.check(); err != nil {
 		return zero, err
 	}
 	if len(in.Text) > MaxTextBytes {
@@ -107,10 +112,10 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	return receiptOf(in.IdempotencyKey, rc, replayed), nil
 }
 
-// checkIdempotencyKey refuses a save's idempotencyKey that is not 1 to
-// 128 characters of UTF-8, before anything is sent.
-func checkIdempotencyKey(k string) error {
-	if n := utf8.RuneCountInString(k); n == 0 || n > 128 || !utf8.ValidString(k) {
+// check refuses an idempotencyKey that is not 1 to 128 characters of
+// UTF-8, before anything is sent.
+func (k saveKey) check() error {
+	if n := utf8.RuneCountInString(k.IdempotencyKey); n == 0 || n > 128 || !utf8.ValidString(k.IdempotencyKey) {
 		return refuseCode(CodeInvalidArgument, "idempotencyKey must be 1 to 128 characters; nothing was sent")
 	}
 	return nil
