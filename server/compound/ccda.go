@@ -52,16 +52,34 @@ type ccdaSection struct {
 	template   string
 }
 
-// newXMLDecoder reads a C-CDA as both splitting it and checking a saved
-// section in its skeleton must: strictly, after any byte-order mark, whose
-// length base is to be added to the decoder's offsets.
-func newXMLDecoder(src []byte) (d *xml.Decoder, base int) {
+// xmlReader reads a C-CDA as both splitting it and checking a saved
+// section in its skeleton must: strictly, after any byte-order mark, with
+// offsets in the whole source (the mark included).
+type xmlReader struct {
+	d    *xml.Decoder
+	base int // the byte-order mark's length, or 0
+}
+
+func newXMLReader(src []byte) *xmlReader {
+	r := &xmlReader{}
 	if bytes.HasPrefix(src, bom) {
-		base = len(bom)
+		r.base = len(bom)
 	}
-	d = xml.NewDecoder(bytes.NewReader(src[base:]))
-	d.Strict = true
-	return d, base
+	r.d = xml.NewDecoder(bytes.NewReader(src[r.base:]))
+	r.d.Strict = true
+	return r
+}
+
+// offset is where in the source the reader stands: just after the last
+// token it read.
+func (r *xmlReader) offset() int { return r.base + int(r.d.InputOffset()) }
+
+// next reads the next token and the offset in the source it starts at;
+// the error is io.EOF at the end.
+func (r *xmlReader) next() (off int, tok xml.Token, err error) {
+	off = r.offset()
+	tok, err = r.d.Token()
+	return off, tok, err
 }
 
 // splitCCDA walks the document's XML tokens with their byte offsets and
@@ -92,7 +110,7 @@ func splitCCDA(src []byte, t *Table) ([]Section, error) {
 			return nil, refuse(FormCCDA, i, ErrDeclaration, "declarations are never processed")
 		}
 	}
-	d, base := newXMLDecoder(src)
+	r := newXMLReader(src)
 	var (
 		stack    []element
 		secs     []ccdaSection
@@ -101,8 +119,7 @@ func splitCCDA(src []byte, t *Table) ([]Section, error) {
 		rootDone bool
 	)
 	for {
-		off := base + int(d.InputOffset())
-		tok, err := d.Token()
+		off, tok, err := r.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -174,7 +191,7 @@ func splitCCDA(src []byte, t *Table) ([]Section, error) {
 			el := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
 			if el.sec >= 0 {
-				secs[el.sec].end = base + int(d.InputOffset())
+				secs[el.sec].end = r.offset()
 				curSec = secs[el.sec].parent
 			}
 			if len(stack) == 0 {

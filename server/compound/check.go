@@ -95,14 +95,13 @@ func checkElement(skeleton []byte, id string, text []byte, bad func(string, ...a
 	doc = append(doc, skeleton[at+len(marker):]...)
 	start, end := at, at+len(text)
 
-	d, base := newXMLDecoder(doc)
+	r := newXMLReader(doc)
 	depth := 0
 	// spanDepth is the depth the span's element opens at, known once
 	// the walk reaches start; spanEl counts elements opened at start.
 	spanDepth, spanEl := -1, 0
 	for {
-		off := base + int(d.InputOffset())
-		tok, err := d.Token()
+		off, tok, err := r.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -142,7 +141,7 @@ func checkElement(skeleton []byte, id string, text []byte, bad func(string, ...a
 				return bad("the text closes an element it did not open")
 			}
 			if in && depth == spanDepth {
-				if e := base + int(d.InputOffset()); e != end {
+				if e := r.offset(); e != end {
 					return bad("text after the section's end tag; save exactly one element")
 				}
 			}
