@@ -125,6 +125,30 @@ func (s *stack) callDies(t *testing.T, point, tool string, args map[string]any) 
 	}
 }
 
+// retryAfterKill kills the server at point in a call of tool, then makes
+// the same call twice on a fresh server: the first is the retry, the second
+// must replay it. It returns that server's session and both answers,
+// having checked that neither is an error and that the Gateway encrypted
+// once in all (the kill is before or after the one encrypt, never both).
+func (s *stack) retryAfterKill(t *testing.T, point, tool string, args map[string]any) (cs *mcp.ClientSession, first, again map[string]any) {
+	t.Helper()
+	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+	s.callDies(t, point, tool, args)
+	cs = s.connect(t)
+	first, isErr := call(t, cs, tool, args)
+	if isErr {
+		t.Fatalf("retry after the kill: %v", first)
+	}
+	again, isErr = call(t, cs, tool, args)
+	if isErr || again["replayed"] != true {
+		t.Fatalf("second retry %v, first %v", again, first)
+	}
+	if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {
+		t.Errorf("Gateway encrypts: %d, want 1", n)
+	}
+	return cs, first, again
+}
+
 // connect starts `pdmcp serve` as a host would and connects the go-sdk
 // client to it over stdio.
 func (s *stack) connect(t testing.TB, extraEnv ...string) *mcp.ClientSession {
@@ -413,27 +437,15 @@ func TestSaveSurvivesKillAtEachStep(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			s := newStack(t)
 			args := map[string]any{"destinationId": "evaluation-summary", "text": "Cirrus: best quality.", "idempotencyKey": "crash-1"}
-			encrypts := s.env.Gateway.Count(api.RouteEncrypt)
 			// A save places again only past a stray file: one is at v1.
 			want, files := 1, 1
 			if point == "save:placed" {
 				putStray(t, s, "results/evaluation-summary.v1.bin")
 				want, files = 2, 2
 			}
-
-			s.callDies(t, point, "save_protected_result", args)
-
-			cs := s.connect(t)
-			first, isErr := call(t, cs, "save_protected_result", args)
-			if isErr || first["version"] != float64(want) {
-				t.Fatalf("retry after the kill: %v", first)
-			}
-			again, isErr := call(t, cs, "save_protected_result", args)
-			if isErr || again["replayed"] != true || again["savedAt"] != first["savedAt"] {
-				t.Fatalf("second retry %v, first %v", again, first)
-			}
-			if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {
-				t.Errorf("Gateway encrypts: %d, want 1", n)
+			_, first, again := s.retryAfterKill(t, point, "save_protected_result", args)
+			if first["version"] != float64(want) || again["savedAt"] != first["savedAt"] {
+				t.Fatalf("retry %v, second retry %v; want version %d, saved once", first, again, want)
 			}
 			if got, _ := filepath.Glob(filepath.Join(filepath.Dir(s.manifest), "results", "*")); len(got) != files {
 				t.Errorf("result files %v, want %d", got, files)
