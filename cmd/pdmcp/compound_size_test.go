@@ -54,22 +54,15 @@ func TestStdioCompoundSizeNotShown(t *testing.T) {
 	}
 
 	// Grow a withheld section in the manifest past one read.
-	m, err := grant.LoadManifest(s.manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ccd := m.Documents["ccd-0001"]
 	withheld := ""
-	for i, f := range ccd.Fragments {
-		if f.DataType != "results" && withheld == "" {
-			withheld = f.ID
-			ccd.Fragments[i].Size += 70001
+	s.editDocument(t, "ccd-0001", func(ccd *grant.Document) {
+		for i, f := range ccd.Fragments {
+			if f.DataType != "results" && withheld == "" {
+				withheld = f.ID
+				ccd.Fragments[i].Size += 70001
+			}
 		}
-	}
-	m.Documents["ccd-0001"] = ccd
-	if err := m.Save(s.manifest); err != nil {
-		t.Fatal(err)
-	}
+	})
 	cs = s.connect(t)
 	limit := strconv.Itoa(server.MaxTextBytes)
 	for _, tc := range []struct {
@@ -127,23 +120,16 @@ func TestStdioCompoundAnswersIgnoreWithheldLengths(t *testing.T) {
 
 	// A withheld section 64,000 bytes longer: every section still fits one
 	// read, the document does not.
-	m, err := grant.LoadManifest(s.manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ccd := m.Documents["ccd-0001"]
-	grown := false
-	for i, f := range ccd.Fragments {
-		if f.DataType != "results" && !grown {
-			ccd.Fragments[i].Size += 64000
-			ccd.Size += 64000
-			grown = true
+	s.editDocument(t, "ccd-0001", func(ccd *grant.Document) {
+		grown := false
+		for i, f := range ccd.Fragments {
+			if f.DataType != "results" && !grown {
+				ccd.Fragments[i].Size += 64000
+				ccd.Size += 64000
+				grown = true
+			}
 		}
-	}
-	m.Documents["ccd-0001"] = ccd
-	if err := m.Save(s.manifest); err != nil {
-		t.Fatal(err)
-	}
+	})
 	if after := answers(); !slices.Equal(after, before) {
 		t.Errorf("with a withheld section 64,000 bytes longer the answers changed:\n before %q\n after  %q", before, after)
 	}

@@ -58,19 +58,38 @@ func resultVersions(t *testing.T, s *stack, dest string) []int {
 	return out
 }
 
-// addDestination gives the manifest a second destination under the seed
-// destination's key, as an operator's hand edit would.
-func addDestination(t *testing.T, s *stack, id string) {
+// editManifest changes manifest.json as an operator's hand edit would:
+// read it, change it, write it back.
+func (s *stack) editManifest(t *testing.T, change func(m *grant.Manifest)) {
 	t.Helper()
 	m, err := grant.LoadManifest(s.manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := m.Destinations["evaluation-summary"]
-	m.Destinations[id] = grant.Destination{Label: "Second summary", TTag: d.TTag}
+	change(m)
 	if err := m.Save(s.manifest); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// editDocument changes document id's entry in manifest.json as
+// [stack.editManifest] does.
+func (s *stack) editDocument(t *testing.T, id string, change func(d *grant.Document)) {
+	t.Helper()
+	s.editManifest(t, func(m *grant.Manifest) {
+		d := m.Documents[id]
+		change(&d)
+		m.Documents[id] = d
+	})
+}
+
+// addDestination gives the manifest a second destination under the seed
+// destination's key, as an operator's hand edit would.
+func addDestination(t *testing.T, s *stack, id string) {
+	t.Helper()
+	s.editManifest(t, func(m *grant.Manifest) {
+		m.Destinations[id] = grant.Destination{Label: "Second summary", TTag: m.Destinations["evaluation-summary"].TTag}
+	})
 	run(t, "grant", "--manifest", s.manifest, "--out", s.grant, "--all-approved", "--ttl-seconds", "900")
 }
 
@@ -328,19 +347,7 @@ func TestServerFollowsTheManifest(t *testing.T) {
 	if m, isErr := call(t, cs, "read_protected_document", read); isErr {
 		t.Fatalf("read: %v", m)
 	}
-	setApproved := func(approved bool) {
-		m, err := grant.LoadManifest(s.manifest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := m.Documents["evaluation-criteria"]
-		d.Approved = approved
-		m.Documents["evaluation-criteria"] = d
-		if err := m.Save(s.manifest); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setApproved(false)
+	s.editDocument(t, "evaluation-criteria", func(d *grant.Document) { d.Approved = false })
 	s.quiet(t, "a read of a withdrawn document", func() {
 		m, isErr := call(t, cs, "read_protected_document", read)
 		wantRefused(t, m, isErr, "adapter", "DOCUMENT_NOT_APPROVED")
@@ -535,16 +542,9 @@ func TestServerServesADocumentUnderANewKey(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(filepath.Dir(s.manifest), filepath.FromSlash(rel)), enc.Ciphertext, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, err := grant.LoadManifest(s.manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := m.Documents["evaluation-criteria"]
-	d.Version, d.Path, d.TTag, d.IV, d.SHA256, d.Size = 2, rel, enc.TTag, base64.StdEncoding.EncodeToString(enc.IV), sha(text), int64(len(text))
-	m.Documents["evaluation-criteria"] = d
-	if err := m.Save(s.manifest); err != nil {
-		t.Fatal(err)
-	}
+	s.editDocument(t, "evaluation-criteria", func(d *grant.Document) {
+		d.Version, d.Path, d.TTag, d.IV, d.SHA256, d.Size = 2, rel, enc.TTag, base64.StdEncoding.EncodeToString(enc.IV), sha(text), int64(len(text))
+	})
 	got, isErr := call(t, cs, "read_protected_document", read)
 	if isErr || got["text"] != string(text) || got["provenance"].(map[string]any)["version"] != float64(2) {
 		t.Fatalf("read under the new key: %v", got)
