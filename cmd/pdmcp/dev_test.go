@@ -23,8 +23,7 @@ type devRun struct {
 func startDev(t *testing.T, state string, args ...string) *devRun {
 	t.Helper()
 	_ = os.Remove(filepath.Join(state, "dev.json"))
-	cmd := exec.Command(binary(t), append([]string{"dev", "--state", state}, args...)...)
-	cmd.Env = cleanEnv()
+	cmd := pdmcpCmd(t, append([]string{"dev", "--state", state}, args...)...)
 	cmd.Stderr = &testLog{t: t}
 	out := &testutil.LogBuffer{}
 	cmd.Stdout = out

@@ -64,12 +64,27 @@ func cleanEnv() []string {
 	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}
 }
 
+// pdmcpCmd is pdmcp with args, run as a host or an operator would: in the
+// clean environment.
+func pdmcpCmd(t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	cmd.Env = cleanEnv()
+	return cmd
+}
+
+// serveCmd is `pdmcp serve` on the stack's config, manifest, grant and
+// audit file.
+func (s *stack) serveCmd(t testing.TB) *exec.Cmd {
+	t.Helper()
+	return pdmcpCmd(t, "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant, "--audit", s.audit)
+}
+
 // run runs pdmcp with args and returns its stdout; it fails the test on a
 // non-zero exit.
 func run(t testing.TB, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(binary(t), args...)
-	cmd.Env = cleanEnv()
+	cmd := pdmcpCmd(t, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -153,9 +168,8 @@ func (s *stack) retryAfterKill(t *testing.T, point, tool string, args map[string
 // client to it over stdio.
 func (s *stack) connect(t testing.TB, extraEnv ...string) *mcp.ClientSession {
 	t.Helper()
-	cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant,
-		"--audit", s.audit)
-	cmd.Env = append(cleanEnv(), extraEnv...)
+	cmd := s.serveCmd(t)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.Stderr = &testLog{t: t}
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-host", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -383,9 +397,7 @@ func TestServeRefusesUnapprovedDocument(t *testing.T) {
 	if err := g.Save(s.grant); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant, "--audit", s.audit)
-	cmd.Env = cleanEnv()
-	out, err := cmd.CombinedOutput()
+	out, err := s.serveCmd(t).CombinedOutput()
 	if err == nil {
 		t.Fatal("serve started with a grant naming an unapproved document")
 	}
@@ -416,8 +428,8 @@ func TestStdioGrantExpiry(t *testing.T) {
 
 func TestServeRefusesModelCredential(t *testing.T) {
 	s := newStack(t)
-	cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant, "--audit", s.audit)
-	cmd.Env = append(cleanEnv(), "ANTHROPIC_API_KEY=sk-ant-do-not-print")
+	cmd := s.serveCmd(t)
+	cmd.Env = append(cmd.Env, "ANTHROPIC_API_KEY=sk-ant-do-not-print")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatal("serve started with a model credential in its environment")
@@ -509,8 +521,7 @@ func TestHostConfigStartsTheServer(t *testing.T) {
 // once it prints them; the process is stopped (SIGTERM) at test end.
 func startDevGateway(t *testing.T, state string, extra ...string) (url, ca, pwFile string, stop func()) {
 	t.Helper()
-	cmd := exec.Command(binary(t), append([]string{"dev", "gateway", "--state", state}, extra...)...)
-	cmd.Env = cleanEnv()
+	cmd := pdmcpCmd(t, append([]string{"dev", "gateway", "--state", state}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -596,8 +607,7 @@ func TestSessionRevokedWhenTheHostLeaves(t *testing.T) {
 	for _, how := range []string{"stdin closed", "SIGTERM", "SIGINT"} {
 		t.Run(how, func(t *testing.T) {
 			s := newStack(t)
-			cmd := exec.Command(binary(t), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant, "--audit", s.audit)
-			cmd.Env = cleanEnv()
+			cmd := s.serveCmd(t)
 			cmd.Stderr = &testLog{t: t}
 			c := mcp.NewClient(&mcp.Implementation{Name: "leaving-host", Version: "1"}, nil)
 			cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
@@ -623,8 +633,8 @@ func TestSessionRevokedWhenTheHostLeaves(t *testing.T) {
 }
 
 func TestCleanEnvPassesOnlyWhatItKeeps(t *testing.T) {
-	cmd := exec.Command(binary(t), "clean-env", "--keep", "KEEP_ME", "--", "env")
-	cmd.Env = append(cleanEnv(), "KEEP_ME=1", "ANTHROPIC_API_KEY=sk-x", "OTHER=2")
+	cmd := pdmcpCmd(t, "clean-env", "--keep", "KEEP_ME", "--", "env")
+	cmd.Env = append(cmd.Env, "KEEP_ME=1", "ANTHROPIC_API_KEY=sk-x", "OTHER=2")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)

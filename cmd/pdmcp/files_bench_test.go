@@ -8,7 +8,6 @@ import (
 	be "encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -61,9 +60,7 @@ func benchServeFileMemory(b *testing.B, decrypt bool) {
 	name := filepath.Join(root, "big.bin")
 	ctx := context.Background()
 	serve := func() (*mcp.ClientSession, int) {
-		cmd := exec.Command(binary(b), "serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant,
-			"--audit", s.audit)
-		cmd.Env = cleanEnv()
+		cmd := s.serveCmd(b)
 		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
 		cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 		if err != nil {

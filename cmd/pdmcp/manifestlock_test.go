@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -103,9 +102,7 @@ func isClosed(c <-chan struct{}) bool {
 // whether it succeeded.
 func (s *stack) startProtect(t *testing.T, args ...string) (<-chan string, func() (string, bool)) {
 	t.Helper()
-	all := append([]string{"protect", "--config", s.config, "--manifest", s.manifest, "--record", s.record()}, args...)
-	cmd := exec.Command(binary(t), all...)
-	cmd.Env = cleanEnv()
+	cmd := s.protectCmd(t, args...)
 	var stdout strings.Builder
 	cmd.Stdout = &stdout
 	pipe, err := cmd.StderrPipe()

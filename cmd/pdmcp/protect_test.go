@@ -109,13 +109,19 @@ func (s *stack) asOwner(ctx context.Context, t *testing.T, objects ...string) (*
 	return c, rec, owner
 }
 
+// protectCmd is `pdmcp protect` with args, into the stack's manifest and
+// seed record.
+func (s *stack) protectCmd(t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	return pdmcpCmd(t, append([]string{"protect", "--config", s.config, "--manifest", s.manifest, "--record", s.record()}, args...)...)
+}
+
 // protect runs pdmcp protect and returns stdout, stderr and whether it
 // succeeded.
 func (s *stack) protect(t *testing.T, env []string, args ...string) (string, string, bool) {
 	t.Helper()
-	all := append([]string{"protect", "--config", s.config, "--manifest", s.manifest, "--record", s.record()}, args...)
-	cmd := exec.Command(binary(t), all...)
-	cmd.Env = append(cleanEnv(), env...)
+	cmd := s.protectCmd(t, args...)
+	cmd.Env = append(cmd.Env, env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

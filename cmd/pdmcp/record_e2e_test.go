@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -425,9 +424,7 @@ func TestManifestWithSavedVersionsIsHistory(t *testing.T) {
 		t.Fatalf("exported versions %+v", v)
 	}
 	// The export never replaces the manifest itself.
-	cmd := exec.Command(binary(t), "export-manifest", "--manifest", s.manifest, "--out", s.manifest)
-	cmd.Env = cleanEnv()
-	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "would replace the manifest") {
+	if b, err := pdmcpCmd(t, "export-manifest", "--manifest", s.manifest, "--out", s.manifest).CombinedOutput(); err == nil || !strings.Contains(string(b), "would replace the manifest") {
 		t.Fatalf("export over the manifest: %v %s", err, b)
 	}
 	text := run(t, "versions", "--manifest", s.manifest)
