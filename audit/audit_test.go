@@ -169,13 +169,7 @@ func TestOpenCreatesPrivateFileAndAppends(t *testing.T) {
 	}
 	l.Close()
 	if runtime.GOOS != "windows" {
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Mode().Perm() != 0o600 {
-			t.Errorf("mode %#o, want 0600", fi.Mode().Perm())
-		}
+		testutil.WantMode(t, path, 0o600)
 	}
 	l2, err := Open(path)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // copyFixture copies testdata/name into a fresh folder as dstName, mode 0600
@@ -109,7 +111,7 @@ func assertSavesOverLoose[T any](t *testing.T, out string, save func(string) err
 	if err := save(out); err != nil {
 		t.Fatal(err)
 	}
-	assertMode(t, out, 0o600)
+	testutil.WantMode(t, out, 0o600)
 	back, err := load(out)
 	if err != nil {
 		t.Fatal(err)
@@ -130,17 +132,6 @@ func assertNoTempFiles(t *testing.T, dir string) {
 		if strings.Contains(e.Name(), ".tmp-") {
 			t.Fatalf("temporary file left behind: %s", filepath.Join(dir, e.Name()))
 		}
-	}
-}
-
-func assertMode(t *testing.T, path string, want os.FileMode) {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fi.Mode().Perm(); got != want {
-		t.Fatalf("%s is mode %04o, want %04o", path, got, want)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 func TestWriteFileAtomic(t *testing.T) {
@@ -21,7 +23,7 @@ func TestWriteFileAtomic(t *testing.T) {
 	if err != nil || string(got) != "two" {
 		t.Fatalf("content %q, %v; want two", got, err)
 	}
-	assertMode(t, path, 0o600)
+	testutil.WantMode(t, path, 0o600)
 	assertNoTempFiles(t, dir)
 
 	// The rename fails (a non-empty folder is in the way): the temporary

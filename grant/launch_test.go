@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 var launchNow = time.Date(2026, 10, 24, 12, 0, 0, 0, time.UTC)
@@ -51,7 +53,7 @@ func TestLaunchAllApproved(t *testing.T) {
 	if len(g.ID) != 16 || strings.Trim(g.ID, "0123456789abcdef") != "" {
 		t.Fatalf("id %q is not 16 hex digits", g.ID)
 	}
-	assertMode(t, opts.Out, 0o600)
+	testutil.WantMode(t, opts.Out, 0o600)
 	assertNoTempFiles(t, filepath.Dir(opts.Out))
 	back, err := Load(opts.Out)
 	if err != nil {

@@ -312,13 +312,7 @@ func TestStdioEndToEnd(t *testing.T) {
 // client line, tool lines; never the document text.
 func checkAudit(t *testing.T, path, secretText string) {
 	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != 0o600 {
-		t.Errorf("audit file mode %04o, want 0600", fi.Mode().Perm())
-	}
+	testutil.WantMode(t, path, 0o600)
 	b, _ := os.ReadFile(path)
 	if strings.Contains(string(b), secretText[:40]) {
 		t.Error("the audit file holds document text")

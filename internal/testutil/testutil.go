@@ -3,9 +3,9 @@
 // others write it, the live-heap probe the memory benchmarks use, a clock
 // moved by hand, a certificate authority made for one test, a poll for a
 // condition that must come, golden files, a package's own non-test
-// source, a folder's names, a bearer-token round tripper, and the test
-// binary run again as a helper process. It has no dependencies outside the
-// standard library and no state of its own.
+// source, a folder's names and a file's mode, a bearer-token round
+// tripper, and the test binary run again as a helper process. It has no
+// dependencies outside the standard library and no state of its own.
 package testutil
 
 import (
