@@ -7,17 +7,6 @@ import (
 	"testing"
 )
 
-func TestWantMode(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	WantMode(t, path, 0o640)
-}
-
 func TestDirNamesSorted(t *testing.T) {
 	dir := t.TempDir()
 	for _, n := range []string{"b", ".hidden", "a"} {
