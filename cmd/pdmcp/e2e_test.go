@@ -105,12 +105,32 @@ type stack struct {
 	audit    string
 }
 
+// newStack starts a reference Gateway in this process and makes the stack
+// on it, with a grant of grantArgs (default: all approved documents, 15
+// minutes).
 func newStack(t testing.TB, grantArgs ...string) *stack {
 	t.Helper()
-	s := &stack{env: reftest.Start(t, reference.Config{}), dir: t.TempDir()}
+	env := reftest.Start(t, reference.Config{})
+	s := seededStack(t, env.URL, env.CAFile, reftest.AdminUser, env.AdminPasswordFile)
+	s.env = env
+	args := append([]string{"grant", "--manifest", s.manifest, "--out", s.grant}, grantArgs...)
+	if len(grantArgs) == 0 {
+		args = append(args, "--all-approved", "--ttl-seconds", "900")
+	}
+	run(t, args...)
+	return s
+}
+
+// seededStack bootstraps a service against the Gateway at url (trusting
+// ca, signing in as admin with the password in pwFile) and seeds the data
+// set into a fresh folder, with the pdmcp binary as an operator would. No
+// grant is written yet: s.grant names where it goes.
+func seededStack(t testing.TB, url, ca, admin, pwFile string) *stack {
+	t.Helper()
+	s := &stack{dir: t.TempDir()}
 	s.config = filepath.Join(s.dir, "config.json")
-	out := run(t, "bootstrap", "--endpoint", s.env.URL, "--trust-file", s.env.CAFile, "--admin-user", reftest.AdminUser,
-		"--admin-password-file", s.env.AdminPasswordFile, "--allow-scoped", "--config-out", s.config)
+	out := run(t, "bootstrap", "--endpoint", url, "--trust-file", ca, "--admin-user", admin,
+		"--admin-password-file", pwFile, "--allow-scoped", "--config-out", s.config)
 	if !strings.HasSuffix(strings.TrimSpace(out), "BOOTSTRAP: OK") {
 		t.Fatalf("bootstrap did not end BOOTSTRAP: OK:\n%s", out)
 	}
@@ -122,11 +142,6 @@ func newStack(t testing.TB, grantArgs ...string) *stack {
 	s.manifest = filepath.Join(data, "manifest.json")
 	s.grant = filepath.Join(data, "grant.json")
 	s.audit = filepath.Join(data, "audit.jsonl")
-	args := append([]string{"grant", "--manifest", s.manifest, "--out", s.grant}, grantArgs...)
-	if len(grantArgs) == 0 {
-		args = append(args, "--all-approved", "--ttl-seconds", "900")
-	}
-	run(t, args...)
 	return s
 }
 
@@ -562,23 +577,13 @@ func startDevGateway(t *testing.T, state string, extra ...string) (url, ca, pwFi
 func TestDevGatewayStandalone(t *testing.T) {
 	state := t.TempDir()
 	url, ca, pw, stop := startDevGateway(t, state)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.json")
-	out := run(t, "bootstrap", "--endpoint", url, "--trust-file", ca, "--admin-user", "admin",
-		"--admin-password-file", pw, "--allow-scoped", "--config-out", cfg)
-	if !strings.Contains(out, "BOOTSTRAP: OK") {
-		t.Fatal(out)
-	}
-	data := filepath.Join(dir, "task-data")
-	run(t, "seed", "--config", cfg, "--out-dir", data)
+	s := seededStack(t, url, ca, "admin", pw)
 	stop()
 
 	url2, _, _, _ := startDevGateway(t, state)
-	s := &stack{dir: dir, config: cfg, manifest: filepath.Join(data, "manifest.json"),
-		grant: filepath.Join(data, "grant.json"), audit: filepath.Join(data, "audit.jsonl")}
 	// The restarted Gateway listens on another port: point the config at it.
-	b, _ := os.ReadFile(cfg)
-	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(string(b), url, url2)), 0o600); err != nil {
+	b, _ := os.ReadFile(s.config)
+	if err := os.WriteFile(s.config, []byte(strings.ReplaceAll(string(b), url, url2)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	run(t, "grant", "--manifest", s.manifest, "--all-approved", "--out", s.grant)
@@ -587,7 +592,7 @@ func TestDevGatewayStandalone(t *testing.T) {
 	if isErr || !strings.HasPrefix(m["text"].(string), "Evaluation criteria") {
 		t.Fatalf("read after the Gateway restarted: %v", m)
 	}
-	out = run(t, "seed", "--config", cfg, "--cleanup", filepath.Join(data, "seed-record.json"))
+	out := run(t, "seed", "--config", s.config, "--cleanup", s.record())
 	if !strings.Contains(out, "SEED CLEANUP: OK") {
 		t.Fatalf("cleanup: %s", out)
 	}

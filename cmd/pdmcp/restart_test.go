@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -18,16 +17,7 @@ import (
 func TestStdioSurvivesGatewayProcessRestart(t *testing.T) {
 	state := t.TempDir()
 	gwURL, ca, pw, stop := startDevGateway(t, state)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.json")
-	if out := run(t, "bootstrap", "--endpoint", gwURL, "--trust-file", ca, "--admin-user", "admin",
-		"--admin-password-file", pw, "--allow-scoped", "--config-out", cfg); !strings.Contains(out, "BOOTSTRAP: OK") {
-		t.Fatal(out)
-	}
-	data := filepath.Join(dir, "task-data")
-	run(t, "seed", "--config", cfg, "--out-dir", data)
-	s := &stack{dir: dir, config: cfg, manifest: filepath.Join(data, "manifest.json"),
-		grant: filepath.Join(data, "grant.json"), audit: filepath.Join(data, "audit.jsonl")}
+	s := seededStack(t, gwURL, ca, "admin", pw)
 	run(t, "grant", "--manifest", s.manifest, "--all-approved", "--ttl-seconds", "900", "--out", s.grant)
 	cs := s.connect(t)
 	read := map[string]any{"documentId": "evaluation-criteria"}
