@@ -11,6 +11,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/internal/handofftest"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
@@ -148,7 +149,7 @@ func TestFileToolsSurviveKillAtCheck(t *testing.T) {
 	}
 	cs := s.connect(t)
 	res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "c.txt"})
-	if isErr || res["replayed"] == true || res["sha256"] != sha256Hex(content) {
+	if isErr || res["replayed"] == true || res["sha256"] != mcptest.SHA256(content) {
 		t.Fatalf("retry after the kill: %v", res)
 	}
 	if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {

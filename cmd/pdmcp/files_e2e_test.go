@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,11 +23,6 @@ func newFileStack(t testing.TB) (*stack, string) {
 	}
 	s := newStack(t, "--all-approved", "--file-root", root, "--ttl-seconds", "900")
 	return s, root
-}
-
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }
 
 // TestFileToolsOverStdio: through pdmcp serve over stdio, a file is
@@ -70,14 +63,14 @@ func TestFileToolsOverStdio(t *testing.T) {
 	for _, name := range []string{"draft.txt", "max.bin"} {
 		want, _ := os.ReadFile(filepath.Join(root, name))
 		res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": name})
-		if isErr || res["sha256"] != sha256Hex(want) || res["envelope"] != name+".pisoft" {
+		if isErr || res["sha256"] != mcptest.SHA256(want) || res["envelope"] != name+".pisoft" {
 			t.Fatalf("encrypt_file %s: %v", name, res)
 		}
 		if err := os.Remove(filepath.Join(root, name)); err != nil {
 			t.Fatal(err)
 		}
 		res, isErr = call(t, cs, "decrypt_file", map[string]any{"path": filepath.Join(root, name+".pisoft")})
-		if isErr || res["sha256"] != sha256Hex(want) {
+		if isErr || res["sha256"] != mcptest.SHA256(want) {
 			t.Fatalf("decrypt_file %s: %v", name, res)
 		}
 		got, err := os.ReadFile(filepath.Join(root, res["path"].(string)))
@@ -127,7 +120,7 @@ func TestEncryptFileSurvivesKillAtEachStep(t *testing.T) {
 			cs := s.connect(t)
 			res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "k.txt"})
 			if tc.answered {
-				if isErr || res["replayed"] != tc.replayed || res["sha256"] != sha256Hex(content) {
+				if isErr || res["replayed"] != tc.replayed || res["sha256"] != mcptest.SHA256(content) {
 					t.Fatalf("retry after the kill: %v", res)
 				}
 				if again, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "k.txt"}); isErr || again["replayed"] != true {
