@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -179,13 +180,27 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		return zero, err
 	}
 	s.cfg.CrashPoint(crashpoint.EncryptFileEncrypted)
-	row, err = s.recordMinted(ctx, key, enc)
+	// The envelope is written under its staged name while the ciphertext
+	// is stored: the call's two large writes, each mostly hashing, encoding
+	// or waiting on its own fsync, run at once. The envelope takes its
+	// name only once the journal holds the key.
+	mintedAt := s.cfg.Now()
+	staged := make(chan *stagedEnvelope, 1)
+	go func() {
+		staged <- s.stageEnvelope(placer, envRel, key, files.Envelope{CreatedAt: mintedAt, TTag: enc.TTag, IV: enc.IV,
+			Ciphertext: enc.Ciphertext, Name: name, Bytes: size, SHA256: key.ContentSHA256})
+	}()
+	minted := s.storeCiphertext(key, enc, mintedAt)
+	st := <-staged
+	defer st.discard()
+	s.cfg.CrashPoint(crashpoint.EncryptFileStaged)
+	row, err = s.recordMinted(ctx, key, minted, enc.Ciphertext)
 	if err != nil {
 		return zero, err
 	}
 	enc = nil
 	s.cfg.CrashPoint(crashpoint.EncryptFileMinted)
-	if err := s.writeEnvelope(f.Dir, envRel, name, size, row, placer); err != nil {
+	if err := s.placeStaged(f.Dir, envRel, name, size, row, placer, st); err != nil {
 		return zero, err
 	}
 	s.cfg.CrashPoint(crashpoint.EncryptFileEnvelopeWritten)
@@ -298,12 +313,11 @@ func (s *Server) sendEncrypt(ctx context.Context, c *call, key journal.FileKey, 
 	return enc, nil
 }
 
-// recordMinted records the new key and its ciphertext (in the server's
-// ciphertext store, or in the row when that cannot be written) and
-// returns the row whose envelope is written: this answer's, or another
-// process's recorded first.
-func (s *Server) recordMinted(ctx context.Context, key journal.FileKey, enc *gateway.EncryptResult) (journal.FileRecord, error) {
-	minted := journal.MintedKey{TTag: enc.TTag, LinkDigest: audit.Digest12(enc.Link), IV: enc.IV}
+// storeCiphertext keeps a new key's ciphertext in its file beside the
+// journal (or, if that cannot be written, in the key's record) and
+// returns what recordMinted records.
+func (s *Server) storeCiphertext(key journal.FileKey, enc *gateway.EncryptResult, mintedAt time.Time) journal.MintedKey {
+	minted := journal.MintedKey{TTag: enc.TTag, LinkDigest: audit.Digest12(enc.Link), IV: enc.IV, MintedAt: mintedAt}
 	ctSum := sha256.Sum256(enc.Ciphertext)
 	if perr := s.putCiphertext(hex.EncodeToString(ctSum[:]), enc.Ciphertext); perr != nil {
 		// The key exists: its answer must be recorded, in the row itself
@@ -313,11 +327,18 @@ func (s *Server) recordMinted(ctx context.Context, key journal.FileKey, enc *gat
 	} else {
 		minted.CiphertextSHA256 = hex.EncodeToString(ctSum[:])
 	}
+	return minted
+}
+
+// recordMinted records a new key in the journal before its envelope is
+// placed, and returns the row: the one of another process that recorded
+// first (with its ciphertext), or this one with ct, the ciphertext.
+func (s *Server) recordMinted(ctx context.Context, key journal.FileKey, minted journal.MintedKey, ct []byte) (journal.FileRecord, error) {
 	row, err := s.cfg.Journal.RecordMinted(context.WithoutCancel(ctx), key, minted)
 	if err != nil {
 		return row, fmt.Errorf("record minted key: %w", err)
 	}
-	if row.TTag != enc.TTag {
+	if row.TTag != minted.TTag {
 		// Another answer was recorded first (a second process): write
 		// that one's envelope, from the journal.
 		if row, err = s.cfg.Journal.GetFile(context.WithoutCancel(ctx), key); err != nil {
@@ -325,9 +346,78 @@ func (s *Server) recordMinted(ctx context.Context, key journal.FileKey, enc *gat
 		}
 	} else {
 		// The state change does not read the ciphertext back.
-		row.Ciphertext = enc.Ciphertext
+		row.Ciphertext = ct
 	}
 	return row, nil
+}
+
+// stagedEnvelope is an envelope written and synced under its staged name
+// (files.StagedName of the journal row's key), not yet placed.
+type stagedEnvelope struct {
+	out  *files.Output
+	ttag string
+	err  error
+}
+
+func (st *stagedEnvelope) discard() { st.out.Discard() }
+
+// stageEnvelope writes e under envRel's staged name for key. A failure is
+// kept for placeStaged, which then writes the envelope the ordinary way.
+func (s *Server) stageEnvelope(placer *files.Placer, envRel string, key journal.FileKey, e files.Envelope) *stagedEnvelope {
+	st := &stagedEnvelope{ttag: e.TTag}
+	native := filepath.FromSlash(envRel)
+	out, err := placer.CreateStaged(native, stagedEnvelopeName(envRel, key), envRel)
+	if err != nil {
+		st.err = err
+		return st
+	}
+	st.out = out
+	st.err = files.WriteEnvelope(out.File, e)
+	if cerr := out.Close(); st.err == nil {
+		st.err = cerr
+	}
+	return st
+}
+
+// stagedEnvelopeName is the staged name of key's envelope envRel, in its
+// folder.
+func stagedEnvelopeName(envRel string, key journal.FileKey) string {
+	return files.StagedName(path.Base(envRel), key.String())
+}
+
+// removeStaged removes the staged envelope a call for key may have left
+// when it was killed: a name only that row's calls make.
+func removeStaged(dir *os.Root, envRel string, key journal.FileKey) {
+	staged := filepath.Join(filepath.Dir(filepath.FromSlash(envRel)), stagedEnvelopeName(envRel, key))
+	if err := dir.Remove(staged); err == nil {
+		syncDir(dir, filepath.Dir(staged))
+	}
+}
+
+// placeStaged puts the staged envelope at its name when it is the
+// envelope of row's key. Otherwise (another process's key was recorded
+// first, the staged write failed, or the staged file is gone: a retry of
+// the same content removed it as left by a kill) the envelope is written
+// from row the ordinary way.
+func (s *Server) placeStaged(dir *os.Root, rel, plainName string, size int64, row journal.FileRecord, placer *files.Placer,
+	st *stagedEnvelope) error {
+	if st.err == nil && st.ttag == row.TTag {
+		native := filepath.FromSlash(rel)
+		err := st.out.Place(native)
+		if err == nil {
+			syncDir(dir, filepath.Dir(native))
+			return nil
+		}
+		if errors.Is(err, fs.ErrExist) {
+			return envelopeAppeared(rel)
+		}
+		st.err = err
+	}
+	if st.err != nil {
+		s.log.Warn("staged envelope not placed; writing it again", "err", st.err)
+	}
+	st.discard()
+	return s.writeEnvelope(dir, rel, plainName, size, row, placer)
 }
 
 // replayEncrypt answers an encrypt_file of content this caller already
@@ -336,6 +426,9 @@ func (s *Server) recordMinted(ctx context.Context, key journal.FileKey, enc *gat
 func (s *Server) replayEncrypt(ctx context.Context, c *call, dir *os.Root, row journal.FileRecord,
 	out encryptFileResult) (encryptFileResult, error) {
 	var zero encryptFileResult
+	// A call killed after it staged the envelope left it under this
+	// row's staged name; nothing else makes that name.
+	removeStaged(dir, out.Envelope, row.Key)
 	switch row.State {
 	case journal.FileReserved, journal.FileAnswerLost:
 		return zero, answerLost(out.Path, nil)
@@ -470,14 +563,20 @@ func (s *Server) writeEnvelope(dir *os.Root, rel, plainName string, size int64, 
 	}
 	if err := output.Place(native); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return fileRefuse(files.CodeEnvelopeExists,
-				"%q appeared while it was being written and is never overwritten; the key is recorded: move or remove that file "+
-					"and call encrypt_file again to write the envelope", rel)
+			return envelopeAppeared(rel)
 		}
 		return fmt.Errorf("place envelope: %w", err)
 	}
 	syncDir(dir, filepath.Dir(native))
 	return nil
+}
+
+// envelopeAppeared refuses an envelope whose name was taken while it was
+// being written.
+func envelopeAppeared(rel string) *Refusal {
+	return fileRefuse(files.CodeEnvelopeExists,
+		"%q appeared while it was being written and is never overwritten; the key is recorded: move or remove that file "+
+			"and call encrypt_file again to write the envelope", rel)
 }
 
 // syncDir makes a rename or link in folder durable; a failure is not

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -532,5 +533,77 @@ func writeIn(t *testing.T, root, name string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(root, name), b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// encrypt_file writes the envelope under its staged name while the
+// ciphertext is stored, and places it once the key is recorded: the
+// envelope carries the key's recorded minting time (a rewrite from the
+// journal is byte for byte the same), and a staged file that is gone
+// before it is placed (a retry of the same content in another process
+// removes it as left by a kill) is written again from the journal.
+func TestEncryptFileStagedEnvelope(t *testing.T) {
+	// The server's clock, an hour and a half behind the journal's.
+	clock := time.Now().Add(-90 * time.Minute).Truncate(time.Second)
+	for _, tc := range []struct {
+		name         string
+		removeStaged bool
+	}{{"placed", false}, {"staged file gone", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := mcptest.FileRoot(t)
+			content := []byte("staged " + tc.name)
+			writeIn(t, root, "s.txt", content)
+			var removed []string
+			f := newFixture(t, basicDocs, withFileRoot(root, false), func(c *server.Config) {
+				c.Now = func() time.Time { return clock }
+				c.CrashPoint = func(point crashpoint.Point) {
+					if point != crashpoint.EncryptFileStaged || !tc.removeStaged {
+						return
+					}
+					removed, _ = filepath.Glob(filepath.Join(root, ".s.txt.pisoft.tmp-*"))
+					for _, r := range removed {
+						if err := os.Remove(r); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+			})
+			if res, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "s.txt"}); isErr || res["replayed"] != false {
+				t.Fatalf("encrypt_file: %v", res)
+			}
+			if tc.removeStaged && len(removed) != 1 {
+				t.Fatalf("staged files at the staged point: %v, want one", removed)
+			}
+			if leftovers, _ := filepath.Glob(filepath.Join(root, ".*")); len(leftovers) != 0 {
+				t.Fatalf("temporary files left: %v", leftovers)
+			}
+			envPath := filepath.Join(root, "s.txt.pisoft")
+			envBytes, err := os.ReadFile(envPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var env struct {
+				CreatedAt string `json:"createdAt"`
+			}
+			if err := json.Unmarshal(envBytes, &env); err != nil || env.CreatedAt != clock.UTC().Format(time.RFC3339) {
+				t.Fatalf("envelope createdAt %q, want the server's clock %s (%v)", env.CreatedAt, clock.UTC().Format(time.RFC3339), err)
+			}
+			if err := os.Remove(envPath); err != nil {
+				t.Fatal(err)
+			}
+			again, isErr := f.call(t, grant.ToolEncryptFile, map[string]any{"path": "s.txt"})
+			if isErr || again["rewritten"] != true {
+				t.Fatalf("encrypt_file after the envelope was deleted: %v", again)
+			}
+			if rewritten, _ := os.ReadFile(envPath); !bytes.Equal(rewritten, envBytes) {
+				t.Fatalf("rewritten envelope differs:\n%s\n%s", rewritten, envBytes)
+			}
+			if err := os.Remove(filepath.Join(root, "s.txt")); err != nil {
+				t.Fatal(err)
+			}
+			if dec, isErr := f.call(t, grant.ToolDecryptFile, map[string]any{"path": "s.txt.pisoft"}); isErr || dec["sha256"] != mcptest.SHA256(content) {
+				t.Fatalf("decrypt_file: %v", dec)
+			}
+		})
 	}
 }

@@ -105,6 +105,9 @@ func TestEncryptFileSurvivesKillAtEachStep(t *testing.T) {
 		{"encrypt_file:reserved", true, false, 1}, // nothing was sent: the retry sends it
 		{"encrypt_file:claimed", false, false, 0},
 		{"encrypt_file:encrypted", false, false, 1},
+		// The envelope and the ciphertext are written, the key not yet
+		// recorded: no answer was kept, and the staged envelope is removed.
+		{"encrypt_file:staged", false, false, 1},
 		{"encrypt_file:minted", true, true, 1},
 		{"encrypt_file:envelope-written", true, true, 1},
 	} {

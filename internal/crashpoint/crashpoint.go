@@ -39,6 +39,7 @@ const (
 	EncryptFileReserved        Point = "encrypt_file:reserved"
 	EncryptFileClaimed         Point = "encrypt_file:claimed"
 	EncryptFileEncrypted       Point = "encrypt_file:encrypted"
+	EncryptFileStaged          Point = "encrypt_file:staged"
 	EncryptFileMinted          Point = "encrypt_file:minted"
 	EncryptFileEnvelopeWritten Point = "encrypt_file:envelope-written"
 	FileChecked                Point = "file:checked"
@@ -66,7 +67,7 @@ func All() []Point {
 		SaveReserved, SaveEncrypted, SavePlaced, SaveFileCreated, SaveFileWritten, SaveLinked, SaveCommitted,
 		FragmentReserved, FragmentEncrypted, FragmentPlaced, FragmentFileCreated, FragmentFileWritten, FragmentLinked,
 		FragmentCommitted,
-		EncryptFileReserved, EncryptFileClaimed, EncryptFileEncrypted, EncryptFileMinted, EncryptFileEnvelopeWritten,
+		EncryptFileReserved, EncryptFileClaimed, EncryptFileEncrypted, EncryptFileStaged, EncryptFileMinted, EncryptFileEnvelopeWritten,
 		FileChecked,
 		HandOffJournalled, HandOffGrantRefused, HandOffGranted, HandOffVerified,
 		ProtectSent, ProtectEncrypted, ProtectFilesWritten, ProtectManifestSaved,

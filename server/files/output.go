@@ -2,6 +2,7 @@ package files
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,6 +36,15 @@ func TempName(name string) (string, error) {
 		return "", err
 	}
 	return "." + name + ".tmp-" + hex.EncodeToString(b[:]), nil
+}
+
+// StagedName is the one temporary name for name that seed (a journal
+// row's key) gives: a file written ahead of being placed, under a name a
+// later call for the same row can find and remove after a kill, instead
+// of a random one nobody knows. It has TempName's shape.
+func StagedName(name, seed string) string {
+	sum := sha256.Sum256([]byte(seed))
+	return "." + name + ".tmp-" + hex.EncodeToString(sum[:8])
 }
 
 // TempNameShape is a name as long as every TempName of name, for
@@ -148,6 +158,18 @@ func (p *Placer) Create(name, shown string) (*Output, error) {
 		return nil, outputError(shown, err)
 	}
 	return &Output{dir: p.dir, tmp: tmp, File: f, rename: p.rename, ops: p.ops}, nil
+}
+
+// CreateStaged is Create under the temporary name tmp (a StagedName, in
+// name's folder) rather than a random one; a file already there is an
+// error (fs.ErrExist), never reused.
+func (p *Placer) CreateStaged(name, tmp, shown string) (*Output, error) {
+	t := filepath.Join(filepath.Dir(name), tmp)
+	f, err := p.dir.OpenFile(t, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, outputError(shown, err)
+	}
+	return &Output{dir: p.dir, tmp: t, File: f, rename: p.rename, ops: p.ops}, nil
 }
 
 // CreateOutput is ProbeOutput then Create.

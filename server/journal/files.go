@@ -109,6 +109,10 @@ type MintedKey struct {
 	IV               []byte
 	Ciphertext       []byte
 	CiphertextSHA256 string // when Ciphertext is empty
+	// MintedAt, when set, is recorded as the key's minting time instead
+	// of the moment of recording: an envelope written while the key is
+	// recorded carries it, and a rewrite from the row must match it.
+	MintedAt time.Time
 }
 
 // FileRecord is a file encryption's row. The key fields are set from
@@ -207,11 +211,15 @@ func (j *Journal) RecordMinted(ctx context.Context, key FileKey, m MintedKey) (F
 			return nil
 		}
 		now := nowText()
+		minted := now
+		if !m.MintedAt.IsZero() {
+			minted = formatTime(m.MintedAt)
+		}
 		_, err := tx.ExecContext(ctx, `
 UPDATE files SET state = 'minted', ttag = ?, link_digest = ?, iv = ?, ciphertext = ?, ciphertext_sha256 = ?,
 	minted_at = ?, updated_at = ?
 WHERE caller = ? AND root = ? AND rel_path = ? AND content_sha256 = ?`,
-			m.TTag, m.LinkDigest, m.IV, blob, ctSHA, now, now,
+			m.TTag, m.LinkDigest, m.IV, blob, ctSHA, minted, now,
 			key.Caller, key.Root, key.RelPath, key.ContentSHA256)
 		return err
 	})
