@@ -7,6 +7,8 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -92,6 +94,10 @@ type Stack struct {
 	idpRequests atomic.Int64
 
 	closers []func() // the bare server's
+
+	// bareResult is what the bare server's "result" tool answers: a copy
+	// of one pdmcp read's result (see readTargets).
+	bareResult atomic.Pointer[mcp.CallToolResult]
 }
 
 // Principals are the seed's users: the reader (the 4 KiB document, two
@@ -262,6 +268,18 @@ func (st *Stack) startBare() error {
 		func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil, nil
 		})
+	// "result" answers, from memory, a copy of a pdmcp read's result: the
+	// floor of a call that carries what a read carries. Registered as
+	// pdmcp's tools are, with an untyped handler.
+	srv.AddTool(&mcp.Tool{Name: BareResultTool, Description: "answers a copy of a read's result",
+		InputSchema: json.RawMessage(`{"type":"object","additionalProperties":false}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r := st.bareResult.Load()
+			if r == nil {
+				return nil, errors.New("no result to answer yet")
+			}
+			return &mcp.CallToolResult{Content: r.Content, StructuredContent: r.StructuredContent}, nil
+		})
 	get := func(*http.Request) *mcp.Server { return srv }
 	stateful := mcp.NewStreamableHTTPHandler(get, nil)
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true})
@@ -292,6 +310,13 @@ func (st *Stack) startBare() error {
 	st.BareURL = "https://" + ln.Addr().String() + "/mcp"
 	return nil
 }
+
+// BareResultTool is the bare server's tool that answers a copy of a read's
+// result.
+const BareResultTool = "result"
+
+// SetBareResult makes res the answer of the bare server's result tool.
+func (st *Stack) SetBareResult(res *mcp.CallToolResult) { st.bareResult.Store(res) }
 
 // Protocol revisions of the two session modes.
 const (
