@@ -27,12 +27,14 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure pdmcp against the Gateway and a bare MCP server, on a loopback stack it starts itself",
 		Long: `bench starts a reference Gateway, the development provider, pdmcp over HTTPS and a
-bare go-sdk server with a no-op tool (same TLS, a bearer check) on 127.0.0.1, and
-measures, in alternating rounds in this one process:
+bare go-sdk server (a no-op tool, and one answering a copy of a read's result;
+same TLS, a bearer check) on 127.0.0.1, and measures, in alternating rounds in this one process:
 
   P1  read_protected_document of a 4 KiB document, 8 users, paced, median and p99,
       against a direct Gateway decrypt (a) plus a bare no-op call (b), with
-      sessions (2025-11-25) and without (2026-07-28)
+      sessions (2025-11-25) and without (2026-07-28); reported beside it, the
+      median against (a) plus a bare call answering a copy of the read's
+      result (b'), which leaves only pdmcp's own work over the floor
   P2  encrypt_file of 16,777,215 bytes against posting them to the Gateway, and
       its peak heap against the file size
   P3  1,000 users through maxCallers 8: heap after warm-up against at the end,
@@ -40,7 +42,8 @@ measures, in alternating rounds in this one process:
   P4  save_protected_result with the durable journal and saved files against the
       same pipeline without fsync
   P5  a new user's first call against the same exchange, mint and decrypt made
-      directly
+      directly; reported beside it, against those plus a bare first call
+      carrying the same result
   P6  a save's median latency to a destination with 50,000 earlier versions in
       the record against one with none
 
