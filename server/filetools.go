@@ -365,16 +365,9 @@ func (st *stagedEnvelope) discard() { st.out.Discard() }
 // kept for placeStaged, which then writes the envelope the ordinary way.
 func (s *Server) stageEnvelope(placer *files.Placer, envRel string, key journal.FileKey, e files.Envelope) *stagedEnvelope {
 	st := &stagedEnvelope{ttag: e.TTag}
-	native := filepath.FromSlash(envRel)
-	out, err := placer.CreateStaged(native, stagedEnvelopeName(envRel, key), envRel)
-	if err != nil {
-		st.err = err
-		return st
-	}
-	st.out = out
-	st.err = files.WriteEnvelope(out.File, e)
-	if cerr := out.Close(); st.err == nil {
-		st.err = cerr
+	st.out, st.err = placer.CreateStaged(filepath.FromSlash(envRel), stagedEnvelopeName(envRel, key), envRel)
+	if st.err == nil {
+		st.err = fillEnvelope(st.out, e)
 	}
 	return st
 }
@@ -402,14 +395,10 @@ func removeStaged(dir *os.Root, envRel string, key journal.FileKey) {
 func (s *Server) placeStaged(dir *os.Root, rel, plainName string, size int64, row journal.FileRecord, placer *files.Placer,
 	st *stagedEnvelope) error {
 	if st.err == nil && st.ttag == row.TTag {
-		native := filepath.FromSlash(rel)
-		err := st.out.Place(native)
-		if err == nil {
-			syncDir(dir, filepath.Dir(native))
-			return nil
-		}
-		if errors.Is(err, fs.ErrExist) {
-			return envelopeAppeared(rel)
+		err := placeEnvelopeFile(dir, st.out, rel)
+		var r *Refusal
+		if err == nil || errors.As(err, &r) {
+			return err
 		}
 		st.err = err
 	}
@@ -553,14 +542,29 @@ func (s *Server) writeEnvelope(dir *os.Root, rel, plainName string, size int64, 
 		return fileRefusal(err)
 	}
 	defer output.Discard()
-	err = files.WriteEnvelope(output.File, files.Envelope{CreatedAt: row.MintedAt, TTag: row.TTag, IV: row.IV,
-		Ciphertext: row.Ciphertext, Name: plainName, Bytes: size, SHA256: row.Key.ContentSHA256})
+	if err := fillEnvelope(output, files.Envelope{CreatedAt: row.MintedAt, TTag: row.TTag, IV: row.IV,
+		Ciphertext: row.Ciphertext, Name: plainName, Bytes: size, SHA256: row.Key.ContentSHA256}); err != nil {
+		return err
+	}
+	return placeEnvelopeFile(dir, output, rel)
+}
+
+// fillEnvelope writes e into the temporary output and closes it, synced.
+func fillEnvelope(output *files.Output, e files.Envelope) error {
+	err := files.WriteEnvelope(output.File, e)
 	if cerr := output.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("write envelope: %w", err)
 	}
+	return nil
+}
+
+// placeEnvelopeFile puts the closed output at rel, never over a file
+// there (refused ENVELOPE_EXISTS), and makes the name durable.
+func placeEnvelopeFile(dir *os.Root, output *files.Output, rel string) error {
+	native := filepath.FromSlash(rel)
 	if err := output.Place(native); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return envelopeAppeared(rel)

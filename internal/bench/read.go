@@ -122,12 +122,9 @@ func (b *run) readTargets(ctx context.Context, closers *[]func()) ([]readTarget,
 			return nil, err
 		}
 		if mode == SessionProtocol {
-			// The bare server's result tool answers what this read did.
-			res, err := p.cs[0].CallTool(ctx, &mcp.CallToolParams{Name: "read_protected_document", Arguments: readArgs()})
-			if err != nil || res.IsError {
-				return nil, fmt.Errorf("a first read for the bare server's result: %v %v", err, res)
+			if err := setBareResult(ctx, st, p.cs[0]); err != nil {
+				return nil, err
 			}
-			st.SetBareResult(res)
 		}
 		n, err := target("bare", st.BareURL, mode, "noop", map[string]any{}, func(int) string { return st.BareToken })
 		if err != nil {
@@ -141,6 +138,17 @@ func (b *run) readTargets(ctx context.Context, closers *[]func()) ([]readTarget,
 		targets = append(targets, p, n, same)
 	}
 	return targets, nil
+}
+
+// setBareResult makes the bare server's result tool answer what a read
+// through cs answers.
+func setBareResult(ctx context.Context, st *Stack, cs *mcp.ClientSession) error {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_protected_document", Arguments: readArgs()})
+	if err != nil || res.IsError {
+		return fmt.Errorf("a read for the bare server's result: %v %v", err, res)
+	}
+	st.SetBareResult(res)
+	return nil
 }
 
 // bareResultTarget names the bare server's result tool among P1's
@@ -187,6 +195,20 @@ type readMeasures struct {
 	cpu      map[string]time.Duration
 	roundLat map[string][]Latencies
 	roundCPU map[string][]time.Duration
+}
+
+// roundRatios is, round by round, target's q-quantile latency over the
+// sum of the floor targets' q-quantiles: a ratio's spread.
+func (m *readMeasures) roundRatios(target string, q float64, floor ...string) []float64 {
+	var out []float64
+	for i := range m.roundLat[target] {
+		var f float64
+		for _, name := range floor {
+			f += m.roundLat[name][i].Quantile(q)
+		}
+		out = append(out, m.roundLat[target][i].Quantile(q)/f)
+	}
+	return out
 }
 
 // readRounds runs the targets in turn, paced, for o.Rounds rounds after a
@@ -238,12 +260,7 @@ func (b *run) readFigures(m *readMeasures, mode string) {
 		} else {
 			f.Goal, f.Met = "reported", true
 		}
-		var per []float64
-		for i := range m.roundLat["direct"] {
-			per = append(per, m.roundLat[p][i].Quantile(q.q)/
-				(m.roundLat["direct"][i].Quantile(q.q)+m.roundLat[n][i].Quantile(q.q)))
-		}
-		f.spread(per)
+		f.spread(m.roundRatios(p, q.q, "direct", n))
 		b.r.Figures = append(b.r.Figures, f)
 	}
 	// The same median against (a) + (b'): a bare call answering a copy of
@@ -257,11 +274,7 @@ func (b *run) readFigures(m *readMeasures, mode string) {
 		Unit: "ms", PDMCP: pq, Baselines: map[string]float64{"direct decrypt (a)": aq, "bare call answering the read's result (b')": sq},
 		Baseline: aq + sq, Ratio: pq / (aq + sq), Goal: "reported", Met: true,
 		Note: "diagnostic: (b') - (b) is what the go-sdk's carrying of the result costs; the excess over (a)+(b') is pdmcp's own"}
-	var perSame []float64
-	for i := range m.roundLat["direct"] {
-		perSame = append(perSame, m.roundLat[p][i].Quantile(0.5)/(m.roundLat["direct"][i].Quantile(0.5)+m.roundLat[same][i].Quantile(0.5)))
-	}
-	sf.spread(perSame)
+	sf.spread(m.roundRatios(p, 0.5, "direct", same))
 	b.r.Figures = append(b.r.Figures, sf)
 	if !cpuMeasured {
 		return
@@ -338,12 +351,11 @@ func (b *run) firstRead(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_protected_document", Arguments: readArgs()})
+		err = setBareResult(ctx, st, cs)
 		cs.Close()
-		if err != nil || res.IsError {
-			return fmt.Errorf("a read for the bare server's result: %v %v", err, res)
+		if err != nil {
+			return err
 		}
-		st.SetBareResult(res)
 	}
 	bareFirst := func() (time.Duration, error) {
 		cs, err := st.Connect(ctx, st.BareURL, st.BareToken, StatelessProtocol)
