@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/BurntSushi/toml"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
@@ -154,5 +158,74 @@ func TestEncryptFileSurvivesKillAtEachStep(t *testing.T) {
 				t.Errorf("temporary files left: %v", leftovers)
 			}
 		})
+	}
+}
+
+// TestEncryptFileTwoProcessesAtOnce: two pdmcp serve processes on one
+// journal encrypt the same file at the same moment, round after round
+// with new content. Each round makes one key and one envelope that
+// decrypts to the content; the call that finds the other's send in flight
+// answers ENCRYPT_ANSWER_LOST and a later retry the first result; no
+// temporary file (the staged envelope included) is left.
+func TestEncryptFileTwoProcessesAtOnce(t *testing.T) {
+	s, root := newFileStack(t)
+	a, b := s.connect(t), s.connect(t)
+	for round := range 6 {
+		content := []byte(fmt.Sprintf("two processes, round %d", round))
+		if err := os.WriteFile(filepath.Join(root, "k.txt"), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		keys, encrypts := s.keyCount(t), s.env.Gateway.Count(api.RouteEncrypt)
+		results := make([]*mcp.CallToolResult, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, cs := range []*mcp.ClientSession{a, b} {
+			wg.Go(func() {
+				results[i], errs[i] = cs.CallTool(context.Background(), mcpCall("encrypt_file", map[string]any{"path": "k.txt"}))
+			})
+		}
+		wg.Wait()
+		succeeded := 0
+		for i := range results {
+			if errs[i] != nil {
+				t.Fatalf("round %d, process %d: %v", round, i, errs[i])
+			}
+			m := mcptest.Result(t, results[i])
+			switch {
+			case !results[i].IsError && m["sha256"] == mcptest.SHA256(content):
+				succeeded++
+			case results[i].IsError && m["code"] == "ENCRYPT_ANSWER_LOST":
+			default:
+				t.Fatalf("round %d, process %d: %v", round, i, m)
+			}
+		}
+		if succeeded == 0 {
+			t.Fatalf("round %d: neither process answered", round)
+		}
+		for _, cs := range []*mcp.ClientSession{a, b} {
+			if res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "k.txt"}); isErr || res["replayed"] != true {
+				t.Fatalf("round %d: retry after both: %v", round, res)
+			}
+		}
+		if n := s.keyCount(t) - keys; n != 1 {
+			t.Fatalf("round %d: %d keys minted, want 1", round, n)
+		}
+		if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {
+			t.Fatalf("round %d: %d Gateway encrypts, want 1", round, n)
+		}
+		if leftovers, _ := filepath.Glob(filepath.Join(root, ".*")); len(leftovers) != 0 {
+			t.Fatalf("round %d: temporary files left: %v", round, leftovers)
+		}
+		if err := os.Remove(filepath.Join(root, "k.txt")); err != nil {
+			t.Fatal(err)
+		}
+		if dec, isErr := call(t, b, "decrypt_file", map[string]any{"path": "k.txt.pisoft"}); isErr || dec["sha256"] != mcptest.SHA256(content) {
+			t.Fatalf("round %d: decrypt_file: %v", round, dec)
+		}
+		for _, name := range []string{"k.txt.pisoft", "k.decrypted.txt"} {
+			if err := os.Remove(filepath.Join(root, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
