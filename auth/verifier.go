@@ -171,7 +171,10 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 		maxAge:   cfg.JWKSMaxAge,
 		skew:     cfg.ClockSkew,
 		now:      cfg.Now,
-		verified: map[[sha256.Size]byte]verifiedToken{},
+		// Sized for its bound once: clear keeps a map's table, so a cache
+		// that grew to the bound would otherwise hold it from then on,
+		// and the heap would step up after the first maxVerified users.
+		verified: make(map[[sha256.Size]byte]verifiedToken, maxVerified),
 	}
 	if v.refresh <= 0 {
 		v.refresh = DefaultJWKSRefreshMin
