@@ -141,6 +141,11 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 		return zero, err
 	}
 	defer unlock()
+	release, err := s.lockEncrypt(ctx, key)
+	if err != nil {
+		return zero, err
+	}
+	defer release()
 	_, statErr := f.Dir.Lstat(filepath.FromSlash(envRel))
 	envExists := statErr == nil
 	row, err := s.cfg.Journal.ReserveFile(ctx, key)

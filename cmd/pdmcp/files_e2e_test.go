@@ -9,11 +9,13 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 )
 
@@ -163,10 +165,12 @@ func TestEncryptFileSurvivesKillAtEachStep(t *testing.T) {
 
 // TestEncryptFileTwoProcessesAtOnce: two pdmcp serve processes on one
 // journal encrypt the same file at the same moment, round after round
-// with new content. Each round makes one key and one envelope that
-// decrypts to the content; the call that finds the other's send in flight
-// answers ENCRYPT_ANSWER_LOST and a later retry the first result; no
-// temporary file (the staged envelope included) is left.
+// with new content, while the Gateway holds every answer long enough that
+// the two calls always overlap. Each round makes one key and one envelope
+// that decrypts to the content; both calls succeed, the one that waited
+// for the other's send with that send's result (replayed), never
+// ENCRYPT_ANSWER_LOST; no temporary file (the staged envelope included) is
+// left.
 func TestEncryptFileTwoProcessesAtOnce(t *testing.T) {
 	s, root := newFileStack(t)
 	a, b := s.connect(t), s.connect(t)
@@ -178,6 +182,9 @@ func TestEncryptFileTwoProcessesAtOnce(t *testing.T) {
 		keys, encrypts := s.keyCount(t), s.env.Gateway.Count(api.RouteEncrypt)
 		results := make([]*mcp.CallToolResult, 2)
 		errs := make([]error, 2)
+		// Every Gateway answer waits: the first call's encrypt is in flight
+		// when the second reaches the journal.
+		s.env.Gateway.SetFaults(reference.Faults{Delay: 150 * time.Millisecond})
 		var wg sync.WaitGroup
 		for i, cs := range []*mcp.ClientSession{a, b} {
 			wg.Go(func() {
@@ -185,22 +192,22 @@ func TestEncryptFileTwoProcessesAtOnce(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		succeeded := 0
+		s.env.Gateway.SetFaults(reference.Faults{})
+		replayed := 0
 		for i := range results {
 			if errs[i] != nil {
 				t.Fatalf("round %d, process %d: %v", round, i, errs[i])
 			}
 			m := mcptest.Result(t, results[i])
-			switch {
-			case !results[i].IsError && m["sha256"] == mcptest.SHA256(content):
-				succeeded++
-			case results[i].IsError && m["code"] == "ENCRYPT_ANSWER_LOST":
-			default:
+			if results[i].IsError || m["sha256"] != mcptest.SHA256(content) {
 				t.Fatalf("round %d, process %d: %v", round, i, m)
 			}
+			if m["replayed"] == true {
+				replayed++
+			}
 		}
-		if succeeded == 0 {
-			t.Fatalf("round %d: neither process answered", round)
+		if replayed != 1 {
+			t.Fatalf("round %d: %d of the two calls replayed, want 1", round, replayed)
 		}
 		for _, cs := range []*mcp.ClientSession{a, b} {
 			if res, isErr := call(t, cs, "encrypt_file", map[string]any{"path": "k.txt"}); isErr || res["replayed"] != true {
