@@ -91,6 +91,18 @@ var testParts = []string{
 // serverHeap is the live heap (after two collections) allocated by code
 // other than testParts, estimated from the heap profile (the sampling
 // rate is set by the caller); and the whole live heap.
+// settle is how long P3 lets the server's work after a call (the pool's
+// eviction ahead of need, a token exchange ahead, idle connections
+// closing) finish before it reads the heap: what it measures is what the
+// server keeps, not what a request in flight holds at that instant.
+const settle = 250 * time.Millisecond
+
+// settledHeap is serverHeap after settle.
+func settledHeap() (own, total uint64) {
+	time.Sleep(settle)
+	return serverHeap()
+}
+
 func serverHeap() (own, total uint64) {
 	runtime.GC()
 	runtime.GC()

@@ -50,7 +50,7 @@ func (b *run) sessionMemory(ctx context.Context) error {
 			return err
 		}
 	}
-	ownW, totW := serverHeap()
+	ownW, totW := settledHeap()
 	b.heapProfile("p3-warm.heap")
 	for i := warm; i < o.Churn; i++ {
 		if err := call(i); err != nil {
@@ -60,7 +60,7 @@ func (b *run) sessionMemory(ctx context.Context) error {
 			b.say("P3: %d users served", i+1)
 		}
 	}
-	ownE, totE := serverHeap()
+	ownE, totE := settledHeap()
 	b.heapProfile("p3-end.heap")
 	live := b.st.LiveScopedSessions() - int(b.own.Load())
 	b.say("P3: server heap %d -> %d bytes (process %d -> %d), %d live Gateway sessions", ownW, ownE, totW, totE, live)
