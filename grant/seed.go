@@ -43,6 +43,23 @@ func (r *SeedRecord) Save(path string) error {
 	return writeShared(context.Background(), "seed record", abs, data, nil)
 }
 
+// CreateSeedRecord writes r as a new seed record at path, under the
+// record's lock, as seed does before it creates anything. It refuses, with
+// an error matching [fs.ErrExist], when a record is already there (another
+// seed's, whose list of what to remove must not be lost), and refuses an
+// invalid r; either way nothing is written.
+func CreateSeedRecord(ctx context.Context, path string, r *SeedRecord) error {
+	data, err := encodeChecked("seed record", path, r, r.Check)
+	if err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("seed record %s: %w", path, err)
+	}
+	return writeShared(ctx, "seed record", abs, data, absent)
+}
+
 // Check refuses empty or repeated entries in Principals and Keys, and a
 // user name with a space or control character.
 func (r *SeedRecord) Check() error {

@@ -5,10 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
@@ -152,5 +154,35 @@ func TestDevWithCurl(t *testing.T) {
 		"-d", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`, url)
 	if !strings.Contains(body, `"serverInfo"`) {
 		t.Fatalf("second run initialize: %s", body)
+	}
+
+	// A seed that stopped before its manifest (here: the manifest removed)
+	// is undone from its record and made again by the next run.
+	d2.stop(t)
+	data := filepath.Join(state, "task-data")
+	old, err := grant.LoadSeedRecord(filepath.Join(data, "seed-record.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(data, "manifest.json")); err != nil {
+		t.Fatal(err)
+	}
+	startDev(t, state)
+	fresh, err := grant.LoadSeedRecord(filepath.Join(data, "seed-record.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fresh.Keys) != len(old.Keys) || slices.ContainsFunc(fresh.Keys, func(k string) bool { return slices.Contains(old.Keys, k) }) {
+		t.Fatalf("third run: %d keys, %d before; want the same number, none of the old", len(fresh.Keys), len(old.Keys))
+	}
+	token = strings.TrimSpace(run(t, "dev", "token", "alice", "--state", state))
+	base = []string{"--cacert", ca, "-H", "Authorization: Bearer " + token, "-H", "Content-Type: application/json",
+		"-H", "Accept: application/json, text/event-stream"}
+	h, _ = curl(t, append(base, "-d", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`, url)...)
+	sess = append(base, "-H", "Mcp-Session-Id: "+header(h, "Mcp-Session-Id"), "-H", "Mcp-Protocol-Version: 2025-11-25")
+	curl(t, append(sess, "-d", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, url)...)
+	_, body = curl(t, append(sess, "-d", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_protected_document","arguments":{"documentId":"proposal-cirrus"}}}`, url)...)
+	if !strings.Contains(body, "Cirrus Precision") {
+		t.Fatalf("alice's read after the seed was made again: %s", body)
 	}
 }

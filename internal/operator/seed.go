@@ -66,14 +66,19 @@ type SeedUser struct {
 // Seed creates the synthetic set through the Gateway, as the registered
 // service: the owner and agent principals, one key per document (owned by
 // the owner), the destination's key, the agent's READ entries, the
-// ciphertexts, the manifest and the seed record.
+// ciphertexts, the manifest and the seed record. The record comes first and
+// names each principal and key once it is made; the manifest comes last, so
+// a folder with a record and no manifest is a seed that stopped part-way.
 func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	if o.Config == nil || o.OutDir == "" {
 		return nil, errors.New("seed: --config and --out-dir are required")
 	}
 	manifestPath := filepath.Join(o.OutDir, "manifest.json")
-	if _, err := os.Stat(manifestPath); err == nil {
-		return nil, fmt.Errorf("seed: %s exists; seed into an empty folder", manifestPath)
+	recordPath := filepath.Join(o.OutDir, "seed-record.json")
+	for _, p := range []string{manifestPath, recordPath} {
+		if _, err := os.Lstat(p); err == nil {
+			return nil, fmt.Errorf("seed: %s exists; seed into an empty folder (a seed record lists what an earlier seed made: pdmcp seed --cleanup %s removes it)", p, recordPath)
+		}
 	}
 	if o.Tag == "" {
 		b := make([]byte, 3)
@@ -91,15 +96,46 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	}
 	prefix := c.Prefix()
 	rec := &grant.SeedRecord{
-		OwnerUser: prefix + o.Tag + ".owner",
-		AgentUser: prefix + o.Tag + ".agent",
-		Manifest:  abs(manifestPath),
+		OwnerUser:  prefix + o.Tag + ".owner",
+		AgentUser:  prefix + o.Tag + ".agent",
+		Manifest:   abs(manifestPath),
+		Principals: []string{},
+		Keys:       []string{},
+	}
+	if err := os.MkdirAll(filepath.Join(o.OutDir, "documents"), 0o700); err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
+	}
+	// The record is written before anything is created and grows with each
+	// principal and key as soon as the Gateway has made it, so a seed that
+	// fails or is stopped part-way leaves a record of what it made for
+	// pdmcp seed --cleanup, not keys and principals no file names.
+	if err := grant.CreateSeedRecord(ctx, recordPath, rec); err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
+	}
+	made := func(principal, key string) error {
+		if principal != "" {
+			rec.Principals = append(rec.Principals, principal)
+		}
+		rec.AddKeys(key)
+		_, err := grant.UpdateSeedRecord(context.WithoutCancel(ctx), recordPath, func(r *grant.SeedRecord) error {
+			if principal != "" && !slices.Contains(r.Principals, principal) {
+				r.Principals = append(r.Principals, principal)
+			}
+			r.AddKeys(key)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("seed: record what was made: %w", err)
+		}
+		return nil
 	}
 	for _, name := range []string{rec.OwnerUser, rec.AgentUser} {
 		if _, err := c.CreatePrincipal(ctx, api.PrincipalRequest{Name: name}); err != nil {
 			return nil, fmt.Errorf("seed: create principal %s: %w", name, err)
 		}
-		rec.Principals = append(rec.Principals, name)
+		if err := made(name, ""); err != nil {
+			return nil, err
+		}
 	}
 	extra := map[string]*api.Principal{}
 	for _, u := range o.Users {
@@ -108,7 +144,9 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 		if err != nil {
 			return nil, fmt.Errorf("seed: create principal %s: %w", name, err)
 		}
-		rec.Principals = append(rec.Principals, name)
+		if err := made(name, ""); err != nil {
+			return nil, err
+		}
 		extra[u.Name] = p
 	}
 	agent, err := c.GetPrincipal(ctx, rec.AgentUser)
@@ -124,9 +162,6 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 
 	m := &grant.Manifest{Version: grant.ManifestVersion, Documents: map[string]grant.Document{},
 		Destinations: map[string]grant.Destination{}}
-	if err := os.MkdirAll(filepath.Join(o.OutDir, "documents"), 0o700); err != nil {
-		return nil, fmt.Errorf("seed: %w", err)
-	}
 	for _, d := range seedSet {
 		text, err := seedFiles.ReadFile("seeddata/" + d.id + ".txt")
 		if err != nil {
@@ -140,7 +175,9 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 		if err != nil {
 			return nil, fmt.Errorf("seed: encrypt %s: %w", d.id, err)
 		}
-		rec.Keys = append(rec.Keys, enc.TTag)
+		if err := made("", enc.TTag); err != nil {
+			return nil, err
+		}
 		rel := "documents/" + d.id + ".v1.bin"
 		if err := os.WriteFile(filepath.Join(o.OutDir, filepath.FromSlash(rel)), enc.Ciphertext, 0o600); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
@@ -167,7 +204,9 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seed: destination key: %w", err)
 	}
-	rec.Keys = append(rec.Keys, anchor.TTag)
+	if err := made("", anchor.TTag); err != nil {
+		return nil, err
+	}
 	m.Destinations[SeedDestination] = grant.Destination{Label: "Evaluation summary", TTag: anchor.TTag}
 	// READ is enough for a user to encrypt a new result under the key.
 	if err := grantRead(ctx, owner, anchor.TTag, agent); err != nil {
@@ -184,9 +223,6 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	// appeared while this ran: another's is never replaced.
 	if err := grant.CreateManifest(ctx, manifestPath, m); err != nil {
 		return nil, fmt.Errorf("seed: %w", err)
-	}
-	if err := rec.Save(filepath.Join(o.OutDir, "seed-record.json")); err != nil {
-		return nil, err
 	}
 	return rec, nil
 }

@@ -1,13 +1,18 @@
 package operator
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
@@ -110,5 +115,86 @@ func TestCleanupKeepsAKeyAddedWhileItRan(t *testing.T) {
 	}
 	if !slices.Equal(left.Keys, []string{added}) || len(left.Principals) != 0 {
 		t.Fatalf("record after cleanup: keys %v, principals %v; want only the added key", left.Keys, left.Principals)
+	}
+}
+
+// TestSeedRecordsWhatItMadeWhenItFails: a seed that fails part-way (every
+// READ grant refused, after the first key was made) leaves no manifest and
+// a record naming exactly the principals and the key it made; cleanup of
+// that record removes them all.
+func TestSeedRecordsWhatItMadeWhenItFails(t *testing.T) {
+	ctx := context.Background()
+	env := reftest.Start(t, reference.Config{})
+	svc := env.Service(t, "svc", true)
+	dir := t.TempDir()
+	env.Gateway.SetFaults(reference.Faults{FailNext: map[string]int{api.RouteACLGrant: 1000}})
+	if _, err := Seed(ctx, SeedOptions{Config: svc, OutDir: dir, Tag: "f"}); err == nil {
+		t.Fatal("a seed whose grants all failed said OK")
+	}
+	env.Gateway.SetFaults(reference.Faults{})
+	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a failed seed left a manifest (%v)", err)
+	}
+	recordPath := filepath.Join(dir, "seed-record.json")
+	rec, err := grant.LoadSeedRecord(recordPath)
+	if err != nil {
+		t.Fatalf("a failed seed left no record of what it made: %v", err)
+	}
+	if !slices.Equal(rec.Principals, []string{rec.OwnerUser, rec.AgentUser}) || len(rec.Keys) != 1 {
+		t.Fatalf("record lists principals %v and %d keys; want the owner and agent and the one key made", rec.Principals, len(rec.Keys))
+	}
+	if n := env.Gateway.Count(api.RouteEncrypt); n != 1 {
+		t.Fatalf("%d encrypts reached the Gateway, want 1", n)
+	}
+
+	env.Gateway.ResetCounts()
+	if err := Cleanup(ctx, svc, recordPath); err != nil {
+		t.Fatalf("cleanup of a failed seed's record: %v", err)
+	}
+	if n := env.Gateway.Count(api.RouteKeyRemove); n != 1 {
+		t.Errorf("cleanup removed %d keys, want 1", n)
+	}
+	c, err := gateway.New(svc.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rec.Principals {
+		if _, err := c.GetPrincipal(ctx, p); !errors.Is(err, &api.Error{Code: api.CodeNotFound}) {
+			t.Errorf("principal %s after cleanup: %v, want not found", p, err)
+		}
+	}
+}
+
+// TestSeedRefusesAFolderWithARecord: a seed into a folder that holds a seed
+// record but no manifest (an earlier seed that stopped, or a protect's
+// record) is refused before anything reaches the Gateway, and the record is
+// left byte for byte.
+func TestSeedRefusesAFolderWithARecord(t *testing.T) {
+	ctx := context.Background()
+	env := reftest.Start(t, reference.Config{})
+	svc := env.Service(t, "svc", true)
+	dir := t.TempDir()
+	recordPath := filepath.Join(dir, "seed-record.json")
+	earlier := &grant.SeedRecord{OwnerUser: "o", AgentUser: "a", Principals: []string{"o", "a"}, Keys: []string{"k1"}}
+	if err := grant.CreateSeedRecord(ctx, recordPath, earlier); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(recordPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Gateway.ResetCounts()
+	_, err = Seed(ctx, SeedOptions{Config: svc, OutDir: dir, Tag: "r"})
+	if err == nil || !strings.Contains(err.Error(), "seed-record.json exists") {
+		t.Fatalf("seed into a folder with a record: %v", err)
+	}
+	if after, _ := os.ReadFile(recordPath); !bytes.Equal(after, before) {
+		t.Fatalf("the earlier record changed:\n%s\nwas\n%s", after, before)
+	}
+	if n := len(env.Gateway.Counts()); n != 0 {
+		t.Fatalf("a refused seed sent requests: %v", env.Gateway.Counts())
+	}
+	if err := grant.CreateSeedRecord(ctx, recordPath, earlier); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("CreateSeedRecord over a record: %v, want fs.ErrExist", err)
 	}
 }

@@ -159,19 +159,15 @@ type Stack struct {
 
 // Start builds the stack and returns once pdmcp serves; it serves until
 // ctx ends or Close. On an error everything started is stopped.
-func Start(ctx context.Context, o Options) (st *Stack, err error) {
+func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	st = &Stack{o: o, CA: o.CA, HC: &http.Client{Transport: &http.Transport{
+	st := &Stack{o: o, CA: o.CA, HC: &http.Client{Transport: &http.Transport{
 		TLSClientConfig: TLSConfig(o.CA), MaxIdleConnsPerHost: 64}}}
-	defer func() {
-		if err != nil {
-			st.Close()
-		}
-	}()
 	for _, step := range []func(context.Context) error{st.startGateway, st.startProvider, st.provision, st.startMCP} {
 		if err := step(ctx); err != nil {
+			st.Close()
 			return nil, err
 		}
 	}
@@ -329,7 +325,25 @@ func (st *Stack) seed(ctx context.Context) error {
 	st.ManifestPath = filepath.Join(st.Data, "manifest.json")
 	st.GrantPath = filepath.Join(st.Data, "grant.json")
 	st.AuditPath = filepath.Join(st.Data, "audit.jsonl")
-	rec, err := grant.LoadSeedRecord(filepath.Join(st.Data, "seed-record.json"))
+	recordPath := filepath.Join(st.Data, "seed-record.json")
+	rec, err := grant.LoadSeedRecord(recordPath)
+	if err == nil {
+		if _, merr := os.Lstat(st.ManifestPath); errors.Is(merr, fs.ErrNotExist) {
+			// An earlier seed stopped before its manifest: remove what its
+			// record says it made at the Gateway, then the folder, which
+			// holds only what this stack made from that seed (its
+			// ciphertexts, protect's and the server's journals, the
+			// audit), and seed again.
+			if err := operator.Cleanup(ctx, st.Service, recordPath); err != nil {
+				return fmt.Errorf("seed: an earlier seed in %s stopped part-way, and removing what it made failed: %w", st.Data, err)
+			}
+			st.o.Logger.Warn("an earlier seed stopped part-way; removed what it made, seeding again", "folder", st.Data)
+			if err := os.RemoveAll(st.Data); err != nil {
+				return fmt.Errorf("seed: %w", err)
+			}
+			err = fs.ErrNotExist
+		}
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		rec, err = operator.Seed(ctx, operator.SeedOptions{Config: st.Service, OutDir: st.Data, Tag: st.o.SeedTag, Users: st.o.SeedUsers})
 		if err != nil {
