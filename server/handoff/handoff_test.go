@@ -552,3 +552,64 @@ func TestUserWithoutTheACLRoleHandsNothing(t *testing.T) {
 		t.Fatalf("journal rows left open: %+v", open)
 	}
 }
+
+// TestRevokeAfterTheStepLeftTheManifest: entries handed off under a step
+// the operator then removed from the manifest, or gave another from user,
+// are still revoked as the user they were granted as (recorded in the
+// journal), by close-step and by the grant's revocation.
+func TestRevokeAfterTheStepLeftTheManifest(t *testing.T) {
+	r := newRig(t, handofftest.Options{}, time.Hour)
+	ctx := context.Background()
+	gone := *r.m
+	gone.Steps = maps.Clone(r.m.Steps)
+	delete(gone.Steps, handofftest.StepReferral)
+	changed := *r.m
+	changed.Steps = maps.Clone(r.m.Steps)
+	st := changed.Steps[handofftest.StepReferral]
+	st.From = r.w.Doctor.Name
+	changed.Steps[handofftest.StepReferral] = st
+
+	for _, tc := range []struct {
+		name   string
+		m      *grant.Manifest
+		revoke func(m *grant.Manifest) ([]handoff.Revoked, error)
+	}{
+		{"close-step, step removed", &gone, func(m *grant.Manifest) ([]handoff.Revoked, error) {
+			return handoff.CloseStep(ctx, handoff.CloseStepOptions{Minter: r.w.Client, Manifest: m, Journal: r.j, Step: handofftest.StepReferral})
+		}},
+		{"grant revocation, step removed", &gone, func(m *grant.Manifest) ([]handoff.Revoked, error) {
+			return r.e.RevokeGrant(ctx, r.w.Client, m)
+		}},
+		{"close-step, from user changed", &changed, func(m *grant.Manifest) ([]handoff.Revoked, error) {
+			return handoff.CloseStep(ctx, handoff.CloseStepOptions{Minter: r.w.Client, Manifest: m, Journal: r.j, Step: handofftest.StepReferral})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := r.handOff(t, r.patient, handofftest.StepReferral); err != nil {
+				t.Fatal(err)
+			}
+			res, err := tc.revoke(tc.m)
+			if err != nil || len(res) != 3 {
+				t.Fatalf("revoke: %+v, %v", res, err)
+			}
+			for _, rv := range res {
+				if rv.Outcome != journal.ClosedRevoked {
+					t.Errorf("row %d closed %q, want %q", rv.ID, rv.Outcome, journal.ClosedRevoked)
+				}
+			}
+			for _, k := range r.handedTo {
+				if _, ok := r.w.Entry(t, k, r.w.Doctor); ok {
+					t.Fatal("an entry survived")
+				}
+			}
+			if open, err := r.j.OpenHandOffs(ctx, handofftest.StepReferral); err != nil || len(open) != 0 {
+				t.Fatalf("open rows left: %d, %v", len(open), err)
+			}
+		})
+	}
+	// With nothing open, a step the manifest does not define is unknown.
+	if _, err := handoff.CloseStep(ctx, handoff.CloseStepOptions{Minter: r.w.Client, Manifest: &gone, Journal: r.j,
+		Step: handofftest.StepReferral}); !errors.Is(err, grant.ErrUnknownStep) {
+		t.Fatalf("removed step with nothing open: %v", err)
+	}
+}

@@ -36,7 +36,8 @@ type Revoked struct {
 }
 
 // RevokeAsDelegator closes the given open hand-offs as the registered
-// service acting as each step's from user (the user who granted them), by
+// service acting as the user who granted each (recorded in its row; the
+// manifest's step's from user for older rows), by
 // the rule SettleRows follows: each row under the journal's lock on its
 // (key, recipient), its entry revoked and read back absent only if it
 // still reads as the row granted it, left alone otherwise. It is what the
@@ -49,14 +50,20 @@ func RevokeAsDelegator(ctx context.Context, minter Minter, m *grant.Manifest, j 
 	var out []Revoked
 	var errs []error
 	for _, r := range rows {
-		st, ok := m.Steps[r.Step]
-		if !ok {
-			err := fmt.Errorf("hand-off %d: step %q is not in the manifest, so its user is unknown", r.ID, r.Step)
-			out = append(out, revoked(r, err))
-			errs = append(errs, err)
-			continue
+		// The user the row was granted as, recorded with it; the
+		// manifest's step only for rows written before that was.
+		from := r.From
+		if from == "" {
+			st, ok := m.Steps[r.Step]
+			if !ok {
+				err := fmt.Errorf("hand-off %d: step %q is not in the manifest and the row predates recording its user, so its user is unknown", r.ID, r.Step)
+				out = append(out, revoked(r, err))
+				errs = append(errs, err)
+				continue
+			}
+			from = st.From
 		}
-		byFrom[st.From] = append(byFrom[st.From], r)
+		byFrom[from] = append(byFrom[from], r)
 	}
 	for _, from := range slices.Sorted(maps.Keys(byFrom)) {
 		group := byFrom[from]
@@ -136,16 +143,18 @@ type CloseStepOptions struct {
 }
 
 // CloseStep revokes every open hand-off of one step the journal names, for
-// every caller, acting as the step's from user. A step with nothing open is
-// done at once, so running it twice is safe. It refuses a step the manifest
-// does not define.
+// every caller, acting as the user each was granted as. A step with nothing
+// open is done at once, so running it twice is safe. A step the manifest no
+// longer defines is still closed while the journal holds open entries of
+// it (the operator removed the step after handing off); with none, it is
+// refused as unknown.
 func CloseStep(ctx context.Context, o CloseStepOptions) ([]Revoked, error) {
-	if _, ok := o.Manifest.Steps[o.Step]; !ok {
-		return nil, fmt.Errorf("step %q: %w", o.Step, grant.ErrUnknownStep)
-	}
 	rows, err := o.Journal.OpenHandOffs(ctx, o.Step)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := o.Manifest.Steps[o.Step]; !ok && len(rows) == 0 {
+		return nil, fmt.Errorf("step %q: %w", o.Step, grant.ErrUnknownStep)
 	}
 	if len(rows) == 0 {
 		return nil, nil

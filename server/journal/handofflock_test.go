@@ -144,7 +144,7 @@ created_at, batch, grant_id) VALUES ('referral', '', 'k1', 7, '1004', '2026-12-0
 
 	j := openAt(t, path)
 	rows, err := j.OpenHandOffs(ctx, "referral")
-	if err != nil || len(rows) != 1 || rows[0].CloseReason != "" {
+	if err != nil || len(rows) != 1 || rows[0].CloseReason != "" || rows[0].From != "" {
 		t.Fatalf("old row: %+v, %v", rows, err)
 	}
 	closed, err := j.CloseHandOffAs(ctx, rows[0].ID, ClosedLeftAlone)
@@ -164,5 +164,23 @@ created_at, batch, grant_id) VALUES ('referral', '', 'k1', 7, '1004', '2026-12-0
 	j = openAt(t, path)
 	if got, err := j.GetHandOff(ctx, rows[0].ID); err != nil || got.CloseReason != ClosedLeftAlone {
 		t.Fatalf("reopened: %+v, %v", got, err)
+	}
+}
+
+// TestHandOffRecordsItsUser: the user an entry was granted as is kept with
+// its row, in a journal of the old shape too (revoking it later must not
+// depend on the manifest's step still naming that user).
+func TestHandOffRecordsItsUser(t *testing.T) {
+	ctx := context.Background()
+	j := openAt(t, journalAtSchema(t, 2, ""))
+	h := HandOff{Step: "referral", TTag: "k1", SystemID: 7, PrincipalID: "1004", EndTime: time.Now().Add(time.Hour),
+		Batch: "b", GrantID: "g", From: "t.patient"}
+	row, inserted, err := j.AddHandOff(ctx, h)
+	if err != nil || !inserted || row.From != "t.patient" {
+		t.Fatalf("add: %+v, %v, %v", row, inserted, err)
+	}
+	rows, err := j.OpenHandOffs(ctx, "referral")
+	if err != nil || len(rows) != 1 || rows[0].From != "t.patient" {
+		t.Fatalf("read back: %+v, %v", rows, err)
 	}
 }

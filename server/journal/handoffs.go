@@ -40,8 +40,12 @@ type HandOff struct {
 	EndTime     time.Time
 	// Batch names the one hand_off call the entry belongs to; GrantID the
 	// grant it was made under (shutdown revokes its own grant's entries).
-	Batch      string
-	GrantID    string
+	Batch   string
+	GrantID string
+	// From is the step's delegating user the entry was granted as, so
+	// that it can be revoked as that user even after the operator changed
+	// or removed the step; "" in rows written before it was recorded.
+	From       string
 	State      HandOffState // set by the journal
 	CreatedAt  time.Time    // set by the journal
 	ClosedAt   time.Time    // zero while open
@@ -81,11 +85,11 @@ func (j *Journal) AddHandOff(ctx context.Context, h HandOff) (_ HandOff, inserte
 	err := j.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO handoffs (step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at,
-	batch, grant_id)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?)
+	batch, grant_id, from_user)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?)
 ON CONFLICT DO NOTHING`,
 			h.Step, h.Caller, h.TTag, h.DocumentID, h.FragmentID, h.SystemID, h.PrincipalID,
-			formatTime(h.EndTime), nowText(), h.Batch, h.GrantID)
+			formatTime(h.EndTime), nowText(), h.Batch, h.GrantID, h.From)
 		if err != nil {
 			return fmt.Errorf("journal: add hand-off for step %q: %w", h.Step, err)
 		}
@@ -207,7 +211,7 @@ type rowsQueryer interface {
 func queryHandOffs(ctx context.Context, q rowsQueryer, where string, args ...any) ([]HandOff, error) {
 	return queryRows(ctx, q, "hand-offs", scanHandOff, `
 SELECT id, step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at, closed_at,
-	batch, grant_id, verified_at, close_reason
+	batch, grant_id, verified_at, close_reason, from_user
 FROM handoffs `+where+` ORDER BY id`, args...)
 }
 
@@ -219,7 +223,7 @@ func scanHandOff(rows *sql.Rows) (HandOff, error) {
 		closed, verified sql.NullString
 	)
 	err := rows.Scan(&h.ID, &h.Step, &h.Caller, &h.TTag, &h.DocumentID, &h.FragmentID, &h.SystemID,
-		&h.PrincipalID, &endTime, &state, &created, &closed, &h.Batch, &h.GrantID, &verified, &h.CloseReason)
+		&h.PrincipalID, &endTime, &state, &created, &closed, &h.Batch, &h.GrantID, &verified, &h.CloseReason, &h.From)
 	if err != nil {
 		return h, fmt.Errorf("journal: read hand-offs: %w", err)
 	}
@@ -260,10 +264,10 @@ func queryRows[T any](ctx context.Context, q rowsQueryer, what string, scan func
 }
 
 // ensureHandOffSchema adds, to a journal of any earlier shape, what this
-// file's code needs beyond the numbered migrations: the close_reason column
-// and the handoff_locks table. Both are additive, so a journal written by
+// file's code needs beyond the numbered migrations: the close_reason and
+// from_user columns and the handoff_locks table. Both are additive, so a journal written by
 // an older pdmcp opens here unchanged, and an older pdmcp still reads one
-// written here (it ignores the column and the table). It runs inside
+// written here (it ignores the columns and the table). It runs inside
 // migrate's write transaction, so two processes opening one file cannot
 // both add the column.
 func ensureHandOffSchema(ctx context.Context, tx *sql.Tx) error {
@@ -274,6 +278,14 @@ func ensureHandOffSchema(ctx context.Context, tx *sql.Tx) error {
 	if !has {
 		if _, err := tx.ExecContext(ctx, `ALTER TABLE handoffs ADD COLUMN close_reason TEXT NOT NULL DEFAULT ''`); err != nil {
 			return fmt.Errorf("journal: add handoffs.close_reason: %w", err)
+		}
+	}
+	if has, err = hasColumn(ctx, tx, "handoffs", "from_user"); err != nil {
+		return err
+	}
+	if !has {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE handoffs ADD COLUMN from_user TEXT NOT NULL DEFAULT ''`); err != nil {
+			return fmt.Errorf("journal: add handoffs.from_user: %w", err)
 		}
 	}
 	// One row per (key, recipient) a hand-off, a close or a save check is
