@@ -32,15 +32,7 @@ func LoadSeedRecord(path string) (*SeedRecord, error) {
 // record's lock. It replaces whatever the file holds: to change a record
 // that protect or cleanup may write too, use [UpdateSeedRecord].
 func (r *SeedRecord) Save(path string) error {
-	data, err := encodeChecked("seed record", path, r, r.Check)
-	if err != nil {
-		return err
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return fmt.Errorf("seed record %s: %w", path, err)
-	}
-	return writeShared(context.Background(), "seed record", abs, data, nil)
+	return r.write(context.Background(), path, nil)
 }
 
 // CreateSeedRecord writes r as a new seed record at path, under the
@@ -49,6 +41,12 @@ func (r *SeedRecord) Save(path string) error {
 // seed's, whose list of what to remove must not be lost), and refuses an
 // invalid r; either way nothing is written.
 func CreateSeedRecord(ctx context.Context, path string, r *SeedRecord) error {
+	return r.write(ctx, path, absent)
+}
+
+// write checks r and writes it to path under the record's lock, refused by
+// fresh (when not nil) as writeShared refuses.
+func (r *SeedRecord) write(ctx context.Context, path string, fresh func(abs string) error) error {
 	data, err := encodeChecked("seed record", path, r, r.Check)
 	if err != nil {
 		return err
@@ -57,7 +55,7 @@ func CreateSeedRecord(ctx context.Context, path string, r *SeedRecord) error {
 	if err != nil {
 		return fmt.Errorf("seed record %s: %w", path, err)
 	}
-	return writeShared(ctx, "seed record", abs, data, absent)
+	return writeShared(ctx, "seed record", abs, data, fresh)
 }
 
 // Check refuses empty or repeated entries in Principals and Keys, and a
