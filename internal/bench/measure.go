@@ -88,9 +88,6 @@ var testParts = []string{
 	"go-sdk/mcp.(*streamableClientConn)",
 }
 
-// serverHeap is the live heap (after two collections) allocated by code
-// other than testParts, estimated from the heap profile (the sampling
-// rate is set by the caller); and the whole live heap.
 // settle is how long P3 lets the server's work after a call (the pool's
 // eviction ahead of need, a token exchange ahead, idle connections
 // closing) finish before it reads the heap: what it measures is what the
@@ -103,6 +100,9 @@ func settledHeap() (own, total uint64) {
 	return serverHeap()
 }
 
+// serverHeap is the live heap (after two collections) allocated by code
+// other than testParts, estimated from the heap profile (the sampling
+// rate is set by the caller); and the whole live heap.
 func serverHeap() (own, total uint64) {
 	runtime.GC()
 	runtime.GC()

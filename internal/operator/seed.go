@@ -113,11 +113,7 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
 	made := func(principal, key string) error {
-		if principal != "" {
-			rec.Principals = append(rec.Principals, principal)
-		}
-		rec.AddKeys(key)
-		_, err := grant.UpdateSeedRecord(context.WithoutCancel(ctx), recordPath, func(r *grant.SeedRecord) error {
+		written, err := grant.UpdateSeedRecord(context.WithoutCancel(ctx), recordPath, func(r *grant.SeedRecord) error {
 			if principal != "" && !slices.Contains(r.Principals, principal) {
 				r.Principals = append(r.Principals, principal)
 			}
@@ -127,6 +123,7 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 		if err != nil {
 			return fmt.Errorf("seed: record what was made: %w", err)
 		}
+		rec = written
 		return nil
 	}
 	for _, name := range []string{rec.OwnerUser, rec.AgentUser} {

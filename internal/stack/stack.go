@@ -327,22 +327,12 @@ func (st *Stack) seed(ctx context.Context) error {
 	st.AuditPath = filepath.Join(st.Data, "audit.jsonl")
 	recordPath := filepath.Join(st.Data, "seed-record.json")
 	rec, err := grant.LoadSeedRecord(recordPath)
-	if err == nil {
-		if _, merr := os.Lstat(st.ManifestPath); errors.Is(merr, fs.ErrNotExist) {
-			// An earlier seed stopped before its manifest: remove what its
-			// record says it made at the Gateway, then the folder, which
-			// holds only what this stack made from that seed (its
-			// ciphertexts, protect's and the server's journals, the
-			// audit), and seed again.
-			if err := operator.Cleanup(ctx, st.Service, recordPath); err != nil {
-				return fmt.Errorf("seed: an earlier seed in %s stopped part-way, and removing what it made failed: %w", st.Data, err)
-			}
-			st.o.Logger.Warn("an earlier seed stopped part-way; removed what it made, seeding again", "folder", st.Data)
-			if err := os.RemoveAll(st.Data); err != nil {
-				return fmt.Errorf("seed: %w", err)
-			}
-			err = fs.ErrNotExist
+	if _, merr := os.Lstat(st.ManifestPath); err == nil && errors.Is(merr, fs.ErrNotExist) {
+		// An earlier seed stopped before its manifest.
+		if err := st.removeStoppedSeed(ctx, recordPath); err != nil {
+			return err
 		}
+		err = fs.ErrNotExist
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		rec, err = operator.Seed(ctx, operator.SeedOptions{Config: st.Service, OutDir: st.Data, Tag: st.o.SeedTag, Users: st.o.SeedUsers})
@@ -353,6 +343,21 @@ func (st *Stack) seed(ctx context.Context) error {
 		return err
 	}
 	st.Seed = rec
+	return nil
+}
+
+// removeStoppedSeed removes what the record of a seed that stopped
+// part-way says it made at the Gateway, then the data folder, which holds
+// only what this stack made from that seed (its ciphertexts, protect's and
+// the server's journals, the audit), so that it can be seeded again.
+func (st *Stack) removeStoppedSeed(ctx context.Context, recordPath string) error {
+	if err := operator.Cleanup(ctx, st.Service, recordPath); err != nil {
+		return fmt.Errorf("seed: an earlier seed in %s stopped part-way, and removing what it made failed: %w", st.Data, err)
+	}
+	st.o.Logger.Warn("an earlier seed stopped part-way; removed what it made, seeding again", "folder", st.Data)
+	if err := os.RemoveAll(st.Data); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
 	return nil
 }
 

@@ -265,27 +265,23 @@ func queryRows[T any](ctx context.Context, q rowsQueryer, what string, scan func
 
 // ensureHandOffSchema adds, to a journal of any earlier shape, what this
 // file's code needs beyond the numbered migrations: the close_reason and
-// from_user columns and the handoff_locks table. Both are additive, so a journal written by
-// an older pdmcp opens here unchanged, and an older pdmcp still reads one
-// written here (it ignores the columns and the table). It runs inside
-// migrate's write transaction, so two processes opening one file cannot
-// both add the column.
+// from_user columns and the handoff_locks table. All are additive, so a
+// journal written by an older pdmcp opens here unchanged, and an older pdmcp
+// still reads one written here (it ignores the columns and the table). It
+// runs inside migrate's write transaction, so two processes opening one
+// file cannot both add a column.
 func ensureHandOffSchema(ctx context.Context, tx *sql.Tx) error {
-	has, err := hasColumn(ctx, tx, "handoffs", "close_reason")
-	if err != nil {
-		return err
-	}
-	if !has {
-		if _, err := tx.ExecContext(ctx, `ALTER TABLE handoffs ADD COLUMN close_reason TEXT NOT NULL DEFAULT ''`); err != nil {
-			return fmt.Errorf("journal: add handoffs.close_reason: %w", err)
+	for _, column := range []string{"close_reason", "from_user"} {
+		has, err := hasColumn(ctx, tx, "handoffs", column)
+		if err != nil {
+			return err
 		}
-	}
-	if has, err = hasColumn(ctx, tx, "handoffs", "from_user"); err != nil {
-		return err
-	}
-	if !has {
-		if _, err := tx.ExecContext(ctx, `ALTER TABLE handoffs ADD COLUMN from_user TEXT NOT NULL DEFAULT ''`); err != nil {
-			return fmt.Errorf("journal: add handoffs.from_user: %w", err)
+		if has {
+			continue
+		}
+		// column is one of this file's own names, never input.
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE handoffs ADD COLUMN `+column+` TEXT NOT NULL DEFAULT ''`); err != nil {
+			return fmt.Errorf("journal: add handoffs.%s: %w", column, err)
 		}
 	}
 	// One row per (key, recipient) a hand-off, a close or a save check is
