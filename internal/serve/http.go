@@ -82,7 +82,7 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 		},
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", traced(mw(jsonRPCShape(mcpHandler))))
+	mux.Handle("/mcp", traced(mw(jsonRPCShape(mcp.SupportedProtocolVersions(), mcpHandler))))
 	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))
 	return &HTTPHandler{Resource: resource, Handler: hygiene(newOwnAddrs(resource), mux)}
 }
@@ -110,11 +110,16 @@ func hygiene(own ownAddrs, next http.Handler) http.Handler {
 // protocol no longer allows), instead of plain text, so a client's JSON-RPC
 // layer can read it. The server goes on serving. It also applies the
 // header rules of 2026-07-28 the SDK does not (trimMCPHeaders,
-// protocolHeaderMismatch).
-func jsonRPCShape(next http.Handler) http.Handler {
+// protocolHeaderMismatch) and refuses a revision not among supported (the
+// server's, newest first) the way 2026-07-28 asks (unsupportedVersion).
+func jsonRPCShape(supported []string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		trimMCPHeaders(r.Header)
 		if r.Method != http.MethodPost {
+			if requested, why := unsupportedVersion(r.Header, nil, supported); why != "" {
+				writeUnsupportedVersion(w, nil, requested, why, supported)
+				return
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -145,6 +150,10 @@ func jsonRPCShape(next http.Handler) http.Handler {
 		}
 		if id, msg := protocolHeaderMismatch(r.Header, trimmed); msg != "" {
 			writeRPCErrorID(w, id, codeHeaderMismatch, msg)
+			return
+		}
+		if requested, why := unsupportedVersion(r.Header, trimmed, supported); why != "" {
+			writeUnsupportedVersion(w, messageID(trimmed), requested, why, supported)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

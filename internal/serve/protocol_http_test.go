@@ -229,3 +229,98 @@ func TestInstructionsReadAsASentence(t *testing.T) {
 		t.Errorf("instructions %q, want them to say %q", got, want)
 	}
 }
+
+// TestHTTPUnsupportedProtocolVersion holds SEP-2575's refusal of a revision
+// the server does not serve: whatever the header or _meta names (an older
+// date, a later one, no date at all, a handshake revision named per
+// request), the answer is 400 with UnsupportedProtocolVersionError (-32022)
+// for the message's id, listing every revision served, newest first, so a
+// client that speaks both eras retries instead of taking this server for
+// an old one. Nothing reaches the tool or the Gateway.
+func TestHTTPUnsupportedProtocolVersion(t *testing.T) {
+	hs := newHTTPStack(t, 4)
+	tok := hs.token(t, "alice", "pw-a")
+	meta := func(v string) string {
+		return `"_meta":{"io.modelcontextprotocol/protocolVersion":"` + v +
+			`","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
+	}
+	read := func(v string) string {
+		m := ""
+		if v != "" {
+			m = "," + meta(v)
+		}
+		return `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_protected_document","arguments":{"documentId":"evaluation-criteria"}` + m + `}}`
+	}
+	long := strings.Repeat("9", 500)
+	supported := mcp.SupportedProtocolVersions()
+	before := hs.env.Gateway.Counts()
+	for _, tc := range []struct {
+		name, header, body, requested string
+	}{
+		{"an older date in the header, no _meta", "2000-01-01", read(""), "2000-01-01"},
+		{"a later date in the header, no _meta", "2099-01-01", read(""), "2099-01-01"},
+		{"no date in the header, no _meta", "invalid-protocol-version", read(""), "invalid-protocol-version"},
+		{"an older date in both", "2000-01-01", read("2000-01-01"), "2000-01-01"},
+		{"a later date in both", "2099-01-01", read("2099-01-01"), "2099-01-01"},
+		{"a handshake revision named per request", "2025-11-25", read("2025-11-25"), "2025-11-25"},
+		{"a long header, echoed in part", long, read(""), long[:64]},
+	} {
+		h := map[string]string{"Mcp-Protocol-Version": tc.header, "Mcp-Method": "tools/call", "Mcp-Name": "read_protected_document"}
+		status, m := rawMCP(t, hs, false, tok, tc.body, h)
+		b, _ := json.Marshal(m)
+		var in struct {
+			ID    float64 `json:"id"`
+			Error *struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+				Data    struct {
+					Supported []string `json:"supported"`
+					Requested string   `json:"requested"`
+				} `json:"data"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(b, &in)
+		if status != http.StatusBadRequest || in.Error == nil || in.Error.Code != -32022 || in.ID != 7 {
+			t.Errorf("%s: %d %.300s; want 400 with error -32022 for id 7", tc.name, status, b)
+			continue
+		}
+		if fmt.Sprint(in.Error.Data.Supported) != fmt.Sprint(supported) || in.Error.Data.Requested != tc.requested {
+			t.Errorf("%s: data %+v; want supported %v, requested %q", tc.name, in.Error.Data, supported, tc.requested)
+		}
+	}
+	// A GET (the stream a session opens) is refused the same way, with no id.
+	req, _ := http.NewRequest("GET", hs.url, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2000-01-01")
+	resp, err := hs.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var get struct {
+		ID    any `json:"id"`
+		Error struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(body, &get) != nil || get.Error.Code != -32022 || get.ID != nil {
+		t.Errorf("GET with an older revision: %d %.300s; want 400 with error -32022 and a null id", resp.StatusCode, body)
+	}
+	if after := hs.env.Gateway.Counts(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("a refused revision reached the Gateway: %v -> %v", before, after)
+	}
+	// The revisions served still are.
+	status, m := rawMCP(t, hs, false, tok, read(server.NewestProtocol),
+		map[string]string{"Mcp-Protocol-Version": server.NewestProtocol, "Mcp-Method": "tools/call", "Mcp-Name": "read_protected_document"})
+	if res, _ := m["result"].(map[string]any); status != http.StatusOK || res == nil || res["isError"] == true {
+		t.Fatalf("a read over %s after the refusals: %d %v", server.NewestProtocol, status, m)
+	}
+	hs.stop()
+	for _, l := range hs.auditLines(t) {
+		if l["tool"] == "read_protected_document" && l["outcome"] != "ok" {
+			t.Errorf("a refused revision reached the tool: %v", l)
+		}
+	}
+}
