@@ -269,14 +269,28 @@ func TestDeterministicWithoutIV(t *testing.T) {
 func TestSizeLimit(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
+	// 16 MiB each way under -race on two loaded cores can overrun the
+	// default 30 s request bound and a one-minute session (five minutes is
+	// the Gateway's longest); this test is about the size limit, not
+	// about either.
+	cc := w.svc.ClientConfig()
+	cc.BaseURL, cc.TrustFile, cc.Timeout = w.env.URL, w.env.CAFile, 5*time.Minute
+	c, err := gateway.New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Mint(ctx, gateway.MintRequest{ActingAs: w.owner.Name, Objects: []string{w.ttag}, TTL: 5 * time.Minute})
+	if err != nil {
+		t.Fatalf("owner session: %v", err)
+	}
 	big := bytes.Repeat([]byte{'x'}, api.MaxDataBytes+1)
-	_, err := w.ownerSess.Encrypt(ctx, gateway.EncryptInput{TTag: w.ttag, IV: w.iv, Plaintext: big})
+	_, err = s.Encrypt(ctx, gateway.EncryptInput{TTag: w.ttag, IV: w.iv, Plaintext: big})
 	wantRefusal(t, err, api.LayerGateway, api.CodeBadRequest, 400)
-	enc, err := w.ownerSess.Encrypt(ctx, gateway.EncryptInput{TTag: w.ttag, IV: w.iv, Plaintext: big[:api.MaxDataBytes]})
+	enc, err := s.Encrypt(ctx, gateway.EncryptInput{TTag: w.ttag, IV: w.iv, Plaintext: big[:api.MaxDataBytes]})
 	if err != nil {
 		t.Fatalf("encrypt of exactly %d bytes: %v", api.MaxDataBytes, err)
 	}
-	got, err := w.ownerSess.Decrypt(ctx, w.ttag, enc.IV, enc.Ciphertext)
+	got, err := s.Decrypt(ctx, w.ttag, enc.IV, enc.Ciphertext)
 	if err != nil || len(got) != api.MaxDataBytes {
 		t.Fatalf("round trip of %d bytes: %d bytes, %v", api.MaxDataBytes, len(got), err)
 	}
