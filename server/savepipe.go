@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
+	"github.com/pdmcp/pdmcp/internal/filelock"
 	"github.com/pdmcp/pdmcp/server/journal"
 )
 
@@ -40,8 +41,10 @@ import (
 // What differs between a result and a section is a placer. No lock is
 // held across another user's call or another target: the in-process lock
 // of one target keeps its saves from placing against each other for
-// nothing, and the journal's write lock is what makes allocation safe
-// between processes.
+// nothing, the journal's write lock is what makes allocation safe
+// between processes, and the save's own cross-process lock (lockSave),
+// held over the file steps alone, keeps two processes running one save
+// off each other's temporary file.
 
 // crashPoints names one kind of save's step boundaries, for
 // Config.CrashPoint.
@@ -99,8 +102,13 @@ func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Rec
 		return journal.Receipt{}, false, fmt.Errorf("reserve save: %w", err)
 	}
 	if res.State == journal.SaveCommitted && res.Receipt != nil {
-		// A crash after the commit left this save's temporary name.
-		s.removeTemp(job, res.Receipt.Path)
+		// A crash after the commit may have left this save's temporary
+		// name; it is removed under the save's lock, as another process may
+		// be between the same save's steps.
+		if release, err := s.lockSave(ctx, job); err == nil {
+			s.removeTemp(job, res.Receipt.Path)
+			release()
+		}
 		return *res.Receipt, true, nil
 	}
 	s.cfg.CrashPoint(pts.reserved)
@@ -114,8 +122,7 @@ func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Rec
 			return journal.Receipt{}, false, err
 		}
 	}
-	rc, err := s.placeAndCommit(ctx, job, res, answer)
-	return rc, false, err
+	return s.placeAndCommit(ctx, job, answer)
 }
 
 // placeAndCommit places the recorded ciphertext at a free version, makes
@@ -125,19 +132,42 @@ func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Rec
 // this save's own.
 //
 // answer, when not nil, is the Gateway's answer this attempt got: it is
-// journaled with the first placement.
-func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Reservation, answer *journal.EncryptedPayload) (journal.Receipt, error) {
+// journaled with the first placement. The second result says whether the
+// receipt is another attempt's (one that committed while this one waited).
+func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journal.EncryptedPayload) (journal.Receipt, bool, error) {
 	unlock, err := s.destLocks.lock(ctx, job.placeLock)
 	if err != nil {
-		return journal.Receipt{}, err
+		return journal.Receipt{}, false, err
 	}
 	defer unlock()
+	// The in-process locks do not reach another process running this very
+	// save (a retry that landed on a second server), which would share the
+	// temporary name: one could remove the other's file and link its own
+	// half-written one. The save's cross-process lock makes the name, and
+	// every file step below, this attempt's alone.
+	release, err := s.lockSave(ctx, job)
+	if err != nil {
+		return journal.Receipt{}, false, err
+	}
+	defer release()
+	// Read the row again under the lock: another process may have taken
+	// this save further, or finished it, while this one asked the Gateway
+	// or waited.
+	res, err := s.cfg.Journal.Get(ctx, job.key)
+	if err != nil {
+		return journal.Receipt{}, false, fmt.Errorf("read the save's journal row: %w", err)
+	}
+	if res.State == journal.SaveCommitted && res.Receipt != nil {
+		s.removeTemp(job, res.Receipt.Path)
+		return *res.Receipt, true, nil
+	}
 	pts := job.placer.points()
 	tmp := ""
 	after := 0
 	if answer != nil {
+		// Place keeps an answer recorded first, and this one is dropped.
 		if res, err = s.cfg.Journal.Place(ctx, job.key, answer, job.placer.floor(), 0, job.placer.versionPath); err != nil {
-			return journal.Receipt{}, fmt.Errorf("record encrypted save: %w", err)
+			return journal.Receipt{}, false, fmt.Errorf("record encrypted save: %w", err)
 		}
 		s.cfg.CrashPoint(pts.encrypted)
 	}
@@ -148,7 +178,7 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Re
 			// A journal from before the record left the save encrypted but
 			// not placed, or a stray file took the placed version.
 			if res, err = s.cfg.Journal.Place(ctx, job.key, nil, job.placer.floor(), after, job.placer.versionPath); err != nil {
-				return journal.Receipt{}, fmt.Errorf("place save: %w", err)
+				return journal.Receipt{}, false, fmt.Errorf("place save: %w", err)
 			}
 			s.cfg.CrashPoint(pts.placed)
 		}
@@ -165,7 +195,7 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Re
 		case errors.Is(err, fs.ErrNotExist):
 			if tmp == "" {
 				if tmp, err = s.writeTemp(job, pl.Path, enc.Ciphertext); err != nil {
-					return journal.Receipt{}, err
+					return journal.Receipt{}, false, err
 				}
 				s.cfg.CrashPoint(pts.written)
 			}
@@ -175,11 +205,11 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Re
 					res.State = journal.SavePlaced
 					continue
 				}
-				return journal.Receipt{}, fmt.Errorf("link the saved file into place: %w", err)
+				return journal.Receipt{}, false, fmt.Errorf("link the saved file into place: %w", err)
 			}
 			s.cfg.CrashPoint(pts.linked)
 		default:
-			return journal.Receipt{}, fmt.Errorf("look at the saved file's name: %w", err)
+			return journal.Receipt{}, false, fmt.Errorf("look at the saved file's name: %w", err)
 		}
 		// The file's bytes and its name made durable before the commit,
 		// also when an earlier attempt linked it (a killed process's
@@ -192,7 +222,7 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Re
 		// take for this save's, which the retry skips.
 		if !s.cfg.NonDurableForBenchmarks {
 			if err := syncFileAndFolder(s.root, rel); err != nil {
-				return journal.Receipt{}, fmt.Errorf("make the saved file durable: %w", err)
+				return journal.Receipt{}, false, fmt.Errorf("make the saved file durable: %w", err)
 			}
 		}
 		v := journal.Version{Version: pl.Version, Path: pl.Path, IV: base64.StdEncoding.EncodeToString(enc.IV),
@@ -204,19 +234,46 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, res journal.Re
 			// in the journal): take our link back and place again.
 			s.log.Warn("a version the save placed is already in the record; placing it again", "path", pl.Path, "version", pl.Version)
 			if err := s.root.Remove(rel); err != nil {
-				return journal.Receipt{}, fmt.Errorf("take back the saved file's link: %w", err)
+				return journal.Receipt{}, false, fmt.Errorf("take back the saved file's link: %w", err)
 			}
 			after, res.State = pl.Version, journal.SaveEncrypted
 			continue
 		}
 		if err != nil {
-			return journal.Receipt{}, fmt.Errorf("commit save: %w", err)
+			return journal.Receipt{}, false, fmt.Errorf("commit save: %w", err)
 		}
 		s.cfg.CrashPoint(pts.committed)
 		s.removeTemp(job, pl.Path)
-		return *r.Receipt, nil
+		return *r.Receipt, false, nil
 	}
-	return journal.Receipt{}, fmt.Errorf("save: %d versions in a row are taken by files that are not this save's; tell the operator", maxPlacements)
+	return journal.Receipt{}, false, fmt.Errorf("save: %d versions in a row are taken by files that are not this save's; tell the operator", maxPlacements)
+}
+
+// lockSave takes the save's cross-process lock, waiting for another holder
+// until ctx ends. Saves share one of 256 lock files (by the first byte of
+// the digest the temporary name is made of), beside the encrypt locks: a
+// file per save would pile up, and a lock file may never be removed while
+// another may wait on it. No holder waits on anything but local files, so
+// two saves sharing a file only take turns. Where no lock can be taken (a
+// folder that cannot be made, a system without file locks) the save goes
+// on, logged, as before the lock: only two processes running the very same
+// save at the very same time need it.
+func (s *Server) lockSave(ctx context.Context, job saveJob) (release func(), err error) {
+	dir := s.encryptLockDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		s.log.Warn("save lock folder not made; going on without the cross-process lock", "err", err)
+		return func() {}, nil
+	}
+	sum := sha256.Sum256([]byte(job.idemLock))
+	l, err := filelock.Acquire(ctx, filepath.Join(dir, "save-"+hex.EncodeToString(sum[:1])+".lock"))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		s.log.Warn("save lock not taken; going on without the cross-process lock", "err", err)
+		return func() {}, nil
+	}
+	return func() { _ = l.Release() }, nil
 }
 
 // holds reports whether the file rel exists with exactly data in it; an
@@ -238,7 +295,7 @@ func (s *Server) holds(rel string, data []byte) (bool, error) {
 
 // tempName is the save's temporary file beside versionPath: one name per
 // save, so a retry after a crash replaces its own leftover and nothing
-// else's.
+// else's. It is only touched under the save's lock (lockSave).
 func tempName(job saveJob, versionPath string) string {
 	sum := sha256.Sum256([]byte(job.idemLock))
 	return path.Join(path.Dir(versionPath), ".pdmcp-save-"+hex.EncodeToString(sum[:12])+".tmp")

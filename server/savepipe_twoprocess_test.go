@@ -1,0 +1,170 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
+	"github.com/pdmcp/pdmcp/internal/mcptest"
+	"github.com/pdmcp/pdmcp/internal/testutil"
+	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/journal"
+)
+
+// waitingOnFileLock reports whether a goroutine is waiting in
+// filelock.Acquire: the only place a save can block on another process.
+func waitingOnFileLock() bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "internal/filelock.Acquire")
+}
+
+// TestSameSaveInTwoProcessesTakesTurns runs one save (same caller,
+// destination, idempotency key and text: a host's retry that reached a
+// second server while the first still worked) in two servers on one
+// journal, each stopped between its file steps while the other comes. The
+// save's temporary name is one per save, so without a cross-process lock
+// the second removed the first's temporary file and made its own, and the
+// first linked that empty file as the committed version (or failed with an
+// internal error, ending its Gateway session). Now the one that comes second
+// waits until the first is done, and returns the same receipt.
+func TestSameSaveInTwoProcessesTakesTurns(t *testing.T) {
+	tests := []struct {
+		name string
+		// firstStopsAt is where the first server stops while the second
+		// comes.
+		firstStopsAt crashpoint.Point
+	}{
+		{"second comes after the first wrote its temporary file", crashpoint.SaveFileWritten},
+		{"second comes after the first created its temporary file, empty", crashpoint.SaveFileCreated},
+		{"second comes after the first linked the version", crashpoint.SaveLinked},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			var cfgA *server.Config
+			var stopA atomic.Bool
+			stopA.Store(true)
+			aStopped, aGo := make(chan struct{}), make(chan struct{})
+			f := newFixture(t, basicDocs, nil, func(c *server.Config) {
+				cfgA = c
+				c.CrashPoint = func(p crashpoint.Point) {
+					if p == tc.firstStopsAt && stopA.CompareAndSwap(true, false) {
+						close(aStopped)
+						<-aGo
+					}
+				}
+			})
+			// The second server: its own journal connection, as a second
+			// process has, on the same files.
+			j2, err := journal.Open(ctx, journal.DefaultPath(f.manifest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { j2.Close() })
+			cfgB := *cfgA
+			cfgB.Journal = j2
+			bCreated := make(chan struct{})
+			var bOnce atomic.Bool
+			cfgB.CrashPoint = func(p crashpoint.Point) {
+				if p == crashpoint.SaveFileCreated && bOnce.CompareAndSwap(false, true) {
+					close(bCreated)
+				}
+			}
+			cfgB.Logger = slog.New(slog.NewTextHandler(&testutil.LogBuffer{}, nil))
+			srvB, err := server.New(cfgB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srvB.Close() })
+			ct, st := mcp.NewInMemoryTransports()
+			if _, err := srvB.MCP().Connect(ctx, st, nil); err != nil {
+				t.Fatal(err)
+			}
+			csB, err := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "0"}, nil).Connect(ctx, ct, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { csB.Close() })
+
+			args := map[string]any{"destinationId": "summary", "text": "the result, saved once", "idempotencyKey": "k1"}
+			type outcome struct {
+				res *mcp.CallToolResult
+				err error
+			}
+			save := func(cs *mcp.ClientSession, done chan<- outcome) {
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: grant.ToolSaveProtectedResult, Arguments: args})
+				done <- outcome{res, err}
+			}
+			aDone := make(chan outcome, 1)
+			go save(f.cs, aDone)
+			<-aStopped
+			bDone := make(chan outcome, 1)
+			go save(csB, bDone)
+			// The second server either waits for the save's lock, or (the
+			// defect) goes on into the first one's temporary name.
+			for waiting := false; !waiting; {
+				select {
+				case <-bCreated:
+					t.Errorf("the second server made the save's temporary file while the first was stopped at %s", tc.firstStopsAt)
+					waiting = true
+				case o := <-bDone:
+					t.Errorf("the second server finished while the first was stopped at %s", tc.firstStopsAt)
+					bDone <- o
+					waiting = true
+				default:
+					waiting = waitingOnFileLock()
+					if !waiting {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			}
+			close(aGo)
+			oa, ob := <-aDone, <-bDone
+			if oa.err != nil || ob.err != nil {
+				t.Fatalf("calls: %v, %v", oa.err, ob.err)
+			}
+			a, b := mcptest.Result(t, oa.res), mcptest.Result(t, ob.res)
+			if oa.res.IsError || ob.res.IsError {
+				t.Fatalf("first: isError=%v %v\nsecond: isError=%v %v", oa.res.IsError, a, ob.res.IsError, b)
+			}
+			if a["version"] != b["version"] || a["path"] != b["path"] || a["version"] != float64(1) {
+				t.Errorf("receipts differ or are not version 1: first %v, second %v", a, b)
+			}
+			if a["replayed"] == true || b["replayed"] != true {
+				t.Errorf("replayed: first %v, second %v; want false, then true", a["replayed"], b["replayed"])
+			}
+			// The committed file is the save's ciphertext as the journal
+			// recorded it, whole; nothing else is left in the folder.
+			row, err := j2.Get(ctx, journal.SaveKey{Destination: "summary", IdempotencyKey: "k1"})
+			if err != nil || row.Encrypted == nil {
+				t.Fatalf("the save's row: %+v, %v", row, err)
+			}
+			got, err := os.ReadFile(filepath.Join(f.dir, "results", "summary.v1.bin"))
+			if err != nil || !bytes.Equal(got, row.Encrypted.Ciphertext) {
+				t.Errorf("summary.v1.bin holds %d bytes, not the save's %d-byte ciphertext (%v)", len(got), len(row.Encrypted.Ciphertext), err)
+			}
+			entries, err := os.ReadDir(filepath.Join(f.dir, "results"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			if len(names) != 1 || names[0] != "summary.v1.bin" {
+				t.Errorf("results folder holds %v, want only summary.v1.bin", names)
+			}
+		})
+	}
+}
