@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/server/files"
@@ -26,7 +27,15 @@ func (s *Server) ciphertextDir() string { return s.cfg.Journal.Path() + ".cipher
 // when a file of that name and size is there already.
 func (s *Server) putCiphertext(sha string, ct []byte) error {
 	dir := s.ciphertextDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// The folder's own name made durable too (its parent fsynced when it
+	// is new): a journal row may name a file in it once this returns.
+	parent, err := os.OpenRoot(filepath.Dir(dir))
+	if err != nil {
+		return fmt.Errorf("ciphertext folder: %w", err)
+	}
+	err = mkdirDurable(parent, filepath.Base(dir))
+	parent.Close()
+	if err != nil {
 		return fmt.Errorf("ciphertext folder: %w", err)
 	}
 	root, err := os.OpenRoot(dir)
