@@ -352,17 +352,28 @@ func (s *Server) listSteps(ctx context.Context, c *call) ([]listedStep, error) {
 	return out, nil
 }
 
-// RevokeHandOffs revokes the open hand-offs made under this server's grant,
-// as each step's user, through the registered service: at shutdown and when
-// the grant has ended. Bounded in time; what it cannot revoke stays in the
-// journal for `pdmcp close-step`.
+// RevokeHandOffs revokes, at shutdown, the open hand-offs this server made
+// under its grant, and those of a server of the grant no longer running,
+// as each step's user, through the registered service. Another running
+// server's are left to it. Bounded in time; what it cannot revoke stays in
+// the journal for `pdmcp close-step`.
 func (s *Server) RevokeHandOffs(ctx context.Context) {
+	s.revokeHandOffs(ctx, s.handoffs.RevokeAtShutdown)
+}
+
+// revokeGrantHandOffs revokes every open hand-off of the grant, whoever
+// made it: the grant has ended, for every server of it.
+func (s *Server) revokeGrantHandOffs(ctx context.Context) {
+	s.revokeHandOffs(ctx, s.handoffs.RevokeGrant)
+}
+
+func (s *Server) revokeHandOffs(ctx context.Context, revoke func(context.Context, handoff.Minter, *grant.Manifest) ([]handoff.Revoked, error)) {
 	if s.cfg.Revoker == nil || len(s.cfg.Grant.Steps) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
-	res, err := s.handoffs.RevokeGrant(ctx, s.cfg.Revoker, s.currentManifest())
+	res, err := revoke(ctx, s.cfg.Revoker, s.currentManifest())
 	if err != nil {
 		s.log.Error("open hand-offs not all revoked; run pdmcp close-step", "entries", len(res), "err", err)
 	}

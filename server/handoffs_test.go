@@ -36,6 +36,10 @@ type stepFixture struct {
 	cs       *mcp.ClientSession
 	auditLog string
 	sessions *server.GrantSessions
+	// grant and manifest are what the server was started with, for a
+	// second server on the same task (secondServer).
+	grant    *grant.Grant
+	manifest *grant.Manifest
 }
 
 type stepOptions struct {
@@ -98,6 +102,7 @@ func newStepFixture(t *testing.T, o stepOptions) *stepFixture {
 		t.Fatalf("server.New: %v", err)
 	}
 	t.Cleanup(func() { f.srv.Close() })
+	f.grant, f.manifest = g, m
 	ct, st := mcp.NewInMemoryTransports()
 	if _, err := f.srv.MCP().Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)

@@ -205,8 +205,13 @@ func New(cfg Config) (*Server, error) {
 	for _, k := range grant.Keys(cfg.Grant, cfg.Manifest) {
 		s.startKeys[k] = true
 	}
+	maker, err := journal.NewMaker()
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
-		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger})
+		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger, Maker: maker})
 	if cfg.Grant.FileRoot != "" {
 		checked := func() { s.cfg.CrashPoint(crashpoint.FileChecked) }
 		if s.files, err = files.NewResolver(cfg.Grant.FileRoot, files.AfterCheck(checked)); err != nil {

@@ -166,7 +166,7 @@ func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Ti
 	schema *jsonschema.Schema, h func(context.Context, *call, In) (Out, error)) (Out, error) {
 	var zero Out
 	if s.cfg.Grant.Expired(start) {
-		s.RevokeHandOffs(ctx)
+		s.revokeGrantHandOffs(ctx)
 		s.cfg.Sessions.EndAll(context.WithoutCancel(ctx))
 		return zero, refusal.GrantEnded(s.cfg.Grant.NotAfter, true)
 	}

@@ -116,6 +116,8 @@ type Config struct {
 	// OnLockWait, when set, is called when a call finds the (key,
 	// recipient) lock it needs held and starts to wait (tests).
 	OnLockWait func()
+	// Maker names this server in the rows it makes (journal.NewMaker).
+	Maker string
 }
 
 // Engine makes and closes one grant's hand-offs. It is safe for concurrent

@@ -83,7 +83,7 @@ func (e *Engine) HandOff(ctx context.Context, acl ACL, caller string, p *Plan, e
 	for _, k := range p.Keys {
 		row, _, err := e.cfg.Journal.AddHandOff(ctx, journal.HandOff{Step: p.StepID, Caller: caller, TTag: k,
 			DocumentID: p.KeyDocument[k], SystemID: to.SystemID, PrincipalID: to.PrincipalID, EndTime: end,
-			Batch: batch, GrantID: e.cfg.Grant.ID, From: p.Step.From})
+			Batch: batch, GrantID: e.cfg.Grant.ID, From: p.Step.From, Maker: e.cfg.Maker})
 		if err != nil {
 			return nil, e.undo(ctx, acl, made, err)
 		}

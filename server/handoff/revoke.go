@@ -163,12 +163,39 @@ func CloseStep(ctx context.Context, o CloseStepOptions) ([]Revoked, error) {
 }
 
 // RevokeGrant revokes every open hand-off made under the engine's grant,
-// acting as each step's user: the server's shutdown and a call refused
-// GRANT_EXPIRED.
+// acting as each step's user: a call refused GRANT_EXPIRED, when the grant
+// has ended for every server of it.
 func (e *Engine) RevokeGrant(ctx context.Context, minter Minter, m *grant.Manifest) ([]Revoked, error) {
-	rows, err := e.cfg.Journal.OpenHandOffsOfGrant(ctx, e.cfg.Grant.ID)
-	if err != nil || len(rows) == 0 {
+	return e.revokeOfGrant(ctx, minter, m, func(journal.HandOff) bool { return true })
+}
+
+// RevokeAtShutdown revokes the open hand-offs under the engine's grant
+// that this server made, and those of a server of the grant that is no
+// longer running (killed, or from before makers were recorded): the
+// server's shutdown. Another running server's (a second host on the same
+// grant) are its own to close, and left open.
+func (e *Engine) RevokeAtShutdown(ctx context.Context, minter Minter, m *grant.Manifest) ([]Revoked, error) {
+	return e.revokeOfGrant(ctx, minter, m, func(h journal.HandOff) bool {
+		return h.Maker == e.cfg.Maker || journal.MakerGone(h.Maker)
+	})
+}
+
+func (e *Engine) revokeOfGrant(ctx context.Context, minter Minter, m *grant.Manifest, take func(journal.HandOff) bool) ([]Revoked, error) {
+	all, err := e.cfg.Journal.OpenHandOffsOfGrant(ctx, e.cfg.Grant.ID)
+	if err != nil {
 		return nil, err
+	}
+	var rows []journal.HandOff
+	for _, h := range all {
+		if take(h) {
+			rows = append(rows, h)
+		}
+	}
+	if left := len(all) - len(rows); left > 0 {
+		e.cfg.Logger.Info("open hand-offs left to the servers that made them", "entries", left)
+	}
+	if len(rows) == 0 {
+		return nil, nil
 	}
 	res, err := RevokeAsDelegator(ctx, minter, m, e.cfg.Journal, rows)
 	alone := 0

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -182,5 +183,57 @@ func TestHandOffRecordsItsUser(t *testing.T) {
 	rows, err := j.OpenHandOffs(ctx, "referral")
 	if err != nil || len(rows) != 1 || rows[0].From != "t.patient" {
 		t.Fatalf("read back: %+v, %v", rows, err)
+	}
+}
+
+// TestHandOffRecordsItsMaker: a row keeps the server that made it, also in
+// a journal of schema 2 (the column is added on open), and MakerGone tells
+// a running maker from one whose process has ended.
+func TestHandOffRecordsItsMaker(t *testing.T) {
+	ctx := context.Background()
+	j := openAt(t, journalAtSchema(t, 2, ""))
+	me, err := NewMaker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := HandOff{Step: "referral", TTag: "k1", SystemID: 7, PrincipalID: "1004", EndTime: time.Now().Add(time.Hour),
+		Batch: "b", GrantID: "g", From: "t.patient", Maker: me}
+	if row, _, err := j.AddHandOff(ctx, h); err != nil || row.Maker != me {
+		t.Fatalf("add: %+v, %v", row, err)
+	}
+	if rows, err := j.OpenHandOffsOfGrant(ctx, "g"); err != nil || len(rows) != 1 || rows[0].Maker != me {
+		t.Fatalf("read back: %+v, %v", rows, err)
+	}
+
+	// A process that has ended and been reaped.
+	ended := exec.Command(os.Args[0], "-test.run=^$")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// One that runs until the test ends.
+	running := exec.Command("sleep", "60")
+	if err := running.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { running.Process.Kill(); running.Wait() })
+	other, err := NewMaker()
+	if err != nil || other == me {
+		t.Fatalf("a second maker in this process: %q, %v", other, err)
+	}
+	for _, tc := range []struct {
+		maker string
+		gone  bool
+	}{
+		{me, false},
+		{other, false}, // another server of this process
+		{strconv.Itoa(running.Process.Pid) + ":0011223344556677", false},
+		{strconv.Itoa(ended.Process.Pid) + ":0011223344556677", true},
+		{"", true},                   // a row from before makers were recorded
+		{"not-a-maker", true},        // unreadable
+		{"0:0011223344556677", true}, // no process has id 0
+	} {
+		if got := MakerGone(tc.maker); got != tc.gone {
+			t.Errorf("MakerGone(%q) = %v, want %v", tc.maker, got, tc.gone)
+		}
 	}
 }

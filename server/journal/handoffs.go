@@ -45,7 +45,11 @@ type HandOff struct {
 	// From is the step's delegating user the entry was granted as, so
 	// that it can be revoked as that user even after the operator changed
 	// or removed the step; "" in rows written before it was recorded.
-	From       string
+	From string
+	// Maker names the server that made the entry (NewMaker); "" in rows
+	// written before it was recorded. A server's shutdown closes its own
+	// entries, and leaves those of another server still running alone.
+	Maker      string
 	State      HandOffState // set by the journal
 	CreatedAt  time.Time    // set by the journal
 	ClosedAt   time.Time    // zero while open
@@ -85,11 +89,11 @@ func (j *Journal) AddHandOff(ctx context.Context, h HandOff) (_ HandOff, inserte
 	err := j.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO handoffs (step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at,
-	batch, grant_id, from_user)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?)
+	batch, grant_id, from_user, maker)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING`,
 			h.Step, h.Caller, h.TTag, h.DocumentID, h.FragmentID, h.SystemID, h.PrincipalID,
-			formatTime(h.EndTime), nowText(), h.Batch, h.GrantID, h.From)
+			formatTime(h.EndTime), nowText(), h.Batch, h.GrantID, h.From, h.Maker)
 		if err != nil {
 			return fmt.Errorf("journal: add hand-off for step %q: %w", h.Step, err)
 		}
@@ -129,6 +133,34 @@ func (j *Journal) StepHandOffs(ctx context.Context, step, caller string) ([]Hand
 // every step and caller, oldest first.
 func (j *Journal) OpenHandOffsOfGrant(ctx context.Context, grantID string) ([]HandOff, error) {
 	return queryHandOffs(ctx, j.db, `WHERE grant_id = ? AND state = 'open'`, grantID)
+}
+
+// NewMaker names one server of this process for HandOff.Maker: the process
+// id and a random tag, as a lock's holder is named.
+func NewMaker() (string, error) {
+	var tag [8]byte
+	if _, err := rand.Read(tag[:]); err != nil {
+		return "", fmt.Errorf("journal: hand-off maker id: %w", err)
+	}
+	return strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(tag[:]), nil
+}
+
+// MakerGone reports whether the server named maker can no longer close its
+// own hand-offs: its process has ended, or the row does not say who made it
+// (written before makers were recorded, or unreadable). Another server of
+// this process counts as running. A process id reused since (after a
+// reboot) makes a gone server look running: its entries then stay open
+// until their endTime, close_step or pdmcp close-step.
+func MakerGone(maker string) bool {
+	pidText, _, ok := strings.Cut(maker, ":")
+	pid, err := strconv.Atoi(pidText)
+	if !ok || err != nil || pid <= 0 {
+		return true
+	}
+	if pid == os.Getpid() {
+		return false
+	}
+	return !processAlive(pid)
 }
 
 // OpenHandOffsTo lists the open hand-offs to one recipient on one key, for
@@ -211,7 +243,7 @@ type rowsQueryer interface {
 func queryHandOffs(ctx context.Context, q rowsQueryer, where string, args ...any) ([]HandOff, error) {
 	return queryRows(ctx, q, "hand-offs", scanHandOff, `
 SELECT id, step, caller, ttag, document_id, fragment_id, system_id, principal_id, end_time, state, created_at, closed_at,
-	batch, grant_id, verified_at, close_reason, from_user
+	batch, grant_id, verified_at, close_reason, from_user, maker
 FROM handoffs `+where+` ORDER BY id`, args...)
 }
 
@@ -223,7 +255,7 @@ func scanHandOff(rows *sql.Rows) (HandOff, error) {
 		closed, verified sql.NullString
 	)
 	err := rows.Scan(&h.ID, &h.Step, &h.Caller, &h.TTag, &h.DocumentID, &h.FragmentID, &h.SystemID,
-		&h.PrincipalID, &endTime, &state, &created, &closed, &h.Batch, &h.GrantID, &verified, &h.CloseReason, &h.From)
+		&h.PrincipalID, &endTime, &state, &created, &closed, &h.Batch, &h.GrantID, &verified, &h.CloseReason, &h.From, &h.Maker)
 	if err != nil {
 		return h, fmt.Errorf("journal: read hand-offs: %w", err)
 	}
@@ -271,7 +303,7 @@ func queryRows[T any](ctx context.Context, q rowsQueryer, what string, scan func
 // runs inside migrate's write transaction, so two processes opening one
 // file cannot both add a column.
 func ensureHandOffSchema(ctx context.Context, tx *sql.Tx) error {
-	for _, column := range []string{"close_reason", "from_user"} {
+	for _, column := range []string{"close_reason", "from_user", "maker"} {
 		has, err := hasColumn(ctx, tx, "handoffs", column)
 		if err != nil {
 			return err
