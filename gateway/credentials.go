@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -231,6 +232,17 @@ func GenerateServiceCredentials(dir, name string) (certFile, loginKeyFile, sende
 		}
 		written = append(written, f.path)
 	}
+	// The three names made durable too (not possible on Windows, where
+	// NTFS's own journal keeps them).
+	if runtime.GOOS != "windows" {
+		if d, err := os.Open(dir); err == nil {
+			err = d.Sync()
+			d.Close()
+			if err != nil {
+				return "", "", "", fmt.Errorf("sync credentials directory: %w", err)
+			}
+		}
+	}
 	return certFile, loginKeyFile, senderKeyFile, nil
 }
 
@@ -240,7 +252,13 @@ func writeNewFile(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
-	if _, err := f.Write(data); err != nil {
+	// Synced: the Gateway is told the identity next, and a power cut must
+	// not leave it registered with key files that are empty.
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
 		_ = f.Close()
 		_ = os.Remove(path)
 		return fmt.Errorf("write %s: %w", path, err)
