@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 )
@@ -45,14 +46,15 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	// P1: median, p99, the median against a bare call carrying the same
-	// result, and CPU, in two modes; P2: time and memory; P3: heap, live
-	// sessions, per session; P5 and the same against a bare first call
-	// carrying the result; P4 and P6 one each.
-	p1 := 6
+	// result, a read with no cost of pdmcp's own, and CPU, in two modes;
+	// P2: time and memory; P3: heap, live sessions, per session; P5, the
+	// same against a bare first call carrying the result, and a newcomer's
+	// read with no cost of pdmcp's own; P4 and P6 one each.
+	p1 := 8
 	if cpuMeasured {
-		p1 = 8
+		p1 = 10
 	}
-	want := map[string]int{"P1": p1, "P2": 2, "P3": 3, "P4": 1, "P5": 2, "P6": 1}
+	want := map[string]int{"P1": p1, "P2": 2, "P3": 3, "P4": 1, "P5": 3, "P6": 1}
 	for id, n := range want {
 		if seen[id] != n {
 			t.Errorf("%s: %d figures, want %d", id, seen[id], n)
@@ -146,6 +148,50 @@ func TestSpread(t *testing.T) {
 			f.settleSpread()
 			if f.RatioMin != tc.min || f.RatioMax != tc.max || f.Rounds != tc.wantRoundsLen {
 				t.Errorf("spread %v..%v over %d, want %v..%v over %d", f.RatioMin, f.RatioMax, f.Rounds, tc.min, tc.max, tc.wantRoundsLen)
+			}
+		})
+	}
+}
+
+func TestNoCostRead(t *testing.T) {
+	ms := func(v ...float64) Latencies {
+		var l Latencies
+		for _, x := range v {
+			l = append(l, time.Duration(x*float64(time.Millisecond)))
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name             string
+		direct, bare, br []Latencies // per round
+		ratio, min, max  float64
+	}{
+		// (1+0.5)/(1+0.25) = 1.2 in both rounds.
+		{"the same each round", []Latencies{ms(1), ms(1)}, []Latencies{ms(0.25), ms(0.25)}, []Latencies{ms(0.5), ms(0.5)}, 1.2, 1.2, 1.2},
+		// Round 1: (2+1)/(2+1) = 1; round 2: (1+2)/(1+0.5) = 2; over both
+		// rounds the medians (nearest rank, lower) are 1, 0.5 and 1: 2/1.5.
+		{"rounds differ", []Latencies{ms(2), ms(1)}, []Latencies{ms(1), ms(0.5)}, []Latencies{ms(1), ms(2)}, 2.0 / 1.5, 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &readMeasures{lat: map[string]Latencies{}, roundLat: map[string][]Latencies{}}
+			for name, rounds := range map[string][]Latencies{"direct": tc.direct, "bare x": tc.bare, "same x": tc.br} {
+				for _, l := range rounds {
+					m.lat[name] = append(m.lat[name], l...)
+					m.roundLat[name] = append(m.roundLat[name], l)
+				}
+			}
+			f := m.noCostRead("with sessions (x)", "x", "bare x", "same x")
+			if math.Abs(f.Ratio-tc.ratio) > 1e-9 || math.Abs(f.RatioMin-tc.min) > 1e-9 || math.Abs(f.RatioMax-tc.max) > 1e-9 {
+				t.Errorf("ratio %v (%v..%v), want %v (%v..%v)", f.Ratio, f.RatioMin, f.RatioMax, tc.ratio, tc.min, tc.max)
+			}
+			if f.Rounds != len(tc.direct) || f.Goal != "reported" || f.ID != FigureRead {
+				t.Errorf("figure %+v", f)
+			}
+			// The text names what the figure holds: not pdmcp's read.
+			var text bytes.Buffer
+			(&Report{Figures: []Figure{f}}).WriteText(&text)
+			if !strings.Contains(text.String(), "    (a)+(b') ") || strings.Contains(text.String(), "    pdmcp ") {
+				t.Errorf("the text report does not say what the figure holds:\n%s", text.String())
 			}
 		})
 	}

@@ -33,10 +33,13 @@ const (
 
 // Figure is one measured comparison.
 type Figure struct {
-	ID        string             `json:"id"`
-	Name      string             `json:"name"`
-	Unit      string             `json:"unit"`
-	PDMCP     float64            `json:"pdmcp"`
+	ID    string  `json:"id"`
+	Name  string  `json:"name"`
+	Unit  string  `json:"unit"`
+	PDMCP float64 `json:"pdmcp"`
+	// Measured names what PDMCP holds when it is not pdmcp's own
+	// figure (a diagnostic built from baselines); empty for pdmcp's.
+	Measured  string             `json:"measured,omitempty"`
 	Baselines map[string]float64 `json:"baselines,omitempty"`
 	Baseline  float64            `json:"baseline"` // what the ratio divides by
 	Ratio     float64            `json:"ratio"`
@@ -79,7 +82,11 @@ func (r *Report) WriteText(w io.Writer) {
 			met = "MISSED"
 		}
 		fmt.Fprintf(w, "%s  %s\n", f.ID, f.Name)
-		fmt.Fprintf(w, "    pdmcp %s %s", num(f.PDMCP), f.Unit)
+		subject := "pdmcp"
+		if f.Measured != "" {
+			subject = f.Measured
+		}
+		fmt.Fprintf(w, "    %s %s %s", subject, num(f.PDMCP), f.Unit)
 		names := make([]string, 0, len(f.Baselines))
 		for k := range f.Baselines {
 			names = append(names, k)
