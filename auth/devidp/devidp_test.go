@@ -363,7 +363,8 @@ func TestWrongPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, c := range []struct{ user, pass string }{{"alice", "wrong"}, {"nobody", alicePassword}, {"alice", ""}} {
+	// The last: a password typed into the username field.
+	for _, c := range []struct{ user, pass string }{{"alice", "wrong"}, {"nobody", alicePassword}, {"alice", ""}, {alicePassword, ""}} {
 		form.values.Set("username", c.user)
 		form.values.Set("password", c.pass)
 		resp := e.postForm(t, form.action.String(), form.values, "", "")
@@ -374,6 +375,18 @@ func TestWrongPassword(t *testing.T) {
 		if pageError(again) == "" || !strings.Contains(again, `name="password"`) {
 			t.Errorf("%s/%q: the form is not shown again with an error", c.user, c.pass)
 		}
+	}
+	// The log says which refusals named a user, and never repeats what
+	// was typed as an unknown username.
+	logs := e.logs.String()
+	if strings.Contains(logs, alicePassword) || strings.Contains(logs, "nobody") {
+		t.Errorf("the log repeats what was typed as an unknown username:\n%s", logs)
+	}
+	if n := strings.Count(logs, "sign-in refused: wrong password"); n != 2 || !strings.Contains(logs, "username=alice") {
+		t.Errorf("%d refusals of alice's sign-in logged with her name, want 2:\n%s", n, logs)
+	}
+	if n := strings.Count(logs, "sign-in refused: no such user"); n != 2 {
+		t.Errorf("%d refusals of an unknown username logged, want 2:\n%s", n, logs)
 	}
 	// No code was issued: the sign-in is still pending, and the right
 	// password on the same form completes it.

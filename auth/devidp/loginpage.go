@@ -78,7 +78,13 @@ func (p *Provider) loginSubmit(w http.ResponseWriter, r *http.Request) {
 	username := r.PostForm.Get(formFieldUsername)
 	u, ok := p.checkPassword(username, r.PostForm.Get(formFieldPassword))
 	if !ok {
-		p.log.Info("sign-in refused: wrong username or password", "username", username, "client", a.clientID)
+		// What was typed as a username reaches the log only when it names a
+		// user: people type their password into the wrong field.
+		if _, known := p.users[username]; known {
+			p.log.Info("sign-in refused: wrong password", "username", username, "client", a.clientID)
+		} else {
+			p.log.Info("sign-in refused: no such user", "client", a.clientID)
+		}
 		p.renderLogin(w, http.StatusOK, loginView{ID: id, ClientID: a.clientID, Scopes: strings.Join(a.scopes, " "),
 			Username: username, Error: "Wrong username or password."})
 		return
