@@ -264,13 +264,14 @@ func position(data []byte, offset int64) (line, col int) {
 	return line, col
 }
 
-// writeFileAtomic replaces path with data: a temporary file beside it, mode
-// 0600, written and synced, then renamed over path. On any failure the
-// temporary file is removed and path is untouched.
 // WriteFileAtomic writes data to path with mode 0600 through a synced
 // temporary file and a rename, so a reader (or a crash) sees the old file or
 // the new one, never a part.
 func WriteFileAtomic(path string, data []byte) error { return writeFileAtomic(path, data) }
+
+// writeFileAtomic replaces path with data: a temporary file beside it, mode
+// 0600, written and synced, then renamed over path. On any failure the
+// temporary file is removed and path is untouched.
 
 func writeFileAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
@@ -303,7 +304,7 @@ func writeFileAtomic(path string, data []byte) (err error) {
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err = renameOver(tmp, path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	syncDir(dir)
