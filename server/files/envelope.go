@@ -14,6 +14,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/jsonb64"
 	"github.com/pdmcp/pdmcp/internal/lowerhex"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // The envelope encrypt_file writes beside a file: JSON, format
@@ -104,7 +105,7 @@ func ReadEnvelope(r io.Reader, size int64, p string) (Envelope, error) {
 		Plaintext     *plaintextInfo `json:"plaintext"`
 	}
 	not := func(why string) (Envelope, error) {
-		return Envelope{}, refuse(CodeNotAnEnvelope, "%q is not an envelope encrypt_file wrote: %s", p, why)
+		return Envelope{}, refuse(refusal.NotAnEnvelope, "%q is not an envelope encrypt_file wrote: %s", p, why)
 	}
 	// The ciphertext's base64 is decoded as it is read, so the envelope's
 	// text and the ciphertext are never both held whole.

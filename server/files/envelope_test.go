@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // TestEnvelopeRoundTrip: what WriteEnvelope writes, ReadEnvelope reads back
@@ -55,7 +57,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	} {
 		_, err := ReadEnvelope(strings.NewReader(bad), 0, "x.pisoft")
 		var fe *Error
-		if !errors.As(err, &fe) || fe.Code != CodeNotAnEnvelope {
+		if !errors.As(err, &fe) || fe.Code != refusal.NotAnEnvelope {
 			t.Errorf("%s: %v, want NOT_AN_ENVELOPE", name, err)
 		}
 	}

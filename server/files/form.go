@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // Flavor is which operating system's path rules apply where they differ:
@@ -54,37 +56,37 @@ func hasDrive(p string) bool {
 // broken, in the order the package documents, is returned as an *Error.
 func CheckForm(p string, fl Flavor) error {
 	if p == "" {
-		return refuse(CodePathEmpty, "the path is empty; name a file in the task's folder")
+		return refuse(refusal.PathEmpty, "the path is empty; name a file in the task's folder")
 	}
 	if len(p) > MaxPathBytes {
-		return refuse(CodePathForm, "the path is longer than %d bytes", MaxPathBytes)
+		return refuse(refusal.PathForm, "the path is longer than %d bytes", MaxPathBytes)
 	}
 	if !utf8.ValidString(p) {
-		return refuse(CodePathForm, "the path is not valid UTF-8")
+		return refuse(refusal.PathForm, "the path is not valid UTF-8")
 	}
 	for _, r := range p {
 		if unicode.IsControl(r) || isBidiControl(r) {
-			return refuse(CodePathForm, "the path holds a control character (U+%04X); file names here never do", r)
+			return refuse(refusal.PathForm, "the path holds a control character (U+%04X); file names here never do", r)
 		}
 	}
 	if len(p) >= 2 && isSep(p[0]) && isSep(p[1]) {
-		return refuse(CodeUNCOrDevice, "a path starting with two separators is a network share or a device (\\\\server\\share, \\\\?\\, \\\\.\\); name a file in the task's folder")
+		return refuse(refusal.UNCOrDevice, "a path starting with two separators is a network share or a device (\\\\server\\share, \\\\?\\, \\\\.\\); name a file in the task's folder")
 	}
 	if len(p) >= 4 && isSep(p[0]) && p[1] == '?' && p[2] == '?' && isSep(p[3]) {
-		return refuse(CodeUNCOrDevice, "a \\??\\ path names a device; name a file in the task's folder")
+		return refuse(refusal.UNCOrDevice, "a \\??\\ path names a device; name a file in the task's folder")
 	}
 	rest := p
 	if hasDrive(p) {
 		if len(p) == 2 || !isSep(p[2]) {
 			if strings.IndexByte(p[2:], ':') >= 0 {
-				return refuse(CodeAlternateStream, "a ':' outside a drive letter names an alternate data stream, which is refused on every platform")
+				return refuse(refusal.AlternateStream, "a ':' outside a drive letter names an alternate data stream, which is refused on every platform")
 			}
-			return refuse(CodePathForm, "a drive-relative path (%q) depends on a per-drive working folder; give a full path or one relative to the task's folder", p[:2])
+			return refuse(refusal.PathForm, "a drive-relative path (%q) depends on a per-drive working folder; give a full path or one relative to the task's folder", p[:2])
 		}
 		rest = p[2:]
 	}
 	if strings.IndexByte(rest, ':') >= 0 {
-		return refuse(CodeAlternateStream, "a ':' outside a drive letter names an alternate data stream (name:stream), which is refused on every platform")
+		return refuse(refusal.AlternateStream, "a ':' outside a drive letter names an alternate data stream (name:stream), which is refused on every platform")
 	}
 	if fl == Windows {
 		for _, c := range components(rest) {
@@ -92,10 +94,10 @@ func CheckForm(p string, fl Flavor) error {
 				continue
 			}
 			if last := c[len(c)-1]; last == '.' || last == ' ' {
-				return refuse(CodePathForm, "a name ending in a dot or a space (%q) is not the name Windows opens", c)
+				return refuse(refusal.PathForm, "a name ending in a dot or a space (%q) is not the name Windows opens", c)
 			}
 			if isReservedDevice(c) {
-				return refuse(CodeUNCOrDevice, "%q is a device name on Windows, not a file", c)
+				return refuse(refusal.UNCOrDevice, "%q is a device name on Windows, not a file", c)
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // The form rules and the lexical split are pure, so both flavors are
@@ -14,46 +16,46 @@ func TestCheckForm(t *testing.T) {
 		flavor Flavor
 		want   string
 	}{
-		{"", Unix, string(CodePathEmpty)},
-		{"", Windows, string(CodePathEmpty)},
-		{"a\x00b", Windows, string(CodePathForm)},
-		{"a\tb", Unix, string(CodePathForm)},
-		{"a\u009fb", Unix, string(CodePathForm)},
-		{"a\u2066b", Windows, string(CodePathForm)},
-		{string(make([]byte, MaxPathBytes+1)), Unix, string(CodePathForm)},
-		{`\\server\share\f`, Unix, string(CodeUNCOrDevice)},
-		{`\\server\share\f`, Windows, string(CodeUNCOrDevice)},
-		{`//server/share/f`, Windows, string(CodeUNCOrDevice)},
-		{`\\?\C:\f`, Windows, string(CodeUNCOrDevice)},
-		{`\\.\COM1`, Windows, string(CodeUNCOrDevice)},
-		{`/\server\share`, Windows, string(CodeUNCOrDevice)},
-		{`\??\C:\f`, Windows, string(CodeUNCOrDevice)},
+		{"", Unix, string(refusal.PathEmpty)},
+		{"", Windows, string(refusal.PathEmpty)},
+		{"a\x00b", Windows, string(refusal.PathForm)},
+		{"a\tb", Unix, string(refusal.PathForm)},
+		{"a\u009fb", Unix, string(refusal.PathForm)},
+		{"a\u2066b", Windows, string(refusal.PathForm)},
+		{string(make([]byte, MaxPathBytes+1)), Unix, string(refusal.PathForm)},
+		{`\\server\share\f`, Unix, string(refusal.UNCOrDevice)},
+		{`\\server\share\f`, Windows, string(refusal.UNCOrDevice)},
+		{`//server/share/f`, Windows, string(refusal.UNCOrDevice)},
+		{`\\?\C:\f`, Windows, string(refusal.UNCOrDevice)},
+		{`\\.\COM1`, Windows, string(refusal.UNCOrDevice)},
+		{`/\server\share`, Windows, string(refusal.UNCOrDevice)},
+		{`\??\C:\f`, Windows, string(refusal.UNCOrDevice)},
 		// The order: a control character is judged before UNC, UNC before
 		// a stream.
-		{"\\\\server\\share\x01", Windows, string(CodePathForm)},
-		{`\\server\share\f:s`, Windows, string(CodeUNCOrDevice)},
-		{"f.txt:s", Unix, string(CodeAlternateStream)},
-		{"f.txt:s", Windows, string(CodeAlternateStream)},
-		{`C:\dir\f.txt:s`, Windows, string(CodeAlternateStream)},
-		{`C:\dir\f.txt::$DATA`, Unix, string(CodeAlternateStream)},
-		{`dir:x\f.txt`, Windows, string(CodeAlternateStream)},
-		{"C:f.txt", Windows, string(CodePathForm)},
-		{"C:", Windows, string(CodePathForm)},
-		{"C:f:s", Windows, string(CodeAlternateStream)},
+		{"\\\\server\\share\x01", Windows, string(refusal.PathForm)},
+		{`\\server\share\f:s`, Windows, string(refusal.UNCOrDevice)},
+		{"f.txt:s", Unix, string(refusal.AlternateStream)},
+		{"f.txt:s", Windows, string(refusal.AlternateStream)},
+		{`C:\dir\f.txt:s`, Windows, string(refusal.AlternateStream)},
+		{`C:\dir\f.txt::$DATA`, Unix, string(refusal.AlternateStream)},
+		{`dir:x\f.txt`, Windows, string(refusal.AlternateStream)},
+		{"C:f.txt", Windows, string(refusal.PathForm)},
+		{"C:", Windows, string(refusal.PathForm)},
+		{"C:f:s", Windows, string(refusal.AlternateStream)},
 		{`C:\dir\f.txt`, Windows, ""},
 		{`c:/dir/f.txt`, Windows, ""},
 		{`C:\dir\f.txt`, Unix, ""}, // judged OUTSIDE_ROOT by the resolver
-		{`dir\NUL`, Windows, string(CodeUNCOrDevice)},
-		{`dir\nul.txt`, Windows, string(CodeUNCOrDevice)},
-		{`COM1.log`, Windows, string(CodeUNCOrDevice)},
-		{`lpt9`, Windows, string(CodeUNCOrDevice)},
-		{`CONOUT$`, Windows, string(CodeUNCOrDevice)},
-		{`COM¹`, Windows, string(CodeUNCOrDevice)},
+		{`dir\NUL`, Windows, string(refusal.UNCOrDevice)},
+		{`dir\nul.txt`, Windows, string(refusal.UNCOrDevice)},
+		{`COM1.log`, Windows, string(refusal.UNCOrDevice)},
+		{`lpt9`, Windows, string(refusal.UNCOrDevice)},
+		{`CONOUT$`, Windows, string(refusal.UNCOrDevice)},
+		{`COM¹`, Windows, string(refusal.UNCOrDevice)},
 		{`dir\NUL`, Unix, ""}, // not a device outside Windows
 		{`console.txt`, Windows, ""},
 		{`COM10`, Windows, ""},
-		{`f.pisoft.`, Windows, string(CodePathForm)},
-		{`f.pisoft `, Windows, string(CodePathForm)},
+		{`f.pisoft.`, Windows, string(refusal.PathForm)},
+		{`f.pisoft `, Windows, string(refusal.PathForm)},
 		{`f.pisoft.`, Unix, ""},
 		{`..\..\f`, Windows, ""},
 		{`.\f`, Windows, ""},

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // FuzzOpen checks the security claim itself: whatever the path, an accepted
@@ -30,8 +32,8 @@ func FuzzOpen(f *testing.F) {
 		inside[rel] = fi
 	}
 	known := map[string]bool{}
-	for _, c := range []string{string(CodePathEmpty), string(CodePathForm), string(CodeUNCOrDevice), string(CodeAlternateStream), string(CodeOutsideRoot),
-		string(CodeNotFound), string(CodeUnresolvable), string(CodeIsADirectory), string(CodeNotRegular), string(CodeHardLinked), string(CodeFileChanged)} {
+	for _, c := range []string{string(refusal.PathEmpty), string(refusal.PathForm), string(refusal.UNCOrDevice), string(refusal.AlternateStream), string(refusal.OutsideRoot),
+		string(refusal.NotFound), string(refusal.Unresolvable), string(refusal.IsADirectory), string(refusal.NotRegular), string(refusal.HardLinked), string(refusal.FileChanged)} {
 		known[c] = true
 	}
 	f.Fuzz(func(t *testing.T, p string) {

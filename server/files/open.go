@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // File is a regular file inside the root, opened once and checked after the
@@ -64,7 +66,7 @@ func (r *Resolver) Open(p string) (*File, error) {
 }
 
 func changed(p string) *Error {
-	return refuse(CodeFileChanged, "%q changed between the check and the open (swapped for a link or another file); try again", p)
+	return refuse(refusal.FileChanged, "%q changed between the check and the open (swapped for a link or another file); try again", p)
 }
 
 // Size is the opened file's size.

@@ -15,19 +15,6 @@ import (
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
-// Codes for outputs the file tools could not create; each is decided before
-// anything is sent to the Gateway.
-const (
-	// CodeNameTooLong: a name the tool would create (the envelope, a
-	// temporary file, the decrypted copy) is longer than the filesystem's
-	// limit for one name.
-	CodeNameTooLong = refusal.NameTooLong
-	// CodeOutputNotWritable: the folder takes no new file, or can neither
-	// hard-link a file to a second name nor rename one without replacing
-	// what is there (the two ways a tool puts a finished file at its name).
-	CodeOutputNotWritable = refusal.OutputNotWritable
-)
-
 // TempName is a fresh temporary name for name, in name's own folder: a dot
 // file, so listings hide it, with a random suffix.
 func TempName(name string) (string, error) {
@@ -68,7 +55,7 @@ func CheckNames(folder, shown string, names ...string) error {
 	limit := nameMax(folder)
 	for _, n := range names {
 		if l := NameLen(n); l > limit {
-			return refuse(CodeNameTooLong,
+			return refuse(refusal.NameTooLong,
 				"the name %q that the tool would create for %q is %d long, over this filesystem's limit of %d for one name; nothing was sent; rename the file to a shorter name first",
 				n, shown, l, limit)
 		}
@@ -138,7 +125,7 @@ func probeOutput(dir *os.Root, name, shown string, ops outputOps) (*Placer, erro
 	if lerr := ops.link(dir, probe, probe2); lerr != nil {
 		if rerr := ops.rename(dir, probe, probe2); rerr != nil {
 			dir.Remove(probe)
-			return nil, refuse(CodeOutputNotWritable,
+			return nil, refuse(refusal.OutputNotWritable,
 				"the folder of %q can neither hard-link a file nor rename one without replacing another, so the tool cannot put its output at its name without risking a file there; nothing was sent", shown)
 		}
 		p.rename = true
@@ -183,10 +170,10 @@ func CreateOutput(dir *os.Root, name, shown string) (*Output, error) {
 
 func outputError(shown string, err error) error {
 	if errors.Is(err, syscall.ENAMETOOLONG) {
-		return refuse(CodeNameTooLong, "a temporary name for the output of %q is too long for this filesystem; nothing was sent; rename the file to a shorter name first", shown)
+		return refuse(refusal.NameTooLong, "a temporary name for the output of %q is too long for this filesystem; nothing was sent; rename the file to a shorter name first", shown)
 	}
 	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
-		return refuse(CodeOutputNotWritable, "the folder of %q takes no new file (read-only, or not writable by the server); nothing was sent", shown)
+		return refuse(refusal.OutputNotWritable, "the folder of %q takes no new file (read-only, or not writable by the server); nothing was sent", shown)
 	}
 	return fmt.Errorf("files: output temporary file: %w", err)
 }

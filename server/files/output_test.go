@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/pdmcp/pdmcp/internal/testutil"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // The filesystem's own name limit is what CheckNames applies: 255 bytes on
@@ -27,7 +28,7 @@ func TestCheckNames(t *testing.T) {
 	}
 	err := CheckNames(dir, "f", "short", strings.Repeat("é", 128))
 	var fe *Error
-	if !errors.As(err, &fe) || fe.Code != CodeNameTooLong || !strings.Contains(fe.Detail, "256 long") || !strings.Contains(fe.Detail, "limit of 255") {
+	if !errors.As(err, &fe) || fe.Code != refusal.NameTooLong || !strings.Contains(fe.Detail, "256 long") || !strings.Contains(fe.Detail, "limit of 255") {
 		t.Fatalf("256 bytes: %v", err)
 	}
 	// The limit checked is the one the system enforces.
@@ -115,7 +116,7 @@ func TestOutputPlaces(t *testing.T) {
 	defer root.Close()
 	_, err = probeOutput(root, "out", "out", outputOps{link: noLink, rename: noLink})
 	var fe *Error
-	if !errors.As(err, &fe) || fe.Code != CodeOutputNotWritable {
+	if !errors.As(err, &fe) || fe.Code != refusal.OutputNotWritable {
 		t.Fatalf("no link and no rename: %v", err)
 	}
 	if names := testutil.DirNames(t, base); len(names) != 0 {

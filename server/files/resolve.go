@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // MaxLinks is how many symbolic links one path may pass through; more is
@@ -127,7 +129,7 @@ func (r *Resolver) Resolve(p string) (Resolved, error) {
 	fi, err := r.lstat(abs)
 	if err != nil || isLink(abs, fi) {
 		// It was a resolved, existing name a moment ago.
-		return Resolved{}, refuse(CodeFileChanged, "%q changed while it was being checked; try again", p)
+		return Resolved{}, refuse(refusal.FileChanged, "%q changed while it was being checked; try again", p)
 	}
 	if err := checkType(p, fi); err != nil {
 		return Resolved{}, err
@@ -139,19 +141,19 @@ func (r *Resolver) Resolve(p string) (Resolved, error) {
 }
 
 func outside(p string) *Error {
-	return refuse(CodeOutsideRoot, "%q is not inside the task's folder (or is the folder itself); name a file in it, relative to it or absolute", p)
+	return refuse(refusal.OutsideRoot, "%q is not inside the task's folder (or is the folder itself); name a file in it, relative to it or absolute", p)
 }
 
 func hardLinked(p string, n uint64) *Error {
-	return refuse(CodeHardLinked, "%q has %d names (hard links); one of them may be outside the task's folder, so it is refused", p, n)
+	return refuse(refusal.HardLinked, "%q has %d names (hard links); one of them may be outside the task's folder, so it is refused", p, n)
 }
 
 func checkType(p string, fi fs.FileInfo) error {
 	switch {
 	case fi.IsDir():
-		return refuse(CodeIsADirectory, "%q is a folder; name a file", p)
+		return refuse(refusal.IsADirectory, "%q is a folder; name a file", p)
 	case !fi.Mode().IsRegular():
-		return refuse(CodeNotRegular, "%q is not a regular file (a device, pipe or socket)", p)
+		return refuse(refusal.NotRegular, "%q is not a regular file (a device, pipe or socket)", p)
 	}
 	return nil
 }
@@ -204,7 +206,7 @@ func (r *Resolver) walk(p, cur string, todo []string) (string, error) {
 				if !inside {
 					return "", outside(p)
 				}
-				return "", refuse(CodeNotFound, "%q uses a file as a folder (a name followed by a separator, '.' or '..' must be a folder)", p)
+				return "", refuse(refusal.NotFound, "%q uses a file as a folder (a name followed by a separator, '.' or '..' must be a folder)", p)
 			}
 			if name == ".." {
 				cur = filepath.Dir(cur)
@@ -228,7 +230,7 @@ func (r *Resolver) walk(p, cur string, todo []string) (string, error) {
 			if !inside {
 				return "", outside(p)
 			}
-			return "", refuse(CodeUnresolvable, "%q passes through more than %d links (a loop?)", p, MaxLinks)
+			return "", refuse(refusal.Unresolvable, "%q passes through more than %d links (a loop?)", p, MaxLinks)
 		}
 		target, err := os.Readlink(next)
 		if err != nil {
@@ -301,16 +303,16 @@ func hasPlainPrefix(root, cur string, todo []string, fl Flavor) bool {
 // unresolved maps a failure to resolve a name inside the root.
 func unresolved(p string, err error) *Error {
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return refuse(CodeNotFound, "no file %q in the task's folder", p)
+		return refuse(refusal.NotFound, "no file %q in the task's folder", p)
 	}
 	if errors.Is(err, syscall.ENAMETOOLONG) {
-		return refuse(CodeUnresolvable, "a name in %q is too long for the filesystem", p)
+		return refuse(refusal.Unresolvable, "a name in %q is too long for the filesystem", p)
 	}
 	if errors.Is(err, syscall.ELOOP) {
-		return refuse(CodeUnresolvable, "%q passes through a link loop", p)
+		return refuse(refusal.Unresolvable, "%q passes through a link loop", p)
 	}
 	if errors.Is(err, fs.ErrPermission) {
-		return refuse(CodeUnresolvable, "a folder on the way to %q cannot be read", p)
+		return refuse(refusal.Unresolvable, "a folder on the way to %q cannot be read", p)
 	}
-	return refuse(CodeUnresolvable, "%q cannot be resolved", p)
+	return refuse(refusal.Unresolvable, "%q cannot be resolved", p)
 }

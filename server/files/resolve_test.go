@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pdmcp/pdmcp/internal/filestest"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // newFixture is filestest's hostile folder and a Resolver on its root.
@@ -90,7 +91,7 @@ func TestOpenFileSwappedBetweenCheckAndOpen(t *testing.T) {
 			p := filepath.Join(fx.Root, "ok.txt")
 			r.afterCheck = func() { swap(t, fx, p) }
 			f, err := r.Open("ok.txt")
-			if got := codeOf(err); got != string(CodeFileChanged) {
+			if got := codeOf(err); got != string(refusal.FileChanged) {
 				if f != nil {
 					f.Close()
 				}
@@ -118,7 +119,7 @@ func TestOpenHardLinkAddedAfterCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := r.Open("sub/inner.txt"); codeOf(err) != string(CodeHardLinked) {
+	if _, err := r.Open("sub/inner.txt"); codeOf(err) != string(refusal.HardLinked) {
 		t.Fatalf("got %q, want HARD_LINKED", codeOf(err))
 	}
 }

@@ -3,6 +3,8 @@ package files
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // The name a folder stores. On a case-insensitive filesystem (Windows,
@@ -19,7 +21,7 @@ func (r *Resolver) storedParts(p string, parts []string) ([]string, error) {
 	for i, n := range parts {
 		s, err := r.storedName(cur, n)
 		if err != nil {
-			return nil, refuse(CodeUnresolvable, "the folder holding a name in %q cannot be read to learn the name it stores", p)
+			return nil, refuse(refusal.Unresolvable, "the folder holding a name in %q cannot be read to learn the name it stores", p)
 		}
 		out[i] = s
 		cur = filepath.Join(cur, s)

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 func writeFile(t *testing.T, p, s string) {
@@ -98,7 +100,7 @@ func TestStoredNameCaseInsensitive(t *testing.T) {
 	} {
 		f, err := r.Open(typed)
 		if want == "" {
-			if codeOf(err) != string(CodeNotFound) {
+			if codeOf(err) != string(refusal.NotFound) {
 				t.Errorf("Open(%q) = %v, want NOT_FOUND", typed, err)
 			}
 			continue
