@@ -8,6 +8,8 @@ import (
 	"sort"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // inputSchema infers a closed object schema from In: every field is a
@@ -34,7 +36,7 @@ func decodeArgs[In any](raw json.RawMessage, schema *jsonschema.Schema) (In, *Re
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
-		return in, refuseCode(CodeInvalidArgument, "the arguments must be a JSON object; fix the call and try again")
+		return in, refuseCode(refusal.InvalidArgument, "the arguments must be a JSON object; fix the call and try again")
 	}
 	var extra []string
 	for name := range fields {
@@ -44,22 +46,22 @@ func decodeArgs[In any](raw json.RawMessage, schema *jsonschema.Schema) (In, *Re
 	}
 	if len(extra) > 0 {
 		sort.Strings(extra)
-		return in, refuseCode(CodeUnexpectedArgument,
+		return in, refuseCode(refusal.UnexpectedArgument,
 			"argument %q is not declared by this tool and was not used; call again with only the declared arguments", extra[0])
 	}
 	for _, name := range schema.Required {
 		v, ok := fields[name]
 		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-			return in, refuseCode(CodeMissingArgument, "argument %q is required; call again with it", name)
+			return in, refuseCode(refusal.MissingArgument, "argument %q is required; call again with it", name)
 		}
 	}
 	for name, v := range fields {
 		if err := checkType(schema.Properties[name], v); err != nil {
-			return in, refuseCode(CodeInvalidArgument, "argument %q %s; call again with a valid value", name, err.Error())
+			return in, refuseCode(refusal.InvalidArgument, "argument %q %s; call again with a valid value", name, err.Error())
 		}
 	}
 	if err := json.Unmarshal(raw, &in); err != nil {
-		return in, refuseCode(CodeInvalidArgument, "the arguments do not match the tool's input schema; call again with valid values")
+		return in, refuseCode(refusal.InvalidArgument, "the arguments do not match the tool's input schema; call again with valid values")
 	}
 	return in, nil
 }

@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 type sampleArgs struct {
@@ -26,13 +28,13 @@ func TestDecodeArgs(t *testing.T) {
 	}{
 		{"ok", `{"documentId":"a"}`, ""},
 		{"ok optional", `{"documentId":"a","category":"c","count":3}`, ""},
-		{"undeclared", `{"documentId":"a","ttag":"x"}`, CodeUnexpectedArgument},
-		{"missing", `{"category":"c"}`, CodeMissingArgument},
-		{"null required", `{"documentId":null}`, CodeMissingArgument},
-		{"wrong type", `{"documentId":7}`, CodeInvalidArgument},
-		{"fraction for int", `{"documentId":"a","count":1.5}`, CodeInvalidArgument},
-		{"not an object", `["a"]`, CodeInvalidArgument},
-		{"empty is no args", ``, CodeMissingArgument},
+		{"undeclared", `{"documentId":"a","ttag":"x"}`, string(refusal.UnexpectedArgument)},
+		{"missing", `{"category":"c"}`, string(refusal.MissingArgument)},
+		{"null required", `{"documentId":null}`, string(refusal.MissingArgument)},
+		{"wrong type", `{"documentId":7}`, string(refusal.InvalidArgument)},
+		{"fraction for int", `{"documentId":"a","count":1.5}`, string(refusal.InvalidArgument)},
+		{"not an object", `["a"]`, string(refusal.InvalidArgument)},
+		{"empty is no args", ``, string(refusal.MissingArgument)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
-	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // toolLines reads the audit file's tool lines, in order.
@@ -54,8 +54,8 @@ func TestAuditLinesNameTheSession(t *testing.T) {
 	}
 	for i, want := range []struct{ tool, code string }{
 		{grant.ToolListApprovedDocuments, ""},
-		{grant.ToolReadProtectedDocument, server.CodeDocumentNotInGrant},
-		{"unknown", server.CodeToolNotInGrant},
+		{grant.ToolReadProtectedDocument, string(refusal.DocumentNotInGrant)},
+		{"unknown", string(refusal.ToolNotInGrant)},
 	} {
 		l := lines[2+i]
 		if want.tool != "unknown" && l["tool"] != want.tool {

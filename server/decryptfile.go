@@ -96,7 +96,7 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 	}
 	psum := sha256.Sum256(dec.Plaintext)
 	if hex.EncodeToString(psum[:]) != row.Key.ContentSHA256 {
-		return zero, refuseCode(CodeIntegrityMismatch,
+		return zero, refuseCode(refusal.IntegrityMismatch,
 			"the decrypted content's sha256 is not the one recorded when %q was encrypted; nothing was written", f.Rel)
 	}
 	output, err := placer.Create(outName, f.Rel)

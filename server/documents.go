@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // MaxTextBytes bounds a document read and a saved result: what a model can
@@ -89,7 +90,7 @@ const maxCategoryBytes = 128
 
 func (s *Server) list(ctx context.Context, c *call, in listInput) (listOutput, error) {
 	if len(in.Category) > maxCategoryBytes {
-		return listOutput{}, refuseCode(CodeInvalidArgument,
+		return listOutput{}, refuseCode(refusal.InvalidArgument,
 			"argument \"category\" is %d bytes, over the %d-byte limit; call again with a category from the list, or without one",
 			len(in.Category), maxCategoryBytes)
 	}
@@ -236,12 +237,12 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 		return s.readCompound(ctx, c, in.DocumentID, m, d)
 	}
 	if d.Size > MaxTextBytes {
-		return zero, refuseCode(CodeResultTooLarge,
+		return zero, refuseCode(refusal.ResultTooLarge,
 			"document %q is %d bytes, over the %d-byte limit of one read; nothing was sent; do not retry",
 			in.DocumentID, d.Size, MaxTextBytes)
 	}
 	if !isTextType(d.ContentType) {
-		return zero, refuseCode(CodeNotText,
+		return zero, refuseCode(refusal.NotText,
 			"document %q is %s, not text; nothing was sent; this tool returns text only", in.DocumentID, d.ContentType)
 	}
 	iv, err := base64.StdEncoding.DecodeString(d.IV)
@@ -250,7 +251,7 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 	}
 	ct, err := s.root.ReadFile(filepath.FromSlash(d.Path))
 	if err != nil {
-		return zero, refuseCode(CodeCiphertextMissing,
+		return zero, refuseCode(refusal.CiphertextUnavailable,
 			"the stored ciphertext of %q cannot be read; nothing was sent; tell the operator", in.DocumentID)
 	}
 	sess, err := s.sessionFor(ctx, c, d.TTag)
@@ -265,15 +266,15 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 	c.line.KeyLink = digestOrEmpty(dec.Link)
 	sum := sha256.Sum256(pt)
 	if got := hex.EncodeToString(sum[:]); !strings.EqualFold(got, d.SHA256) {
-		return zero, refuseCode(CodeIntegrityMismatch,
+		return zero, refuseCode(refusal.IntegrityMismatch,
 			"the decrypted text of %q does not match the manifest's sha256; it was not returned; tell the operator", in.DocumentID)
 	}
 	if len(pt) > MaxTextBytes {
-		return zero, refuseCode(CodeResultTooLarge, "document %q decrypted to %d bytes, over the %d-byte limit; do not retry",
+		return zero, refuseCode(refusal.ResultTooLarge, "document %q decrypted to %d bytes, over the %d-byte limit; do not retry",
 			in.DocumentID, len(pt), MaxTextBytes)
 	}
 	if !utf8.Valid(pt) {
-		return zero, refuseCode(CodeNotText, "document %q is not UTF-8 text; it was not returned", in.DocumentID)
+		return zero, refuseCode(refusal.NotText, "document %q is not UTF-8 text; it was not returned", in.DocumentID)
 	}
 	prov := provenance{DocumentID: in.DocumentID, Version: d.Version, SHA256: strings.ToLower(d.SHA256)}
 	return readOutput{
@@ -289,7 +290,7 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 // until then.
 func (s *Server) approvedDocument(ctx context.Context, c *call, docID string) (*grant.Manifest, grant.Document, error) {
 	if !slices.Contains(s.cfg.Grant.Documents, docID) {
-		return nil, grant.Document{}, refuseCode(CodeDocumentNotInGrant,
+		return nil, grant.Document{}, refuseCode(refusal.DocumentNotInGrant,
 			"document %q is not in this task's grant; nothing was sent; use an id from list_approved_documents", docID)
 	}
 	c.line.DocumentID = docID
@@ -299,14 +300,14 @@ func (s *Server) approvedDocument(ctx context.Context, c *call, docID string) (*
 		return nil, d, err
 	}
 	if !ok {
-		return nil, d, refuseCode(CodeUnknownDocument,
+		return nil, d, refuseCode(refusal.UnknownDocument,
 			"the operator's manifest has no document %q; nothing was sent; do not retry", docID)
 	}
 	c.line.Version = d.Version
 	if !d.Approved {
 		// The operator withdrew the approval after the grant was written:
 		// the manifest decides, before anything reaches the key server.
-		return nil, d, refuseCode(CodeDocumentNotApproved,
+		return nil, d, refuseCode(refusal.DocumentNotApproved,
 			"document %q is no longer approved by the operator; nothing was sent; do not retry", docID)
 	}
 	return m, d, nil

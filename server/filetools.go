@@ -26,11 +26,6 @@ import (
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
-// CodeAnswerLost refuses an encrypt_file whose earlier encrypt of the same
-// content may have created a key whose answer never arrived; it is never
-// sent again.
-const CodeAnswerLost = string(refusal.EncryptAnswerLost)
-
 // maxDecryptedNames bounds the -2, -3, ... names tried for an output.
 const maxDecryptedNames = 1000
 
@@ -101,14 +96,14 @@ func (s *Server) openFile(c *call, p string) (f *files.File, dir, name string, e
 func fileRefusal(err error) error {
 	var fe *files.Error
 	if errors.As(err, &fe) {
-		return refuseCode(string(fe.Code), "%s; nothing was sent", fe.Detail)
+		return refuseCode(fe.Code, "%s; nothing was sent", fe.Detail)
 	}
 	return err
 }
 
 // fileRefuse is a refusal with one of the catalogue's codes, at its status.
 func fileRefuse(code refusal.Code, format string, args ...any) *Refusal {
-	return refuseCode(string(code), format, args...)
+	return refuseCode(code, format, args...)
 }
 
 // encryptFile encrypts one file under a new key into its envelope beside
@@ -443,7 +438,7 @@ func (s *Server) replayEncrypt(ctx context.Context, c *call, dir *os.Root, row j
 			ct, err := s.getCiphertext(row.CiphertextSHA256)
 			if err != nil {
 				s.log.Error("stored ciphertext unreadable", "err", err)
-				return zero, refuseCode(CodeCiphertextMissing,
+				return zero, refuseCode(refusal.CiphertextUnavailable,
 					"the envelope of %q is gone and the server's copy of its ciphertext cannot be read; nothing was sent and no key "+
 						"was made; report this to the operator", out.Path)
 			}
@@ -472,7 +467,7 @@ func answerLost(rel string, cause error) *Refusal {
 			detail += " (the Gateway call ended " + ae.Code + ")"
 		}
 	}
-	return refuseCode(CodeAnswerLost, detail, rel)
+	return refuseCode(refusal.EncryptAnswerLost, detail, rel)
 }
 
 // refusedBeforeWork reports an encrypt the Gateway or key server refused

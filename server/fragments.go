@@ -26,15 +26,6 @@ import (
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
-// Codes of the section tools.
-const (
-	CodeNotCompound     = string(refusal.NotCompound)
-	CodeUnknownFragment = string(refusal.UnknownFragment)
-	// CodeInvalidFragmentText refuses a save whose text would change the
-	// document's structure beyond its own section (compound.CheckSectionText).
-	CodeInvalidFragmentText = string(refusal.InvalidFragmentText)
-)
-
 // Fragment outcomes in a mixed view.
 const (
 	fragmentOpened   = "opened"
@@ -62,12 +53,12 @@ func (s *Server) compoundDoc(ctx context.Context, c *call, docID, fragID string)
 		return nil, zd, zf, err
 	}
 	if !d.IsCompound() {
-		return nil, zd, zf, refuseCode(CodeNotCompound,
+		return nil, zd, zf, refuseCode(refusal.NotCompound,
 			"document %q is a single document with no sections; nothing was sent; use read_protected_document", docID)
 	}
 	f, ok := d.Fragment(fragID)
 	if !ok {
-		return nil, zd, zf, refuseCode(CodeUnknownFragment,
+		return nil, zd, zf, refuseCode(refusal.UnknownFragment,
 			"document %q has no section %q; nothing was sent; use a fragmentId from list_approved_documents", docID, fragID)
 	}
 	c.line.FragmentID = fragID
@@ -79,12 +70,12 @@ func (s *Server) compoundDoc(ctx context.Context, c *call, docID, fragID string)
 func (s *Server) loadSkeleton(docID string, d grant.Document) ([]byte, error) {
 	sk, err := s.root.ReadFile(filepath.FromSlash(d.Skeleton))
 	if err != nil {
-		return nil, refuseCode(CodeCiphertextMissing,
+		return nil, refuseCode(refusal.CiphertextUnavailable,
 			"the stored skeleton of %q cannot be read; nothing was sent; tell the operator", docID)
 	}
 	sum := sha256.Sum256(sk)
 	if d.SkeletonSHA256 != "" && !strings.EqualFold(hex.EncodeToString(sum[:]), d.SkeletonSHA256) {
-		return nil, refuseCode(CodeIntegrityMismatch,
+		return nil, refuseCode(refusal.IntegrityMismatch,
 			"the skeleton of %q does not match the manifest's sha256; nothing was sent; tell the operator", docID)
 	}
 	ids, err := compound.MarkerIDs(sk)
@@ -93,7 +84,7 @@ func (s *Server) loadSkeleton(docID string, d grant.Document) ([]byte, error) {
 		want = append(want, f.ID)
 	}
 	if err != nil || !slices.Equal(ids, want) {
-		return nil, refuseCode(CodeIntegrityMismatch,
+		return nil, refuseCode(refusal.IntegrityMismatch,
 			"the skeleton of %q does not mark the manifest's sections; nothing was sent; tell the operator", docID)
 	}
 	return sk, nil
@@ -107,7 +98,7 @@ func (s *Server) openFragment(ctx context.Context, sess GatewaySession, m *grant
 	}
 	ct, err := s.root.ReadFile(filepath.FromSlash(f.Path))
 	if err != nil {
-		return nil, "", refuseCode(CodeCiphertextMissing,
+		return nil, "", refuseCode(refusal.CiphertextUnavailable,
 			"the stored ciphertext of section %q of %q cannot be read; tell the operator", f.ID, docID)
 	}
 	dec, err := sess.DecryptWithLink(ctx, m.CompoundKeys[f.DataType], iv, ct)
@@ -116,11 +107,11 @@ func (s *Server) openFragment(ctx context.Context, sess GatewaySession, m *grant
 	}
 	sum := sha256.Sum256(dec.Plaintext)
 	if !strings.EqualFold(hex.EncodeToString(sum[:]), f.SHA256) {
-		return nil, "", refuseCode(CodeIntegrityMismatch,
+		return nil, "", refuseCode(refusal.IntegrityMismatch,
 			"the decrypted section %q of %q does not match the manifest's sha256; it was not returned; tell the operator", f.ID, docID)
 	}
 	if !utf8.Valid(dec.Plaintext) {
-		return nil, "", refuseCode(CodeNotText, "section %q of %q is not UTF-8 text; it was not returned", f.ID, docID)
+		return nil, "", refuseCode(refusal.NotText, "section %q of %q is not UTF-8 text; it was not returned", f.ID, docID)
 	}
 	return dec.Plaintext, dec.Link, nil
 }
@@ -133,7 +124,7 @@ func withholds(err error) (*Refusal, bool) {
 	var gw *api.Error
 	if !errors.As(err, &gw) {
 		var own *Refusal
-		if errors.As(err, &own) && (own.Code == CodeIntegrityMismatch || own.Code == CodeNotText || own.Code == CodeCiphertextMissing) {
+		if errors.As(err, &own) && (own.Code == string(refusal.IntegrityMismatch) || own.Code == string(refusal.NotText) || own.Code == string(refusal.CiphertextUnavailable)) {
 			return own, true
 		}
 		return nil, false
@@ -150,7 +141,7 @@ func withholds(err error) (*Refusal, bool) {
 func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *grant.Manifest, d grant.Document) (readOutput, error) {
 	var zero readOutput
 	if !isTextType(d.ContentType) {
-		return zero, refuseCode(CodeNotText,
+		return zero, refuseCode(refusal.NotText,
 			"document %q is %s, not text; nothing was sent; this tool returns text only", docID, d.ContentType)
 	}
 	sk, err := s.loadSkeleton(docID, d)
@@ -166,12 +157,12 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 	// which also bounds what is decrypted); the mixed view itself, which
 	// holds only what this caller may read, is checked below.
 	if len(sk) > MaxTextBytes {
-		return zero, refuseCode(CodeResultTooLarge, "document %q's skeleton is over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
+		return zero, refuseCode(refusal.ResultTooLarge, "document %q's skeleton is over the %d-byte limit of one read; nothing was sent; read its sections one by one with read_protected_fragment",
 			docID, MaxTextBytes)
 	}
 	for _, f := range d.Fragments {
 		if f.Size > MaxTextBytes {
-			return zero, refuseCode(CodeResultTooLarge, "section %q of %q is over the %d-byte limit of one read; nothing was sent; read the other sections one by one with read_protected_fragment",
+			return zero, refuseCode(refusal.ResultTooLarge, "section %q of %q is over the %d-byte limit of one read; nothing was sent; read the other sections one by one with read_protected_fragment",
 				f.ID, docID, MaxTextBytes)
 		}
 	}
@@ -209,11 +200,11 @@ func (s *Server) readCompound(ctx context.Context, c *call, docID string, m *gra
 	sum := sha256.Sum256(out)
 	textSum := hex.EncodeToString(sum[:])
 	if complete && d.SHA256 != "" && !strings.EqualFold(textSum, d.SHA256) {
-		return zero, refuseCode(CodeIntegrityMismatch,
+		return zero, refuseCode(refusal.IntegrityMismatch,
 			"document %q reassembled does not match the manifest's sha256; it was not returned; tell the operator", docID)
 	}
 	if len(out) > MaxTextBytes {
-		return zero, refuseCode(CodeResultTooLarge, "document %q's mixed view is %d bytes, over the %d-byte limit; read its sections with read_protected_fragment",
+		return zero, refuseCode(refusal.ResultTooLarge, "document %q's mixed view is %d bytes, over the %d-byte limit; read its sections with read_protected_fragment",
 			docID, len(out), MaxTextBytes)
 	}
 	prov := provenance{DocumentID: docID, Version: d.Version, SHA256: textSum}
@@ -290,7 +281,7 @@ func (s *Server) readFragment(ctx context.Context, c *call, in fragmentInput) (f
 	if f.Size > MaxTextBytes {
 		// No length: the key server has not decided yet whether this
 		// caller may read the section.
-		return zero, refuseCode(CodeResultTooLarge, "section %q of %q is over the %d-byte limit; nothing was sent",
+		return zero, refuseCode(refusal.ResultTooLarge, "section %q of %q is over the %d-byte limit; nothing was sent",
 			f.ID, in.DocumentID, MaxTextBytes)
 	}
 	sess, err := s.session(ctx, c)
@@ -359,7 +350,7 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		return zero, err
 	}
 	if !utf8.ValidString(in.Text) {
-		return zero, refuseCode(CodeNotText, "the text is not UTF-8; nothing was sent")
+		return zero, refuseCode(refusal.NotText, "the text is not UTF-8; nothing was sent")
 	}
 	sk, err := s.loadSkeleton(in.DocumentID, d)
 	if err != nil {
@@ -371,7 +362,7 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 	// them. A document that grows past one read is still read section by
 	// section, and its mixed view is checked against what each caller sees.
 	if len(in.Text) > MaxTextBytes {
-		return zero, refuseCode(CodeResultTooLarge,
+		return zero, refuseCode(refusal.ResultTooLarge,
 			"the text is over the %d-byte limit of one section; nothing was sent; save a shorter section", MaxTextBytes)
 	}
 	if err := compound.CheckSectionText(sk, f.ID, []byte(in.Text)); err != nil {
@@ -459,7 +450,7 @@ func fragmentTextRefusal(docID, fragID string, err error) error {
 		return fmt.Errorf("check section text: %w", err)
 	}
 	if errors.Is(err, compound.ErrNotText) {
-		return refuseCode(CodeNotText, "the new text of section %q of %q is not text: %s; nothing was sent", fragID, docID, re.Detail)
+		return refuseCode(refusal.NotText, "the new text of section %q of %q is not text: %s; nothing was sent", fragID, docID, re.Detail)
 	}
 	why, shape := re.Detail, "one XML element of its own kind and nothing else"
 	if re.Form == compound.FormHL7 {
@@ -468,7 +459,7 @@ func fragmentTextRefusal(docID, fragID string, err error) error {
 	if errors.Is(err, compound.ErrMarkerInSource) {
 		why = "it holds this server's fragment marker " + re.Detail
 	}
-	return refuseCode(CodeInvalidFragmentText,
+	return refuseCode(refusal.InvalidFragmentText,
 		"the new text of section %q of %q cannot replace it: %s; nothing was sent; save text that keeps the section %s",
 		fragID, docID, why, shape)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
-	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
@@ -56,7 +55,7 @@ func NewGrantSessions(m Minter, actingAs string, objects []string, notAfter time
 // (stdio).
 func (g *GrantSessions) session(ctx context.Context, caller Caller) (GatewaySession, error) {
 	if caller.ID != "" {
-		return nil, refuseCode(CodeInternal, "a stdio task serves one user only")
+		return nil, refuseCode(refusal.Internal, "a stdio task serves one user only")
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -92,7 +91,7 @@ func (g *GrantSessions) session(ctx context.Context, caller Caller) (GatewaySess
 // renewals. More than api.MaxObjects keys is refused GRANT_TOO_WIDE.
 func (g *GrantSessions) widen(ctx context.Context, caller Caller, ttag string) (GatewaySession, error) {
 	if caller.ID != "" {
-		return nil, refuseCode(CodeInternal, "a stdio task serves one user only")
+		return nil, refuseCode(refusal.Internal, "a stdio task serves one user only")
 	}
 	g.mu.Lock()
 	if !slices.Contains(g.objects, ttag) {
@@ -112,7 +111,7 @@ func (g *GrantSessions) widen(ctx context.Context, caller Caller, ttag string) (
 }
 
 func scopeFull(n int) *Refusal {
-	return refuseCode(grant.CodeGrantTooWide,
+	return refuseCode(refusal.GrantTooWide,
 		"opening this envelope would make the task's session cover %d keys, over the limit of %d; nothing was decrypted; "+
 			"ask the operator for a new task (grant) to open more files", n, api.MaxObjects)
 }

@@ -355,7 +355,7 @@ func TestRevokeFromJournalLeavesOthersEntries(t *testing.T) {
 				f.srv.RevokeHandOffs(ctx)
 			case "GRANT_EXPIRED":
 				now = time.Now().Add(2 * time.Hour)
-				if m, _ := f.call(t, grant.ToolListApprovedDocuments, nil); m["code"] != server.CodeGrantExpired {
+				if m, _ := f.call(t, grant.ToolListApprovedDocuments, nil); m["code"] != string(refusal.GrantExpired) {
 					t.Fatalf("after the grant: %v", m)
 				}
 			case grant.ToolCloseStep:

@@ -211,7 +211,7 @@ func TestHandOffAdapterRefusalsSendNothing(t *testing.T) {
 	}{
 		{"step not in grant", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
 		{"close of a step not in grant", stepOptions{}, grant.ToolCloseStep, map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
-		{"undeclared argument", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral, "to": "x"}, server.CodeUnexpectedArgument},
+		{"undeclared argument", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral, "to": "x"}, string(refusal.UnexpectedArgument)},
 		{"not the delegator (stdio)", stepOptions{user: func(w *handofftest.World) string { return w.Doctor.Name }},
 			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator)},
 		{"close by another user", stepOptions{user: func(w *handofftest.World) string { return w.Doctor.Name }},
@@ -339,7 +339,7 @@ func TestGrantExpiredRevokesHandOffs(t *testing.T) {
 		t.Fatal(m)
 	}
 	now = time.Now().Add(2 * time.Hour)
-	if m, _ := f.call(t, grant.ToolListApprovedDocuments, nil); m["code"] != server.CodeGrantExpired {
+	if m, _ := f.call(t, grant.ToolListApprovedDocuments, nil); m["code"] != string(refusal.GrantExpired) {
 		t.Fatalf("after the grant: %v", m)
 	}
 	for _, k := range f.w.Keys {

@@ -15,6 +15,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // secondServer starts another server on the fixture's task (its grant,
@@ -117,7 +118,7 @@ func TestShutdownLeavesAnotherRunningServersHandOffs(t *testing.T) {
 			t.Fatalf("hand_off through the second server: %v", m)
 		}
 		now = time.Now().Add(2 * time.Hour)
-		if m, _ := f.call(t, grant.ToolListApprovedDocuments, nil); m["code"] != server.CodeGrantExpired {
+		if m, _ := f.call(t, grant.ToolListApprovedDocuments, nil); m["code"] != string(refusal.GrantExpired) {
 			t.Fatalf("after the grant: %v", m)
 		}
 		if n := f.doctorEntries(t); n != 0 {

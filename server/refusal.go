@@ -11,29 +11,6 @@ import (
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
-// Codes this server (the adapter layer) refuses with: the catalogue's
-// (package refusal, which holds each one's status and hint), as strings.
-// None of them sends anything to the Gateway.
-const (
-	CodeToolNotInGrant      = string(refusal.ToolNotInGrant)
-	CodeUnexpectedArgument  = string(refusal.UnexpectedArgument)
-	CodeMissingArgument     = string(refusal.MissingArgument)
-	CodeInvalidArgument     = string(refusal.InvalidArgument)
-	CodeDocumentNotInGrant  = string(refusal.DocumentNotInGrant)
-	CodeUnknownDocument     = string(refusal.UnknownDocument)
-	CodeDocumentNotApproved = string(refusal.DocumentNotApproved)
-	CodeDestinationNotGrant = string(refusal.DestinationNotInGrant)
-	CodeUnknownDestination  = string(refusal.UnknownDestination)
-	CodeDestinationHasNoKey = string(refusal.DestinationHasNoKey)
-	CodeGrantExpired        = string(refusal.GrantExpired)
-	CodeResultTooLarge      = string(refusal.ResultTooLarge)
-	CodeNotText             = string(refusal.NotText)
-	CodeIdempotencyConflict = string(refusal.IdempotencyConflict)
-	CodeIntegrityMismatch   = string(refusal.IntegrityMismatch)
-	CodeCiphertextMissing   = string(refusal.CiphertextUnavailable)
-	CodeInternal            = string(refusal.Internal)
-)
-
 // Refusal is a decided "no", from whichever layer said it. It becomes a tool
 // result with isError set and the refusal as JSON in its text content; it is
 // never a protocol error, so the model can read it.
@@ -54,8 +31,8 @@ func (r *Refusal) Error() string {
 // code: no status is given by hand. The refusals several places make are
 // the catalogue's constructors (refusal.GrantEnded,
 // refusal.NoVerifiedCaller), which asRefusal renders the same way.
-func refuseCode(code string, format string, args ...any) *Refusal {
-	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: code, Status: refusal.Code(code).Status(),
+func refuseCode(code refusal.Code, format string, args ...any) *Refusal {
+	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: string(code), Status: code.Status(),
 		Detail: fmt.Sprintf(format, args...)}
 }
 
@@ -83,7 +60,7 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 		}
 		return out, false
 	}
-	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: CodeInternal, Status: 500,
+	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: string(refusal.Internal), Status: 500,
 		Detail: "the server failed internally; the task's Gateway session was ended; report this to the operator"}, true
 }
 

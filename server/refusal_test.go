@@ -12,6 +12,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // outputValidators does what an SDK client does after tools/list: it keeps
@@ -97,10 +98,10 @@ func TestRefusalsReadableAfterToolsList(t *testing.T) {
 		{"list", grant.ToolListApprovedDocuments, map[string]any{}, "", ""},
 		{"read", grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"}, "", ""},
 		{"save", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "r", "idempotencyKey": "k1"}, "", ""},
-		{"unknown document", grant.ToolReadProtectedDocument, map[string]any{"documentId": "no-such-doc"}, "adapter", server.CodeDocumentNotInGrant},
-		{"undeclared argument", grant.ToolListApprovedDocuments, map[string]any{"bogus": 1}, "adapter", server.CodeUnexpectedArgument},
-		{"save refused", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "keyless", "text": "r", "idempotencyKey": "k2"}, "adapter", server.CodeDestinationHasNoKey},
-		{"tool not in grant", grant.ToolHandOff, map[string]any{}, "adapter", server.CodeToolNotInGrant},
+		{"unknown document", grant.ToolReadProtectedDocument, map[string]any{"documentId": "no-such-doc"}, "adapter", string(refusal.DocumentNotInGrant)},
+		{"undeclared argument", grant.ToolListApprovedDocuments, map[string]any{"bogus": 1}, "adapter", string(refusal.UnexpectedArgument)},
+		{"save refused", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "keyless", "text": "r", "idempotencyKey": "k2"}, "adapter", string(refusal.DestinationHasNoKey)},
+		{"tool not in grant", grant.ToolHandOff, map[string]any{}, "adapter", string(refusal.ToolNotInGrant)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

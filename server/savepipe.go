@@ -18,6 +18,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/internal/filelock"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // The one save pipeline of save_protected_result and
@@ -95,7 +96,7 @@ func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Rec
 	pts := job.placer.points()
 	res, err := s.cfg.Journal.Reserve(ctx, job.key, job.textSHA)
 	if errors.Is(err, journal.ErrIdempotencyConflict) {
-		return journal.Receipt{}, false, refuseCode(CodeIdempotencyConflict,
+		return journal.Receipt{}, false, refuseCode(refusal.IdempotencyConflict,
 			"idempotencyKey %q was already used for different text; nothing was sent; choose a new key for a new save", job.idem)
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // saveInput is save_protected_result's arguments.
@@ -74,7 +75,7 @@ func (s *Server) saveTool() tool {
 func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, error) {
 	var zero saveReceipt
 	if !slices.Contains(s.cfg.Grant.Destinations, in.DestinationID) {
-		return zero, refuseCode(CodeDestinationNotGrant,
+		return zero, refuseCode(refusal.DestinationNotInGrant,
 			"destination %q is not in this task's grant; nothing was sent; use a destinationId from list_approved_documents",
 			in.DestinationID)
 	}
@@ -82,17 +83,17 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	m := s.currentManifest()
 	dest, ok := m.Destinations[in.DestinationID]
 	if !ok {
-		return zero, refuseCode(CodeUnknownDestination, "the operator's manifest has no destination %q; nothing was sent", in.DestinationID)
+		return zero, refuseCode(refusal.UnknownDestination, "the operator's manifest has no destination %q; nothing was sent", in.DestinationID)
 	}
 	if dest.TTag == "" {
-		return zero, refuseCode(CodeDestinationHasNoKey,
+		return zero, refuseCode(refusal.DestinationHasNoKey,
 			"destination %q has no key yet; nothing was sent; the operator must seed one", in.DestinationID)
 	}
 	if err := in.saveKey.check(); err != nil {
 		return zero, err
 	}
 	if len(in.Text) > MaxTextBytes {
-		return zero, refuseCode(CodeResultTooLarge, "the text is %d bytes, over the %d-byte limit; nothing was sent; save a shorter result",
+		return zero, refuseCode(refusal.ResultTooLarge, "the text is %d bytes, over the %d-byte limit; nothing was sent; save a shorter result",
 			len(in.Text), MaxTextBytes)
 	}
 	sum := sha256.Sum256([]byte(in.Text))
@@ -116,7 +117,7 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 // UTF-8, before anything is sent.
 func (k saveKey) check() error {
 	if n := utf8.RuneCountInString(k.IdempotencyKey); n == 0 || n > 128 || !utf8.ValidString(k.IdempotencyKey) {
-		return refuseCode(CodeInvalidArgument, "idempotencyKey must be 1 to 128 characters; nothing was sent")
+		return refuseCode(refusal.InvalidArgument, "idempotencyKey must be 1 to 128 characters; nothing was sent")
 	}
 	return nil
 }

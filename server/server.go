@@ -24,6 +24,7 @@ import (
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/record"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // Name is the implementation name a host sees at initialize.
@@ -311,7 +312,7 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 			return next(ctx, method, req)
 		}
 		start := s.cfg.Now()
-		r := refuseCode(CodeToolNotInGrant, "this task's grant does not allow the tool %q; use only the tools listed", p.Name)
+		r := refuseCode(refusal.ToolNotInGrant, "this task's grant does not allow the tool %q; use only the tools listed", p.Name)
 		s.writeAudit(audit.ToolCall{Tool: p.Name}, callerOf(req).ID, start, r, nil, nil)
 		return completeOn(req, r.result()), nil
 	}

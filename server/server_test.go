@@ -28,6 +28,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // fixture is a real reference Gateway, a manifest of documents encrypted
@@ -188,19 +189,19 @@ func TestAdapterRefusalsSendNothing(t *testing.T) {
 		args map[string]any
 		code string
 	}{
-		{"document not in grant", grant.ToolReadProtectedDocument, map[string]any{"documentId": "other"}, server.CodeDocumentNotInGrant},
-		{"undeclared argument", grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes", "path": "/etc/passwd"}, server.CodeUnexpectedArgument},
-		{"missing argument", grant.ToolReadProtectedDocument, map[string]any{}, server.CodeMissingArgument},
-		{"wrong type", grant.ToolReadProtectedDocument, map[string]any{"documentId": 5}, server.CodeInvalidArgument},
-		{"not text", grant.ToolReadProtectedDocument, map[string]any{"documentId": "scan"}, server.CodeNotText},
-		{"too large to read", grant.ToolReadProtectedDocument, map[string]any{"documentId": "huge"}, server.CodeResultTooLarge},
-		{"destination not in grant", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "nope", "text": "x", "idempotencyKey": "k"}, server.CodeDestinationNotGrant},
-		{"destination has no key", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "keyless", "text": "x", "idempotencyKey": "k"}, server.CodeDestinationHasNoKey},
-		{"result too large", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": strings.Repeat("r", server.MaxTextBytes+1), "idempotencyKey": "k"}, server.CodeResultTooLarge},
-		{"empty idempotency key", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": ""}, server.CodeInvalidArgument},
-		{"idempotency key of 129 characters", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": strings.Repeat("é", 129)}, server.CodeInvalidArgument},
-		{"tool not in grant", grant.ToolHandOff, map[string]any{"stepId": "s"}, server.CodeToolNotInGrant},
-		{"category of wrong type", grant.ToolListApprovedDocuments, map[string]any{"category": true}, server.CodeInvalidArgument},
+		{"document not in grant", grant.ToolReadProtectedDocument, map[string]any{"documentId": "other"}, string(refusal.DocumentNotInGrant)},
+		{"undeclared argument", grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes", "path": "/etc/passwd"}, string(refusal.UnexpectedArgument)},
+		{"missing argument", grant.ToolReadProtectedDocument, map[string]any{}, string(refusal.MissingArgument)},
+		{"wrong type", grant.ToolReadProtectedDocument, map[string]any{"documentId": 5}, string(refusal.InvalidArgument)},
+		{"not text", grant.ToolReadProtectedDocument, map[string]any{"documentId": "scan"}, string(refusal.NotText)},
+		{"too large to read", grant.ToolReadProtectedDocument, map[string]any{"documentId": "huge"}, string(refusal.ResultTooLarge)},
+		{"destination not in grant", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "nope", "text": "x", "idempotencyKey": "k"}, string(refusal.DestinationNotInGrant)},
+		{"destination has no key", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "keyless", "text": "x", "idempotencyKey": "k"}, string(refusal.DestinationHasNoKey)},
+		{"result too large", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": strings.Repeat("r", server.MaxTextBytes+1), "idempotencyKey": "k"}, string(refusal.ResultTooLarge)},
+		{"empty idempotency key", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": ""}, string(refusal.InvalidArgument)},
+		{"idempotency key of 129 characters", grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary", "text": "x", "idempotencyKey": strings.Repeat("é", 129)}, string(refusal.InvalidArgument)},
+		{"tool not in grant", grant.ToolHandOff, map[string]any{"stepId": "s"}, string(refusal.ToolNotInGrant)},
+		{"category of wrong type", grant.ToolListApprovedDocuments, map[string]any{"category": true}, string(refusal.InvalidArgument)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -225,7 +226,7 @@ func TestReadRefusesWithdrawnApproval(t *testing.T) {
 	f := newFixture(t, docs, nil)
 	before := f.env.Gateway.Counts()
 	m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "withdrawn"})
-	if !isErr || m["layer"] != "adapter" || m["code"] != server.CodeDocumentNotApproved || m["status"] != float64(403) {
+	if !isErr || m["layer"] != "adapter" || m["code"] != string(refusal.DocumentNotApproved) || m["status"] != float64(403) {
 		t.Fatalf("got %v (isError %v), want adapter DOCUMENT_NOT_APPROVED", m, isErr)
 	}
 	if after := f.env.Gateway.Counts(); !maps.Equal(before, after) {
@@ -284,7 +285,7 @@ func TestConcurrentRetriesEncryptOnce(t *testing.T) {
 func TestReadChecksUTF8AfterDecrypt(t *testing.T) {
 	f := newFixture(t, basicDocs, nil)
 	m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "latin1"})
-	if !isErr || m["code"] != server.CodeNotText {
+	if !isErr || m["code"] != string(refusal.NotText) {
 		t.Fatalf("got %v", m)
 	}
 }
@@ -296,7 +297,7 @@ func TestReadDetectsTamperedManifest(t *testing.T) {
 		m.Documents["notes"] = d
 	})
 	m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"})
-	if !isErr || m["code"] != server.CodeIntegrityMismatch {
+	if !isErr || m["code"] != string(refusal.IntegrityMismatch) {
 		t.Fatalf("got %v", m)
 	}
 	if strings.Contains(jsonOf(m), "synthetic notes") {
@@ -383,7 +384,7 @@ func TestReadStaysInTheManifestFolder(t *testing.T) {
 	}
 	before := f.env.Gateway.Counts()
 	m, isErr := f.call(t, grant.ToolReadProtectedDocument, map[string]any{"documentId": "notes"})
-	if !isErr || m["code"] != server.CodeCiphertextMissing {
+	if !isErr || m["code"] != string(refusal.CiphertextUnavailable) {
 		t.Fatalf("read through a link out of the folder: %v", m)
 	}
 	if after := f.env.Gateway.Counts(); !maps.Equal(before, after) {

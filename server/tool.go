@@ -199,7 +199,7 @@ func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time,
 	line.Outcome = "ok"
 	if r != nil {
 		line.Outcome = "refused"
-		if r.Code == CodeInternal {
+		if r.Code == string(refusal.Internal) {
 			line.Outcome = "error"
 		}
 		line.Layer, line.Code, line.Status = r.Layer, r.Code, r.Status

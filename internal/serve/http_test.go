@@ -21,6 +21,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 func TestHTTPUsersEachActAsThemselves(t *testing.T) {
@@ -298,7 +299,7 @@ func TestHTTPOperationsEndpoints(t *testing.T) {
 	// must not become a label on the unauthenticated /metrics (it could
 	// carry document text, and each new name is a new series).
 	const madeUp = "copy_of_secret_words_in_a_tool_name"
-	if m, isErr := mcptest.Call(t, alice, madeUp, map[string]any{}); !isErr || m["code"] != server.CodeToolNotInGrant {
+	if m, isErr := mcptest.Call(t, alice, madeUp, map[string]any{}); !isErr || m["code"] != string(refusal.ToolNotInGrant) {
 		t.Fatalf("made-up tool: %v", m)
 	}
 	resp, err := hs.hc.Post(hs.url, "application/json", strings.NewReader(`{}`))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // rawMCP posts one JSON-RPC message to the MCP endpoint with the headers
@@ -152,7 +153,7 @@ func TestHTTPToolNotInGrantCarriesResultType(t *testing.T) {
 		}
 		content, _ := res["content"].([]any)
 		b, _ := json.Marshal(content)
-		if res["isError"] != true || !strings.Contains(string(b), server.CodeToolNotInGrant) {
+		if res["isError"] != true || !strings.Contains(string(b), string(refusal.ToolNotInGrant)) {
 			t.Errorf("%s: %v, want the TOOL_NOT_IN_GRANT refusal", name, res)
 		}
 	}
