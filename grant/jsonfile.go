@@ -272,7 +272,6 @@ func WriteFileAtomic(path string, data []byte) error { return writeFileAtomic(pa
 // writeFileAtomic replaces path with data: a temporary file beside it, mode
 // 0600, written and synced, then renamed over path. On any failure the
 // temporary file is removed and path is untouched.
-
 func writeFileAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")

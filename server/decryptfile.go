@@ -35,14 +35,14 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 	}
 	defer f.Close()
 	if !files.IsEnvelopeName(name) {
-		return zero, fileRefuse(refusal.NotAnEnvelope,
+		return zero, refuseCode(refusal.NotAnEnvelope,
 			"%q is not a .pisoft envelope; nothing was sent; decrypt_file opens only what encrypt_file wrote", f.Rel)
 	}
 	if f.Size() == 0 {
-		return zero, fileRefuse(refusal.EmptyFile, "%q is empty; nothing was sent", f.Rel)
+		return zero, refuseCode(refusal.EmptyFile, "%q is empty; nothing was sent", f.Rel)
 	}
 	if f.Size() > files.MaxEnvelopeBytes {
-		return zero, fileRefuse(refusal.FileTooLarge,
+		return zero, refuseCode(refusal.FileTooLarge,
 			"%q is %d bytes, larger than any envelope of a file within the %d-byte limit; nothing was read or sent",
 			f.Rel, f.Size(), api.MaxDataBytes)
 	}
@@ -55,7 +55,7 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 	// and ciphertext must be the ones recorded then.
 	row, err := s.cfg.Journal.MintedFile(ctx, s.files.Root(), env.TTag)
 	if errors.Is(err, journal.ErrNotFound) {
-		return zero, fileRefuse(refusal.KeyNotMintedHere,
+		return zero, refuseCode(refusal.KeyNotMintedHere,
 			"%q names a key that encrypt_file did not create in this task's folder; nothing was sent", f.Rel)
 	}
 	if err != nil {
@@ -63,7 +63,7 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 	}
 	sum := sha256.Sum256(env.Ciphertext)
 	if string(env.IV) != string(row.IV) || hex.EncodeToString(sum[:]) != row.CiphertextSHA256 {
-		return zero, fileRefuse(refusal.NotAnEnvelope,
+		return zero, refuseCode(refusal.NotAnEnvelope,
 			"%q was changed after encrypt_file wrote it (its IV or ciphertext is not the one recorded); nothing was sent", f.Rel)
 	}
 	c.line.PlaintextSHA256 = row.Key.ContentSHA256
@@ -136,6 +136,6 @@ func writeDecrypted(output *files.Output, dir *os.Root, folder, plainName string
 		syncDir(dir, filepath.FromSlash(folder))
 		return rel, nil
 	}
-	return "", fileRefuse(refusal.EnvelopeExists,
+	return "", refuseCode(refusal.EnvelopeExists,
 		"%d decrypted copies of %q already exist beside it; nothing was written; remove some first", maxDecryptedNames, plainName)
 }

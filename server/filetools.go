@@ -101,11 +101,6 @@ func fileRefusal(err error) error {
 	return err
 }
 
-// fileRefuse is a refusal with one of the catalogue's codes, at its status.
-func fileRefuse(code refusal.Code, format string, args ...any) *Refusal {
-	return refuseCode(code, format, args...)
-}
-
 // encryptFile encrypts one file under a new key into its envelope beside
 // it. The steps: open and read the file (every refusal here sends
 // nothing), reserve the journal row under the file's lock (a row past
@@ -216,7 +211,7 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 // unchanged while read. Each refusal sends nothing.
 func readToEncrypt(f *files.File, name string) ([]byte, error) {
 	if files.IsEnvelopeName(name) {
-		return nil, fileRefuse(refusal.AlreadyAnEnvelope,
+		return nil, refuseCode(refusal.AlreadyAnEnvelope,
 			"%q is already an envelope; nothing was sent; to open it call decrypt_file", f.Rel)
 	}
 	// Every name this tool and decrypt_file will create beside the file
@@ -229,15 +224,15 @@ func readToEncrypt(f *files.File, name string) ([]byte, error) {
 	}
 	size := f.Size()
 	if size == 0 {
-		return nil, fileRefuse(refusal.EmptyFile, "%q is empty; nothing was sent", f.Rel)
+		return nil, refuseCode(refusal.EmptyFile, "%q is empty; nothing was sent", f.Rel)
 	}
 	if size > api.MaxDataBytes {
-		return nil, fileRefuse(refusal.FileTooLarge,
+		return nil, refuseCode(refusal.FileTooLarge,
 			"%q is %d bytes, over the %d-byte limit; nothing was sent", f.Rel, size, api.MaxDataBytes)
 	}
 	data, err := readExactly(f.File, size)
 	if err != nil {
-		return nil, fileRefuse(refusal.FileChanged, "%q changed while it was read; nothing was sent; try again", f.Rel)
+		return nil, refuseCode(refusal.FileChanged, "%q changed while it was read; nothing was sent; try again", f.Rel)
 	}
 	return data, nil
 }
@@ -252,7 +247,7 @@ func (s *Server) placeEnvelope(ctx context.Context, f *files.File, key journal.F
 		if err := s.cfg.Journal.ReleaseFile(ctx, key); err != nil {
 			return nil, fmt.Errorf("release file: %w", err)
 		}
-		return nil, fileRefuse(refusal.EnvelopeExists,
+		return nil, refuseCode(refusal.EnvelopeExists,
 			"%q already exists and is never overwritten; nothing was sent; move or remove it first", envRel)
 	}
 	placer, err := files.ProbeOutput(f.Dir, filepath.FromSlash(envRel), f.Rel)
@@ -430,7 +425,7 @@ func (s *Server) replayEncrypt(ctx context.Context, c *call, dir *os.Root, row j
 	}
 	switch {
 	case exists && !ours:
-		return zero, fileRefuse(refusal.EnvelopeExists,
+		return zero, refuseCode(refusal.EnvelopeExists,
 			"%q exists but is not the envelope of this content; it is never overwritten; nothing was sent; move or remove it first",
 			out.Envelope)
 	case !exists:
@@ -578,7 +573,7 @@ func placeEnvelopeFile(dir *os.Root, output *files.Output, rel string) error {
 // envelopeAppeared refuses an envelope whose name was taken while it was
 // being written.
 func envelopeAppeared(rel string) *Refusal {
-	return fileRefuse(refusal.EnvelopeExists,
+	return refuseCode(refusal.EnvelopeExists,
 		"%q appeared while it was being written and is never overwritten; the key is recorded: move or remove that file "+
 			"and call encrypt_file again to write the envelope", rel)
 }

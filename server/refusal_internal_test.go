@@ -8,10 +8,9 @@ import (
 	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
-// passedOn are the refuseCode arguments that are not a constant: a code
-// that a catalogue refusal (files.Error) or fileRefuse's caller already
-// carries as a refusal.Code.
-var passedOn = map[string]bool{"fe.Code": true, "code": true}
+// passedOn are the refuseCode arguments that are not a constant: the code
+// a catalogue refusal (files.Error) already carries as a refusal.Code.
+var passedOn = map[string]bool{"fe.Code": true}
 
 var (
 	refuseCallRE = regexp.MustCompile(`\brefuseCode\(([^,]+),`)

@@ -180,7 +180,7 @@ func TestNoCostRead(t *testing.T) {
 					m.roundLat[name] = append(m.roundLat[name], l)
 				}
 			}
-			f := m.noCostRead("with sessions (x)", "x", "bare x", "same x")
+			f := m.noCostRead("with sessions (x)", "bare x", "same x")
 			if math.Abs(f.Ratio-tc.ratio) > 1e-9 || math.Abs(f.RatioMin-tc.min) > 1e-9 || math.Abs(f.RatioMax-tc.max) > 1e-9 {
 				t.Errorf("ratio %v (%v..%v), want %v (%v..%v)", f.Ratio, f.RatioMin, f.RatioMax, tc.ratio, tc.min, tc.max)
 			}

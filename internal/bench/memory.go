@@ -17,7 +17,8 @@ import (
 // heapProfileRate records every allocation while P3 measures. At one
 // sample per 512 bytes, the estimate of a heap of about 400 KB moved by
 // about 3 % from run to run (1.044 to 1.10 for the same code), as much as
-// the goal's margin; counted exactly, the same code gave 1.043 to 1.068.
+// the goal's margin; counted exactly and after the warm-up below, 1.043
+// to 1.072.
 // It makes P3 about three times slower (45 s instead of 16 s).
 const heapProfileRate = 1
 

@@ -197,16 +197,20 @@ type readMeasures struct {
 	roundCPU map[string][]time.Duration
 }
 
-// roundRatios is, round by round, target's q-quantile latency over the
-// sum of the floor targets' q-quantiles: a ratio's spread.
-func (m *readMeasures) roundRatios(target string, q float64, floor ...string) []float64 {
-	var out []float64
-	for i := range m.roundLat[target] {
-		var f float64
-		for _, name := range floor {
-			f += m.roundLat[name][i].Quantile(q)
+// roundRatios is, round by round, the sum of the over targets'
+// q-quantile latencies over the sum of the under targets': a ratio's
+// spread.
+func (m *readMeasures) roundRatios(q float64, over, under []string) []float64 {
+	sum := func(names []string, i int) float64 {
+		var s float64
+		for _, name := range names {
+			s += m.roundLat[name][i].Quantile(q)
 		}
-		out = append(out, m.roundLat[target][i].Quantile(q)/f)
+		return s
+	}
+	var out []float64
+	for i := range m.roundLat[over[0]] {
+		out = append(out, sum(over, i)/sum(under, i))
 	}
 	return out
 }
@@ -260,7 +264,7 @@ func (b *run) readFigures(m *readMeasures, mode string) {
 		} else {
 			f.Goal, f.Met = "reported", true
 		}
-		f.spread(m.roundRatios(p, q.q, "direct", n))
+		f.spread(m.roundRatios(q.q, []string{p}, []string{"direct", n}))
 		b.r.Figures = append(b.r.Figures, f)
 	}
 	// The same median against (a) + (b'): a bare call answering a copy of
@@ -274,8 +278,8 @@ func (b *run) readFigures(m *readMeasures, mode string) {
 		Unit: "ms", PDMCP: pq, Baselines: map[string]float64{"direct decrypt (a)": aq, "bare call answering the read's result (b')": sq},
 		Baseline: aq + sq, Ratio: pq / (aq + sq), Goal: "reported", Met: true,
 		Note: "diagnostic: (b') - (b) is what the go-sdk's carrying of the result costs; the excess over (a)+(b') is pdmcp's own"}
-	sf.spread(m.roundRatios(p, 0.5, "direct", same))
-	b.r.Figures = append(b.r.Figures, sf, m.noCostRead(label, mode, n, same))
+	sf.spread(m.roundRatios(0.5, []string{p}, []string{"direct", same}))
+	b.r.Figures = append(b.r.Figures, sf, m.noCostRead(label, n, same))
 	if !cpuMeasured {
 		return
 	}
@@ -299,18 +303,13 @@ func (b *run) readFigures(m *readMeasures, mode string) {
 // of its own would have: (a)+(b') over (a)+(b), the goal's floor plus
 // what the go-sdk's carrying of the read's result costs. Where it is at
 // or above the goal, no work of pdmcp's can meet it.
-func (m *readMeasures) noCostRead(label, mode, bare, same string) Figure {
+func (m *readMeasures) noCostRead(label, bare, same string) Figure {
 	aq, nq, sq := m.lat["direct"].Quantile(0.5), m.lat[bare].Quantile(0.5), m.lat[same].Quantile(0.5)
 	f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, median, " + label + ", a read with no cost of pdmcp's own: (a)+(b') over (a)+(b)",
 		Unit: "ms", PDMCP: aq + sq, Measured: "(a)+(b')", Baselines: map[string]float64{"direct decrypt (a)": aq, "bare no-op (b)": nq},
 		Baseline: aq + nq, Ratio: (aq + sq) / (aq + nq), Goal: "reported", Met: true,
 		Note: "diagnostic: the least P1 median ratio the SDK's carrying of the result leaves; the goal cannot be met below it"}
-	var rounds []float64
-	for i := range m.roundLat["direct"] {
-		a := m.roundLat["direct"][i].Quantile(0.5)
-		rounds = append(rounds, (a+m.roundLat[same][i].Quantile(0.5))/(a+m.roundLat[bare][i].Quantile(0.5)))
-	}
-	f.spread(rounds)
+	f.spread(m.roundRatios(0.5, []string{"direct", same}, []string{"direct", bare}))
 	return f
 }
 
