@@ -156,8 +156,10 @@ func TestDevWithCurl(t *testing.T) {
 		t.Fatalf("second run initialize: %s", body)
 	}
 
-	// A seed that stopped before its manifest (here: the manifest removed)
-	// is undone from its record and made again by the next run.
+	// A task folder that lost its manifest after a task ran in it (a
+	// journal, results, an audit file beside the seed record) is not a
+	// stopped seed: the next run removes nothing, at the Gateway or on
+	// disk, and says what to do.
 	d2.stop(t)
 	data := filepath.Join(state, "task-data")
 	old, err := grant.LoadSeedRecord(filepath.Join(data, "seed-record.json"))
@@ -166,6 +168,45 @@ func TestDevWithCurl(t *testing.T) {
 	}
 	if err := os.Remove(filepath.Join(data, "manifest.json")); err != nil {
 		t.Fatal(err)
+	}
+	before, err := os.ReadDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := pdmcpCmd(t, "dev", "--state", state)
+	out, err := refused.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "a task ran here and its manifest is gone; nothing was removed") {
+		t.Fatalf("dev on a folder that lost its manifest: %v\n%s", err, out)
+	}
+	after, err := os.ReadDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("the refused run changed the folder: %d entries, %d before", len(after), len(before))
+	}
+	if kept, err := grant.LoadSeedRecord(filepath.Join(data, "seed-record.json")); err != nil || !slices.Equal(kept.Keys, old.Keys) {
+		t.Fatalf("the refused run changed the seed record (%v): %d keys, %d before", err, len(kept.Keys), len(old.Keys))
+	}
+
+	// A seed that stopped before its manifest (its record and the first
+	// versions of some documents, nothing else) is undone from its record
+	// and made again by the next run. The operator moved the task that
+	// lost its manifest away and left what a stopped seed leaves.
+	if err := os.Rename(data, data+".kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(data, "documents"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"seed-record.json", "documents/proposal-aurora.v1.bin"} {
+		b, err := os.ReadFile(filepath.Join(data+".kept", rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(data, rel), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	startDev(t, state)
 	fresh, err := grant.LoadSeedRecord(filepath.Join(data, "seed-record.json"))

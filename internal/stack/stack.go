@@ -346,19 +346,75 @@ func (st *Stack) seed(ctx context.Context) error {
 	return nil
 }
 
-// removeStoppedSeed removes what the record of a seed that stopped
-// part-way says it made at the Gateway, then the data folder, which holds
-// only what this stack made from that seed (its ciphertexts, protect's and
-// the server's journals, the audit), so that it can be seeded again.
+// removeStoppedSeed undoes a seed that stopped before its manifest: what
+// its record says it made at the Gateway, then the files a seed writes
+// (its record and its documents' first versions), one by one, so that the
+// folder can be seeded again. A folder that holds anything else (a
+// journal, saved results, an audit file, protect's sections: the marks of
+// a task that ran, whose manifest was lost) is not a stopped seed: nothing
+// is removed, at the Gateway or on disk, and the operator is told what to
+// do. The stack never removes a folder it did not create in this run.
 func (st *Stack) removeStoppedSeed(ctx context.Context, recordPath string) error {
+	seedFiles, others, err := stoppedSeedFiles(st.Data)
+	if err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("seed: %s has a seed record but no manifest.json, and it holds what a stopped seed never leaves (%s): "+
+			"a task ran here and its manifest is gone; nothing was removed; restore manifest.json from a backup, "+
+			"or move the folder away to start afresh", st.Data, strings.Join(others, ", "))
+	}
 	if err := operator.Cleanup(ctx, st.Service, recordPath); err != nil {
 		return fmt.Errorf("seed: an earlier seed in %s stopped part-way, and removing what it made failed: %w", st.Data, err)
 	}
 	st.o.Logger.Warn("an earlier seed stopped part-way; removed what it made, seeding again", "folder", st.Data)
-	if err := os.RemoveAll(st.Data); err != nil {
-		return fmt.Errorf("seed: %w", err)
+	for _, rel := range seedFiles {
+		if err := os.Remove(filepath.Join(st.Data, rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("seed: %w", err)
+		}
 	}
 	return nil
+}
+
+// stoppedSeedFiles sorts what dir holds into the files a seed writes before
+// its manifest and everything else, each relative to dir. The seed's files
+// are in the order to remove them: the documents' first versions, their
+// folder, and last the record and its lock file, so a stop part-way still
+// leaves the record that names the rest.
+func stoppedSeedFiles(dir string) (seedFiles, others []string, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	var hasDocuments bool
+	var record []string
+	for _, e := range entries {
+		switch name := e.Name(); {
+		case (name == "seed-record.json" || name == "seed-record.json.lock") && e.Type().IsRegular():
+			record = append(record, name)
+		case name == "documents" && e.IsDir():
+			hasDocuments = true
+		default:
+			others = append(others, name)
+		}
+	}
+	if !hasDocuments {
+		return record, others, nil
+	}
+	docs, err := os.ReadDir(filepath.Join(dir, "documents"))
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range docs {
+		rel := filepath.Join("documents", e.Name())
+		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".v1.bin") {
+			seedFiles = append(seedFiles, rel)
+			continue
+		}
+		others = append(others, rel)
+	}
+	seedFiles = append(seedFiles, "documents")
+	return append(seedFiles, record...), others, nil
 }
 
 // bindProvider binds the provider for the service (its issuer may have
