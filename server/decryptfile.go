@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -23,6 +25,7 @@ type decryptFileResult struct {
 	Envelope string `json:"envelope" jsonschema:"the .pisoft that was decrypted, relative to the task's folder; it is left as it was"`
 	Bytes    int64  `json:"bytes" jsonschema:"the size of the written file in bytes"`
 	SHA256   string `json:"sha256" jsonschema:"the hex sha256 of the written content, the one recorded when it was encrypted"`
+	Replayed bool   `json:"replayed" jsonschema:"true when a decrypted copy with this content was already beside the envelope: its path is returned and nothing was written"`
 }
 
 // decryptFile opens a .pisoft envelope into a decrypted copy beside it;
@@ -104,25 +107,39 @@ func (s *Server) decryptFile(ctx context.Context, c *call, in fileInput) (decryp
 		return zero, fileRefusal(err)
 	}
 	defer output.Discard()
-	outRel, err := writeDecrypted(output, f.Dir, dir, plainName, dec.Plaintext)
+	outRel, replayed, err := writeDecrypted(output, f.Dir, dir, plainName, dec.Plaintext)
 	if err != nil {
 		return zero, err
 	}
-	return decryptFileResult{Path: outRel, Envelope: f.Rel, Bytes: int64(len(dec.Plaintext)), SHA256: row.Key.ContentSHA256}, nil
+	return decryptFileResult{Path: outRel, Envelope: f.Rel, Bytes: int64(len(dec.Plaintext)), SHA256: row.Key.ContentSHA256,
+		Replayed: replayed}, nil
 }
 
 // writeDecrypted writes data beside the envelope under the first free name
 // of <name>.decrypted<ext>, -2, -3, ...: into output (a temporary file in
 // that folder), synced, then placed at the name by a link or a no-replace
 // rename, so a name that exists (a file or a link, even a dangling one) is
-// never written through or over.
-func writeDecrypted(output *files.Output, dir *os.Root, folder, plainName string, data []byte) (string, error) {
-	_, err := output.File.Write(data)
+// never written through or over. A retry of the same envelope writes no
+// second copy: the first name that holds a regular file with exactly data
+// is returned instead (replayed). The decrypt was still sent, so the key
+// server decided this caller's access again; only the write is skipped.
+func writeDecrypted(output *files.Output, dir *os.Root, folder, plainName string, data []byte) (rel string, replayed bool, err error) {
+	for n := 1; n <= maxDecryptedNames; n++ {
+		rel := folder + files.DecryptedName(plainName, n)
+		same, err := holdsExactly(dir, filepath.FromSlash(rel), data)
+		if err != nil {
+			return "", false, err
+		}
+		if same {
+			return rel, true, nil
+		}
+	}
+	_, err = output.File.Write(data)
 	if cerr := output.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return "", fmt.Errorf("write decrypted file: %w", err)
+		return "", false, fmt.Errorf("write decrypted file: %w", err)
 	}
 	for n := 1; n <= maxDecryptedNames; n++ {
 		rel := folder + files.DecryptedName(plainName, n)
@@ -131,11 +148,41 @@ func writeDecrypted(output *files.Output, dir *os.Root, folder, plainName string
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("place decrypted file: %w", err)
+			return "", false, fmt.Errorf("place decrypted file: %w", err)
 		}
 		syncDir(dir, filepath.FromSlash(folder))
-		return rel, nil
+		return rel, false, nil
 	}
-	return "", refuseCode(refusal.EnvelopeExists,
+	return "", false, refuseCode(refusal.EnvelopeExists,
 		"%d decrypted copies of %q already exist beside it; nothing was written; remove some first", maxDecryptedNames, plainName)
+}
+
+// holdsExactly reports whether name, under dir, is a regular file (not a
+// link) whose content is data. A missing name, a link, a folder or a file
+// of another size is false without reading it.
+func holdsExactly(dir *os.Root, name string, data []byte) (bool, error) {
+	fi, err := dir.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look at decrypted copy: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() != int64(len(data)) {
+		return false, nil
+	}
+	f, err := dir.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return false, nil // gone or unreadable since: not the same copy
+	}
+	defer f.Close()
+	if opened, err := f.Stat(); err != nil || !os.SameFile(fi, opened) {
+		return false, nil // swapped between the look and the open
+	}
+	want := sha256.Sum256(data)
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(f, int64(len(data))+1)); err != nil {
+		return false, nil
+	}
+	return bytes.Equal(h.Sum(nil), want[:]), nil
 }

@@ -71,7 +71,8 @@ func (s *Server) decryptFileTool() tool {
 		Description: description{
 			does: "Decrypts one .pisoft that encrypt_file wrote in this task's folder and writes the plaintext beside " +
 				"it as <name>.decrypted<ext> (then -2, -3, ... if taken). Returns that file's path, size and sha256.",
-			use: "to get a file back from its envelope; read the written file if the task needs its content.",
+			use: "to get a file back from its envelope; read the written file if the task needs its content. Calling " +
+				"again while the first copy is still there unchanged returns that copy (replayed) and writes no second one.",
 			refuses: "an envelope whose key encrypt_file did not create in this folder, and a plaintext whose sha256 is " +
 				"not the one recorded at encryption. The key server decides whether this task's user may use the key.",
 			never: "overwrites a file, and never returns the content.",

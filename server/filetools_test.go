@@ -142,14 +142,29 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(root, "reports", "q3.decrypted.csv")); fi.Mode().Perm() != 0o600 {
 		t.Errorf("decrypted file mode %v, want 0600", fi.Mode().Perm())
 	}
-	// A link planted at the next name is not written through.
+	if dec["replayed"] != false {
+		t.Fatalf("the first decrypt_file says replayed: %v", dec)
+	}
+	// Again: the first copy, not a second one.
+	dec, isErr = f.call(t, grant.ToolDecryptFile, map[string]any{"path": "reports/q3.csv.pisoft"})
+	if isErr || dec["path"] != "reports/q3.decrypted.csv" || dec["replayed"] != true || dec["sha256"] != mcptest.SHA256(content) {
+		t.Fatalf("decrypt_file again: %v", dec)
+	}
+	if copies, _ := filepath.Glob(filepath.Join(root, "reports", "q3.decrypted*")); len(copies) != 1 {
+		t.Fatalf("decrypt_file again wrote another copy: %v", copies)
+	}
+	// The copy edited (by the model, say): a new copy is written, and a
+	// link planted at the next name is not written through.
+	if err := os.WriteFile(filepath.Join(root, "reports", "q3.decrypted.csv"), []byte("edited"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	victim := filepath.Join(t.TempDir(), "victim")
 	if err := os.Symlink(victim, filepath.Join(root, "reports", "q3.decrypted-2.csv")); err != nil {
 		t.Fatal(err)
 	}
 	dec, isErr = f.call(t, grant.ToolDecryptFile, map[string]any{"path": "reports/q3.csv.pisoft"})
-	if isErr || dec["path"] != "reports/q3.decrypted-3.csv" {
-		t.Fatalf("decrypt_file with a link at -2: %v", dec)
+	if isErr || dec["path"] != "reports/q3.decrypted-3.csv" || dec["replayed"] != false {
+		t.Fatalf("decrypt_file with the copy edited and a link at -2: %v", dec)
 	}
 	if _, err := os.Lstat(victim); !os.IsNotExist(err) {
 		t.Fatal("decrypt_file wrote through a planted link")
@@ -168,7 +183,7 @@ func TestEncryptDecryptFileRoundTrip(t *testing.T) {
 		t.Fatalf("encrypt_file audit lines: %v", lines)
 	}
 	dlines := f.auditLines(t, grant.ToolDecryptFile)
-	if len(dlines) != 2 || dlines[0]["path"] != "reports/q3.csv.pisoft" || dlines[0]["keyLink"] != lines[0]["keyLink"] ||
+	if len(dlines) != 3 || dlines[0]["path"] != "reports/q3.csv.pisoft" || dlines[0]["keyLink"] != lines[0]["keyLink"] ||
 		dlines[0]["plaintextSha256"] != mcptest.SHA256(content) {
 		t.Fatalf("decrypt_file audit lines: %v", dlines)
 	}
