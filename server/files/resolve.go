@@ -129,7 +129,7 @@ func (r *Resolver) Resolve(p string) (Resolved, error) {
 	fi, err := r.lstat(abs)
 	if err != nil || isLink(abs, fi) {
 		// It was a resolved, existing name a moment ago.
-		return Resolved{}, refuse(refusal.FileChanged, "%q changed while it was being checked; try again", p)
+		return Resolved{}, changedWhileChecked(p)
 	}
 	if err := checkType(p, fi); err != nil {
 		return Resolved{}, err
@@ -138,6 +138,12 @@ func (r *Resolver) Resolve(p string) (Resolved, error) {
 		return Resolved{}, hardLinked(p, n)
 	}
 	return Resolved{Rel: rel, Abs: abs, Info: fi}, nil
+}
+
+// changedWhileChecked is the refusal for a name that was there, and of one
+// kind, a moment ago in this resolution, and is now gone or of another kind.
+func changedWhileChecked(p string) *Error {
+	return refuse(refusal.FileChanged, "%q changed while it was being checked; try again", p)
 }
 
 func outside(p string) *Error {
@@ -220,6 +226,10 @@ func (r *Resolver) walk(p, cur string, todo []string) (string, error) {
 			if !inside || !WithinOrEqual(r.root, rest, r.flavor) {
 				return "", outside(p)
 			}
+			if isDir && errors.Is(err, syscall.ENOTDIR) {
+				// cur was a folder a moment ago: swapped since.
+				return "", changedWhileChecked(p)
+			}
 			return "", unresolved(p, err)
 		}
 		if !isLink(next, fi) {
@@ -236,6 +246,11 @@ func (r *Resolver) walk(p, cur string, todo []string) (string, error) {
 		if err != nil {
 			if !inside {
 				return "", outside(p)
+			}
+			if errors.Is(err, syscall.EINVAL) || errors.Is(err, fs.ErrNotExist) {
+				// A link a moment ago, and now not a link or gone: swapped
+				// while the walk was on it.
+				return "", changedWhileChecked(p)
 			}
 			return "", unresolved(p, err)
 		}

@@ -1,8 +1,11 @@
 package files
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
@@ -20,6 +23,11 @@ func (r *Resolver) storedParts(p string, parts []string) ([]string, error) {
 	cur := r.root
 	for i, n := range parts {
 		s, err := r.storedName(cur, n)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			// Every name existed when the walk passed it: it was
+			// removed or swapped since.
+			return nil, changedWhileChecked(p)
+		}
 		if err != nil {
 			return nil, refuse(refusal.Unresolvable, "the folder holding a name in %q cannot be read to learn the name it stores", p)
 		}
