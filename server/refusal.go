@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
@@ -60,9 +62,23 @@ func asRefusal(err error) (r *Refusal, internal bool) {
 		}
 		return out, false
 	}
+	if journal.StorageUnavailable(err) {
+		// The disk or the journal's lock, not this call: a retry can
+		// succeed, and the Gateway session is kept.
+		return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: string(refusal.StorageUnavailable),
+			Status: refusal.StorageUnavailable.Status(), RetryAfter: storageRetryAfter,
+			Detail: "the server could not use its record (its journal is busy or its disk is full); the call did not finish " +
+				"and nothing receipted was lost; call it again with the same arguments shortly (a save with the same " +
+				"idempotencyKey finishes once, never twice); if it keeps failing, tell the operator"}, false
+	}
 	return &Refusal{Refused: true, Layer: api.LayerAdapter, Code: string(refusal.Internal), Status: 500,
 		Detail: "the server failed internally; the task's Gateway session was ended; report this to the operator"}, true
 }
+
+// storageRetryAfter is the seconds a STORAGE_UNAVAILABLE refusal asks the
+// caller to wait: about the journal's busy timeout, which is what another
+// process's write lock costs at most.
+const storageRetryAfter = int(journal.BusyTimeout / time.Second)
 
 // result renders a refusal as an isError tool result with no
 // structuredContent and two text content blocks: a one-line sentence naming

@@ -143,6 +143,8 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 			if internal {
 				s.log.Error("tool call failed", "tool", d.Name, "err", err)
 				s.cfg.Sessions.End(context.WithoutCancel(ctx), c.caller)
+			} else if r.Code == string(refusal.StorageUnavailable) {
+				s.log.Warn("tool call refused: storage unavailable (journal busy or disk full)", "tool", d.Name, "err", err)
 			}
 			s.writeAudit(c.line, c.caller.ID, start, r, rec, c.session)
 			return r.result(), nil

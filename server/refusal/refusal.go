@@ -44,6 +44,7 @@ const (
 	InvalidFragmentText   Code = "INVALID_FRAGMENT_TEXT"
 	EncryptAnswerLost     Code = "ENCRYPT_ANSWER_LOST"
 	GrantTooWide          Code = "GRANT_TOO_WIDE"
+	StorageUnavailable    Code = "STORAGE_UNAVAILABLE"
 )
 
 // The file tools' codes (server/files; docs/files.md). Each is decided
@@ -119,6 +120,7 @@ func Catalogue() []Entry {
 		{IntegrityMismatch, 502, "the stored document does not match its record; report it to the operator", operating},
 		{CiphertextUnavailable, 500, "the stored ciphertext cannot be read; report it to the operator", operating},
 		{Internal, 500, "the server failed; report it to the operator", operating},
+		{StorageUnavailable, 503, "the server's record is busy or its disk is full; nothing was lost; try again shortly", operating},
 		{NotCompound, 400, "use the section tools on a compound document only", operating},
 		{UnknownFragment, 404, "name a section the document's view lists", operating},
 		{InvalidFragmentText, 422, "keep the section's text within its own section's structure", operating},
