@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -264,16 +265,31 @@ func position(data []byte, offset int64) (line, col int) {
 	return line, col
 }
 
-// WriteFileAtomic writes data to path with mode 0600 through a synced
-// temporary file and a rename, so a reader (or a crash) sees the old file or
-// the new one, never a part.
+// WriteFileAtomic writes data to path through a synced temporary file and a
+// rename, so a reader (or a crash) sees the old file or the new one, never
+// a part. A new file gets mode 0600; a file that exists keeps its mode
+// (less any write bit for group or others) and its owner and group.
 func WriteFileAtomic(path string, data []byte) error { return writeFileAtomic(path, data) }
 
-// writeFileAtomic replaces path with data: a temporary file beside it, mode
-// 0600, written and synced, then renamed over path. On any failure the
+// writeFileAtomic replaces path with data: a temporary file beside it,
+// given the mode and owner path has (0600 and the writer's when new),
+// written and synced, then renamed over path. On any failure the
 // temporary file is removed and path is untouched.
+//
+// Why keep them: an operator edits a manifest or grant as root, or as
+// themselves, for a server that runs as a service account and reads the
+// file through its group; a rewrite that reset the file to 0600 owned by
+// whoever ran the command would leave that server refused at its next read.
 func writeFileAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
+	mode := os.FileMode(0o600)
+	prev, err := os.Stat(path)
+	switch {
+	case err == nil:
+		mode = prev.Mode().Perm() &^ 0o022
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("write %s: %w", path, err)
+	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -288,9 +304,14 @@ func writeFileAtomic(path string, data []byte) (err error) {
 			os.Remove(tmp)
 		}
 	}()
-	// CreateTemp already uses 0600; say so explicitly so a change there
-	// cannot widen the file.
-	if err = f.Chmod(0o600); err != nil {
+	// Set explicitly, so a change in CreateTemp's default cannot widen a
+	// new file; the owner before the mode, as chown may clear set-id bits.
+	if prev != nil {
+		if err = keepOwner(f, prev); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	if err = f.Chmod(mode); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if _, err = f.Write(data); err != nil {
