@@ -47,6 +47,25 @@ const (
 	ReasonBadEncoding         = "BAD_ENCODING"
 	ReasonBadHeader           = "BAD_HEADER"
 	ReasonBadClaims           = "BAD_CLAIMS"
+	// ReasonDuplicateMember: the header or the claims name a member twice.
+	ReasonDuplicateMember = "DUPLICATE_MEMBER"
+	// ReasonMemberNameCase: a member's name differs only in case from one
+	// this server reads (CLIENT_ID beside or instead of client_id).
+	ReasonMemberNameCase = "MEMBER_NAME_CASE_VARIANT"
+	// ReasonNumericDateRange: exp, nbf or iat is below 0 or past year 9999.
+	ReasonNumericDateRange = "NUMERIC_DATE_OUT_OF_RANGE"
+	// ReasonIssuedAtMissing, ReasonTokenIDMissing, ReasonClientIDMissing:
+	// an at+jwt access token without iat, jti, or client_id (nor azp);
+	// RFC 9068 §2.2 requires them.
+	ReasonIssuedAtMissing = "ISSUED_AT_MISSING"
+	ReasonTokenIDMissing  = "TOKEN_ID_MISSING"
+	ReasonClientIDMissing = "CLIENT_ID_MISSING"
+	// ReasonLifetimeTooLong: exp is further from iat (or, without iat, from
+	// now) than the configured maximum token lifetime.
+	ReasonLifetimeTooLong = "LIFETIME_TOO_LONG"
+	// ReasonJWKSTooOld: the provider's keys were last read longer ago than
+	// the grace allows and cannot be read now; nothing is accepted.
+	ReasonJWKSTooOld = "JWKS_TOO_OLD"
 	// ReasonNumericDateNotNumber: exp, nbf or iat is not a JSON number.
 	ReasonNumericDateNotNumber = "NUMERIC_DATE_NOT_A_NUMBER"
 	ReasonAlgNone              = "ALG_NONE"

@@ -5,22 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
 // keyFor returns the provider's key for kid, fit for alg, fetching the key
-// set when it is not held yet or does not name kid (rate-limited).
+// set when it is not held yet or does not name kid (rate-limited), and
+// again when it is older than the maximum age. Held keys older than the
+// grace are not used: the refusal is provider-unavailable.
 func (v *Verifier) keyFor(ctx context.Context, kid, alg string) (jwk.Key, error) {
 	if v.stale() {
-		v.fetchMu.Lock()
-		if v.stale() {
-			// On failure the held keys stay; the attempt counts for the
-			// rate limit and the age, so the provider is not hammered.
-			_ = v.fetch(ctx)
-		}
-		v.fetchMu.Unlock()
+		v.refreshStale(ctx)
+	}
+	if err := v.checkGrace(); err != nil {
+		return nil, err
 	}
 	if key, found, err := v.lookup(kid, alg); found || err != nil {
 		return key, err
@@ -33,9 +33,8 @@ func (v *Verifier) keyFor(ctx context.Context, kid, alg string) (jwk.Key, error)
 	}
 	v.mu.Lock()
 	held := v.keys != nil
-	recent := !v.lastFetch.IsZero() && v.now().Before(v.lastFetch.Add(v.refresh))
 	v.mu.Unlock()
-	if recent {
+	if !v.attemptDue() {
 		if held {
 			return nil, refuse(ClassUnknownKey, ReasonKeyUnknown)
 		}
@@ -55,12 +54,60 @@ func (v *Verifier) keyFor(ctx context.Context, kid, alg string) (jwk.Key, error)
 	return key, nil
 }
 
-// stale reports whether keys are held and were fetched (or last tried)
+// refreshStale fetches the held, stale key set again when an attempt is
+// due (at most one per refresh interval, so a provider that is down is not
+// hammered; a failure leaves the held keys). Within the grace, a request
+// that finds another one fetching goes on with the held keys rather than
+// wait on a provider that may hang until the client's timeout; past the
+// grace it waits, as nothing can be accepted without a fresh set.
+func (v *Verifier) refreshStale(ctx context.Context) {
+	if v.pastGrace() {
+		v.fetchMu.Lock()
+	} else if !v.fetchMu.TryLock() {
+		return
+	}
+	defer v.fetchMu.Unlock()
+	if v.stale() && v.attemptDue() {
+		_ = v.fetch(ctx)
+	}
+}
+
+// stale reports whether keys are held and were last fetched successfully
 // longer than the maximum age ago.
 func (v *Verifier) stale() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.keys != nil && !v.now().Before(v.lastFetch.Add(v.maxAge))
+	return v.keys != nil && !v.now().Before(v.lastGood.Add(v.maxAge))
+}
+
+// pastGrace reports whether keys are held and were last fetched
+// successfully longer than the grace ago.
+func (v *Verifier) pastGrace() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.keys != nil && !v.now().Before(v.lastGood.Add(v.grace))
+}
+
+// attemptDue reports whether the refresh interval has passed since the
+// last fetch attempt, successful or not.
+func (v *Verifier) attemptDue() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lastFetch.IsZero() || !v.now().Before(v.lastFetch.Add(v.refresh))
+}
+
+// checkGrace refuses, provider-unavailable, while the held keys are older
+// than the grace: a key the provider withdrew must not stay trusted for as
+// long as its key set cannot be read.
+func (v *Verifier) checkGrace() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.keys == nil || v.now().Before(v.lastGood.Add(v.grace)) {
+		return nil
+	}
+	return &TokenError{Class: ClassProviderUnavailable, Reason: ReasonJWKSTooOld,
+		cause: fmt.Errorf("the provider's keys were last read %s ago, longer than the grace of %s, and cannot be read now",
+			v.now().Sub(v.lastGood).Round(time.Second), v.grace)}
 }
 
 // lookup finds kid in the held key set. found is false when no key of that
@@ -120,7 +167,8 @@ func (v *Verifier) fetch(ctx context.Context) error {
 	// own timeout bounds it.
 	ctx = context.WithoutCancel(ctx)
 	v.mu.Lock()
-	v.lastFetch = v.now()
+	started := v.now()
+	v.lastFetch = started
 	v.mu.Unlock()
 	meta, err := v.provider.Metadata(ctx)
 	if err != nil {
@@ -140,6 +188,7 @@ func (v *Verifier) fetch(ctx context.Context) error {
 	v.forgetVerified()
 	v.mu.Lock()
 	v.keys = set
+	v.lastGood = started
 	v.mu.Unlock()
 	return nil
 }

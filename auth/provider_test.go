@@ -42,6 +42,8 @@ type testProvider struct {
 	discoveryFetches atomic.Int64
 	jwksFetches      atomic.Int64
 	tokenRequests    atomic.Int64
+	// jwksDown makes the JWKS answer 503, as a provider in trouble would.
+	jwksDown atomic.Bool
 }
 
 func newTestProvider(t testing.TB) *testProvider {
@@ -62,6 +64,10 @@ func newTestProvider(t testing.TB) *testProvider {
 	})
 	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, r *http.Request) {
 		p.jwksFetches.Add(1)
+		if p.jwksDown.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
 		set := jwk.NewSet()
 		p.mu.Lock()
 		for _, k := range p.published {

@@ -28,6 +28,18 @@ const DefaultClockSkew = 30 * time.Second
 // stopped publishing is no longer trusted after at most this long.
 const DefaultJWKSMaxAge = 10 * time.Minute
 
+// DefaultJWKSGrace is how long after the last successful fetch the held
+// key set stays in use while the provider's keys cannot be read again:
+// three maximum ages, long enough for a provider restart; by then the
+// access tokens of a provider like deploy/keycloak's (10 minutes) have
+// expired anyway. Past it every token is refused provider-unavailable.
+const DefaultJWKSGrace = 30 * time.Minute
+
+// DefaultMaxTokenLifetime is the longest exp - iat accepted: 24 hours, the
+// longest access-token lifetime the common providers default to (Auth0's
+// default, Okta's maximum); Keycloak's realm here issues 5 and 10 minutes.
+const DefaultMaxTokenLifetime = 24 * time.Hour
+
 // DefaultJWKSRefreshMin is the least time between two fetches of the
 // provider's keys when the configuration names none.
 const DefaultJWKSRefreshMin = 5 * time.Second
@@ -71,6 +83,10 @@ type VerifierConfig struct {
 	Provider *Provider
 	// Audience must be one of the token's aud values, compared exactly.
 	Audience string
+	// Resource, when set, is accepted as an aud value beside Audience,
+	// compared exactly: the advertised resource URL, which RFC 8707
+	// clients send the provider as their resource parameter.
+	Resource string
 	// AllowedAlgs is the allow-list of signing algorithms (see CheckAlgs).
 	AllowedAlgs []string
 	// RequiredScopes must all be granted (scope or scp claim).
@@ -84,8 +100,16 @@ type VerifierConfig struct {
 	JWKSRefreshMin time.Duration
 	// JWKSMaxAge is how long a fetched key set is used before a token makes
 	// it fetched again; DefaultJWKSMaxAge when zero. While the provider
-	// cannot be reached, the keys held are used.
+	// cannot be reached, the keys held are used, up to JWKSGrace.
 	JWKSMaxAge time.Duration
+	// JWKSGrace is how long after the last successful fetch the held keys
+	// stay in use while they cannot be fetched again; past it every token
+	// is refused provider-unavailable. DefaultJWKSGrace when zero; never
+	// less than JWKSMaxAge.
+	JWKSGrace time.Duration
+	// MaxTokenLifetime bounds exp - iat (exp - now without iat);
+	// DefaultMaxTokenLifetime when zero.
+	MaxTokenLifetime time.Duration
 	// ClockSkew is the leeway on exp, nbf and iat; DefaultClockSkew when zero.
 	ClockSkew time.Duration
 	// Now is the clock; time.Now when nil.
@@ -101,8 +125,18 @@ type VerifierConfig struct {
 // digits is refused); iss equals the
 // issuer exactly; it is an access token (see below); exp is present and not
 // past (with ClockSkew), and nbf and iat, when present, are not in the
-// future; aud contains the Audience; sub is present; its client is one of
-// AllowedClients, when they are set; and it grants the required scopes. The first failed check decides the class.
+// future; an at+jwt token has iat, jti and client_id (or azp); exp - iat
+// is within MaxTokenLifetime; aud contains the Audience or the Resource;
+// sub is present; its client is one of AllowedClients, when they are set;
+// and it grants the required scopes. The first failed check decides the
+// class.
+//
+// The header and the claims are JSON objects whose member names are
+// compared exactly (RFC 7515, RFC 7519): a duplicate member, or one named
+// like a header parameter or claim read here but in another case
+// (CLIENT_ID, Scope, AUD), is malformed. Each claim is read from the member
+// of exactly its name, never through encoding/json's case-insensitive
+// matching.
 //
 // Access token or ID token. The header typ is compared case-insensitively,
 // with an "application/" prefix ignored.
@@ -124,21 +158,28 @@ type VerifierConfig struct {
 // kid, at most once per JWKSRefreshMin (failed attempts count); a kid still
 // unknown after that is unknown-key. A key set older than JWKSMaxAge is
 // fetched again before it is used, so a key the provider withdrew stops
-// being trusted; if that fetch fails, the keys held are kept.
+// being trusted; while that fetch fails (tried again at most once per
+// JWKSRefreshMin), the keys held are kept, but only until JWKSGrace after
+// the last successful fetch: then every token is refused
+// provider-unavailable until the keys can be read again.
 type Verifier struct {
-	provider  *Provider
-	audience  string
-	algs      []string
-	scopes    []string
-	clients   []string
-	refresh   time.Duration
-	maxAge    time.Duration
-	skew      time.Duration
-	now       func() time.Time
-	fetchMu   sync.Mutex // serialises fetches, so a burst of unknown kids fetches once
-	mu        sync.Mutex // guards keys and lastFetch
-	keys      jwk.Set
-	lastFetch time.Time
+	provider    *Provider
+	audience    string
+	resource    string
+	algs        []string
+	scopes      []string
+	clients     []string
+	refresh     time.Duration
+	maxAge      time.Duration
+	grace       time.Duration
+	maxLifetime time.Duration
+	skew        time.Duration
+	now         func() time.Time
+	fetchMu     sync.Mutex // serialises fetches, so a burst of unknown kids fetches once
+	mu          sync.Mutex // guards keys, lastFetch and lastGood
+	keys        jwk.Set
+	lastFetch   time.Time // the last attempt, for the rate limit
+	lastGood    time.Time // the last successful fetch, for the age and grace
 
 	// verified remembers tokens that passed every check, by the SHA-256 of
 	// the token, until their exp (plus the skew): the same bearer token on
@@ -162,15 +203,18 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 		return nil, fmt.Errorf("verifier: %w", err)
 	}
 	v := &Verifier{
-		provider: cfg.Provider,
-		audience: cfg.Audience,
-		algs:     slices.Clone(cfg.AllowedAlgs),
-		scopes:   slices.Clone(cfg.RequiredScopes),
-		clients:  slices.Clone(cfg.AllowedClients),
-		refresh:  cfg.JWKSRefreshMin,
-		maxAge:   cfg.JWKSMaxAge,
-		skew:     cfg.ClockSkew,
-		now:      cfg.Now,
+		provider:    cfg.Provider,
+		audience:    cfg.Audience,
+		resource:    cfg.Resource,
+		algs:        slices.Clone(cfg.AllowedAlgs),
+		scopes:      slices.Clone(cfg.RequiredScopes),
+		clients:     slices.Clone(cfg.AllowedClients),
+		refresh:     cfg.JWKSRefreshMin,
+		maxAge:      cfg.JWKSMaxAge,
+		grace:       cfg.JWKSGrace,
+		maxLifetime: cfg.MaxTokenLifetime,
+		skew:        cfg.ClockSkew,
+		now:         cfg.Now,
 		// Sized for its bound once: clear keeps a map's table, so a cache
 		// that grew to the bound would otherwise hold it from then on,
 		// and the heap would step up after the first maxVerified users.
@@ -181,6 +225,15 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 	}
 	if v.maxAge <= 0 {
 		v.maxAge = DefaultJWKSMaxAge
+	}
+	if v.grace <= 0 {
+		v.grace = DefaultJWKSGrace
+	}
+	// A grace shorter than the maximum age would refuse every token
+	// before a fetch is even due.
+	v.grace = max(v.grace, v.maxAge)
+	if v.maxLifetime <= 0 {
+		v.maxLifetime = DefaultMaxTokenLifetime
 	}
 	if v.skew <= 0 {
 		v.skew = DefaultClockSkew

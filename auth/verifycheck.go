@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jws"
-	"github.com/lestrrat-go/jwx/v2/jwt"
 )
 
 // verify makes every check of Verify, in the order the Verifier's doc
@@ -25,15 +25,21 @@ func (v *Verifier) verify(ctx context.Context, token string) (*Caller, verifiedT
 	if err != nil {
 		return nil, verifiedToken{}, err
 	}
-	claims, extra, err := readClaims(payload)
+	claims, err := readClaims(payload)
 	if err != nil {
 		return nil, verifiedToken{}, err
 	}
 	if err := v.checkIssuer(claims); err != nil {
 		return nil, verifiedToken{}, err
 	}
-	if err := checkAccessTokenShape(hdr.Type(), extra.Typ, extra.Azp, extra.Nonce != nil); err != nil {
+	rfc9068, err := checkAccessTokenShape(hdr.Type(), claims.typ, claims.azp, claims.nonce)
+	if err != nil {
 		return nil, verifiedToken{}, err
+	}
+	if rfc9068 {
+		if err := checkRFC9068Claims(claims); err != nil {
+			return nil, verifiedToken{}, err
+		}
 	}
 	if err := v.checkTimes(claims); err != nil {
 		return nil, verifiedToken{}, err
@@ -41,19 +47,18 @@ func (v *Verifier) verify(ctx context.Context, token string) (*Caller, verifiedT
 	if err := v.checkAudience(claims); err != nil {
 		return nil, verifiedToken{}, err
 	}
-	sub := claims.Subject()
-	if sub == "" {
+	if claims.sub == "" {
 		return nil, verifiedToken{}, refuse(ClassClaimMissing, ReasonSubjectMissing)
 	}
-	client, err := v.checkClient(extra)
+	client, err := v.checkClient(claims)
 	if err != nil {
 		return nil, verifiedToken{}, err
 	}
-	scopes, err := v.checkScopes(extra)
+	scopes, err := v.checkScopes(claims)
 	if err != nil {
 		return nil, verifiedToken{}, err
 	}
-	return &Caller{Issuer: claims.Issuer(), Subject: sub, ClientID: client, Scopes: scopes, Expiry: claims.Expiration()},
+	return &Caller{Issuer: claims.iss, Subject: claims.sub, ClientID: client, Scopes: scopes, Expiry: claims.exp},
 		used, nil
 }
 
@@ -102,20 +107,31 @@ func (v *Verifier) checkHeader(token string) (jws.Headers, error) {
 
 // checkRawAlg judges the alg from the raw header, before the JWS library
 // sees it, so "none" in any spelling is refused as such and never parsed.
+// The header is read strictly (see strictObject): a duplicate parameter,
+// or one named like alg, kid, typ or crit in another case, is malformed.
 func (v *Verifier) checkRawAlg(rawHeader []byte) (string, error) {
-	var h struct {
-		Alg *string `json:"alg"`
-	}
-	if err := json.Unmarshal(rawHeader, &h); err != nil {
+	m, err := strictObject(rawHeader, headerNames())
+	switch {
+	case errors.Is(err, errDuplicate):
+		return "", refuse(ClassMalformed, ReasonDuplicateMember)
+	case errors.Is(err, errNameCase):
+		return "", refuse(ClassMalformed, ReasonMemberNameCase)
+	case err != nil:
 		return "", refuse(ClassMalformed, ReasonBadHeader)
 	}
-	if h.Alg == nil || *h.Alg == "" || strings.EqualFold(*h.Alg, "none") {
+	var alg string
+	if raw, ok := m["alg"]; ok {
+		if raw[0] != '"' || json.Unmarshal(raw, &alg) != nil {
+			return "", refuse(ClassMalformed, ReasonBadHeader)
+		}
+	}
+	if alg == "" || strings.EqualFold(alg, "none") {
 		return "", refuse(ClassInvalid, ReasonAlgNone)
 	}
-	if !slices.Contains(v.algs, *h.Alg) {
+	if !slices.Contains(v.algs, alg) {
 		return "", refuse(ClassInvalid, ReasonAlgNotAllowed)
 	}
-	return *h.Alg, nil
+	return alg, nil
 }
 
 // checkSignature verifies the token under the provider's key kid (fetched
@@ -132,82 +148,83 @@ func (v *Verifier) checkSignature(ctx context.Context, token, kid, alg string) (
 	return payload, nil
 }
 
-// tokenExtras are the payload's claims the JWT library does not type.
-type tokenExtras struct {
-	Typ      *string          `json:"typ"`
-	Azp      string           `json:"azp"`
-	ClientID string           `json:"client_id"`
-	Nonce    *json.RawMessage `json:"nonce"`
-	Scope    *string          `json:"scope"`
-	Scp      json.RawMessage  `json:"scp"`
-}
-
-// readClaims reads the verified payload's registered claims and extras.
-func readClaims(payload []byte) (jwt.Token, *tokenExtras, error) {
-	// RFC 7519 §2: exp, nbf and iat are NumericDates, JSON numbers. The
-	// JWT library would also read a string of digits; a provider that
-	// signs one is not followed, and the token is refused.
-	if err := checkNumericDates(payload); err != nil {
-		return nil, nil, err
-	}
-	claims := jwt.New()
-	if err := json.Unmarshal(payload, claims); err != nil {
-		return nil, nil, refuse(ClassMalformed, ReasonBadClaims)
-	}
-	var extra tokenExtras
-	if err := json.Unmarshal(payload, &extra); err != nil {
-		return nil, nil, refuse(ClassMalformed, ReasonBadClaims)
-	}
-	return claims, &extra, nil
-}
-
-func (v *Verifier) checkIssuer(claims jwt.Token) error {
-	switch iss := claims.Issuer(); {
-	case iss == "":
+func (v *Verifier) checkIssuer(claims *tokenClaims) error {
+	switch {
+	case claims.iss == "":
 		return refuse(ClassClaimMissing, ReasonIssuerMissing)
-	case iss != v.provider.Issuer():
+	case claims.iss != v.provider.Issuer():
 		return refuse(ClassWrongIssuer, ReasonIssuerMismatch)
 	}
 	return nil
 }
 
+// checkRFC9068Claims requires what RFC 9068 §2.2 requires of a JWT access
+// token beyond iss, exp, aud and sub (checked for every token): iat, jti,
+// and client_id. azp stands in for client_id when there is none: Keycloak
+// names the client in azp only, also with its "use at+jwt" client switch.
+func checkRFC9068Claims(claims *tokenClaims) error {
+	switch {
+	case claims.iat.IsZero():
+		return refuse(ClassClaimMissing, ReasonIssuedAtMissing)
+	case claims.jti == "":
+		return refuse(ClassClaimMissing, ReasonTokenIDMissing)
+	case claims.clientID == "" && claims.azp == "":
+		return refuse(ClassClaimMissing, ReasonClientIDMissing)
+	}
+	return nil
+}
+
 // checkTimes requires exp, not past, and nbf and iat, when present, not in
-// the future; each with the clock skew.
-func (v *Verifier) checkTimes(claims jwt.Token) error {
+// the future; each with the clock skew. The token's lifetime, exp - iat
+// (exp - now when it has no iat), must not exceed the maximum.
+func (v *Verifier) checkTimes(claims *tokenClaims) error {
 	now := v.now()
-	exp := claims.Expiration()
+	exp := claims.exp
 	switch {
 	case exp.IsZero():
 		return refuse(ClassClaimMissing, ReasonExpiryMissing)
 	case !now.Before(exp.Add(v.skew)):
 		return refuse(ClassExpired, ReasonExpired)
 	}
-	if nbf := claims.NotBefore(); !nbf.IsZero() && now.Add(v.skew).Before(nbf) {
+	if nbf := claims.nbf; !nbf.IsZero() && now.Add(v.skew).Before(nbf) {
 		return refuse(ClassNotYetValid, ReasonNotYetValid)
 	}
-	if iat := claims.IssuedAt(); !iat.IsZero() && now.Add(v.skew).Before(iat) {
+	iat := claims.iat
+	if !iat.IsZero() && now.Add(v.skew).Before(iat) {
 		return refuse(ClassNotYetValid, ReasonIssuedInFuture)
+	}
+	from := iat
+	if from.IsZero() {
+		from = now
+	}
+	if exp.Sub(from) > v.maxLifetime {
+		return refuse(ClassInvalid, ReasonLifetimeTooLong)
 	}
 	return nil
 }
 
-func (v *Verifier) checkAudience(claims jwt.Token) error {
-	aud := claims.Audience()
+// checkAudience requires aud to name the Audience or the advertised
+// resource URL (what an RFC 8707 client asks the provider for), each
+// compared exactly.
+func (v *Verifier) checkAudience(claims *tokenClaims) error {
+	aud := claims.aud
 	switch {
 	case len(aud) == 0:
 		return refuse(ClassWrongAudience, ReasonAudienceMissing)
-	case !slices.Contains(aud, v.audience):
-		return refuse(ClassWrongAudience, ReasonAudienceMismatch)
+	case slices.Contains(aud, v.audience):
+		return nil
+	case v.resource != "" && slices.Contains(aud, v.resource):
+		return nil
 	}
-	return nil
+	return refuse(ClassWrongAudience, ReasonAudienceMismatch)
 }
 
 // checkClient returns the token's client (client_id, or azp when it has
 // none), refused when AllowedClients are set and do not name it.
-func (v *Verifier) checkClient(extra *tokenExtras) (string, error) {
-	client := extra.ClientID
+func (v *Verifier) checkClient(claims *tokenClaims) (string, error) {
+	client := claims.clientID
 	if client == "" {
-		client = extra.Azp
+		client = claims.azp
 	}
 	if len(v.clients) > 0 && !slices.Contains(v.clients, client) {
 		return "", refuse(ClassClientNotAllowed, ReasonClientNotAllowed)
@@ -217,8 +234,8 @@ func (v *Verifier) checkClient(extra *tokenExtras) (string, error) {
 
 // checkScopes returns the token's scopes, refused when one required is
 // missing.
-func (v *Verifier) checkScopes(extra *tokenExtras) ([]string, error) {
-	scopes, ok := parseScopes(extra.Scope, extra.Scp)
+func (v *Verifier) checkScopes(claims *tokenClaims) ([]string, error) {
+	scopes, ok := parseScopes(claims.scope, claims.scp)
 	if !ok {
 		return nil, refuse(ClassMalformed, ReasonBadClaims)
 	}
@@ -228,28 +245,6 @@ func (v *Verifier) checkScopes(extra *tokenExtras) ([]string, error) {
 		}
 	}
 	return scopes, nil
-}
-
-// checkNumericDates refuses a payload whose exp, nbf or iat is present and
-// not a JSON number (a string, null, a boolean, an object).
-func checkNumericDates(payload []byte) error {
-	var dates struct {
-		Exp json.RawMessage `json:"exp"`
-		Nbf json.RawMessage `json:"nbf"`
-		Iat json.RawMessage `json:"iat"`
-	}
-	if err := json.Unmarshal(payload, &dates); err != nil {
-		return refuse(ClassMalformed, ReasonBadClaims)
-	}
-	for _, raw := range []json.RawMessage{dates.Exp, dates.Nbf, dates.Iat} {
-		if raw == nil {
-			continue // absent (a null is present, and refused below)
-		}
-		if c := raw[0]; c != '-' && (c < '0' || c > '9') {
-			return refuse(ClassMalformed, ReasonNumericDateNotNumber)
-		}
-	}
-	return nil
 }
 
 // checkCompact refuses anything but three base64url segments: no JWS JSON
@@ -286,35 +281,36 @@ func checkCompact(token string) ([]byte, error) {
 	return header, nil
 }
 
-// checkAccessTokenShape applies the rule documented on Verifier.
-func checkAccessTokenShape(headerTyp string, payloadTyp *string, azp string, hasNonce bool) error {
+// checkAccessTokenShape applies the rule documented on Verifier. It
+// reports whether the token is an RFC 9068 access token (typ at+jwt).
+func checkAccessTokenShape(headerTyp string, payloadTyp *string, azp string, hasNonce bool) (bool, error) {
 	t := strings.ToLower(headerTyp)
 	t = strings.TrimPrefix(t, "application/")
 	if payloadTyp != nil && strings.EqualFold(*payloadTyp, "ID") {
-		return refuse(ClassNotAnAccessToken, ReasonIDToken)
+		return false, refuse(ClassNotAnAccessToken, ReasonIDToken)
 	}
 	switch t {
 	case "at+jwt":
 		if payloadTyp != nil && !strings.EqualFold(*payloadTyp, "Bearer") {
-			return refuse(ClassNotAnAccessToken, ReasonNotAccessTokenType)
+			return false, refuse(ClassNotAnAccessToken, ReasonNotAccessTokenType)
 		}
 	case "jwt", "":
 		if payloadTyp == nil {
-			return refuse(ClassNotAnAccessToken, ReasonIDTokenShape)
+			return false, refuse(ClassNotAnAccessToken, ReasonIDTokenShape)
 		}
 		if !strings.EqualFold(*payloadTyp, "Bearer") {
-			return refuse(ClassNotAnAccessToken, ReasonNotAccessTokenType)
+			return false, refuse(ClassNotAnAccessToken, ReasonNotAccessTokenType)
 		}
 		if azp == "" {
-			return refuse(ClassNotAnAccessToken, ReasonAuthorizedPartyMiss)
+			return false, refuse(ClassNotAnAccessToken, ReasonAuthorizedPartyMiss)
 		}
 	default:
-		return refuse(ClassNotAnAccessToken, ReasonNotAccessTokenType)
+		return false, refuse(ClassNotAnAccessToken, ReasonNotAccessTokenType)
 	}
 	if hasNonce {
-		return refuse(ClassNotAnAccessToken, ReasonNoncePresent)
+		return false, refuse(ClassNotAnAccessToken, ReasonNoncePresent)
 	}
-	return nil
+	return t == "at+jwt", nil
 }
 
 // parseScopes reads scope (a space-separated string, RFC 9068 / RFC 8693)
