@@ -64,7 +64,29 @@ type ProviderConfig struct {
 	// JWKSRefreshMinSeconds is the least time between two key fetches;
 	// 0 or absent means 5.
 	JWKSRefreshMinSeconds int `json:"jwksRefreshMinSeconds"`
+
+	// Token and key-set bounds (issue 31); 0 or absent means the default.
+	// JWKSMaxAgeSeconds: a key set older than this is fetched again before
+	// a token is accepted, so a key the provider withdrew is trusted at
+	// most this long while the provider answers (600).
+	JWKSMaxAgeSeconds int `json:"jwksMaxAgeSeconds,omitempty"`
+	// JWKSGraceSeconds: while the keys cannot be fetched again, the held
+	// ones stay in use this long after the last successful fetch; then
+	// every token is refused provider-unavailable (1800).
+	JWKSGraceSeconds int `json:"jwksGraceSeconds,omitempty"`
+	// MaxTokenLifetimeSeconds: a token whose exp - iat is longer is
+	// refused (86400).
+	MaxTokenLifetimeSeconds int `json:"maxTokenLifetimeSeconds,omitempty"`
 }
+
+// Bounds on the provider's token and key-set settings, in seconds.
+const (
+	maxJWKSAgeSeconds       = 24 * 60 * 60
+	minTokenLifetimeSeconds = 60
+	// A provider may issue access tokens for up to 30 days (Auth0's
+	// ceiling for an API); none is trusted for longer.
+	maxTokenLifetimeSeconds = 30 * 24 * 60 * 60
+)
 
 // ExchangeConfig is this server as the provider's confidential client.
 type ExchangeConfig struct {
@@ -155,6 +177,9 @@ func (c *HTTPConfig) resolve(dir string) error {
 	if c.Provider.JWKSRefreshMinSeconds == 0 {
 		c.Provider.JWKSRefreshMinSeconds = int(DefaultJWKSRefreshMin / time.Second)
 	}
+	if err := c.Provider.resolveBounds(); err != nil {
+		return err
+	}
 
 	if c.Exchange.ClientID == "" {
 		return errors.New("exchange.clientId is missing")
@@ -195,6 +220,36 @@ func (c *HTTPConfig) resolve(dir string) error {
 	}
 	if _, err := MetadataURL(c.Resource); err != nil {
 		return fmt.Errorf("resource: %w", err)
+	}
+	return nil
+}
+
+// resolveBounds fills in and checks the token and key-set bounds:
+// refresh <= max age <= grace <= one day, and a token lifetime between a
+// minute and 30 days.
+func (p *ProviderConfig) resolveBounds() error {
+	if p.JWKSMaxAgeSeconds == 0 {
+		p.JWKSMaxAgeSeconds = int(DefaultJWKSMaxAge / time.Second)
+	}
+	if p.JWKSGraceSeconds == 0 {
+		p.JWKSGraceSeconds = max(int(DefaultJWKSGrace/time.Second), p.JWKSMaxAgeSeconds)
+	}
+	if p.MaxTokenLifetimeSeconds == 0 {
+		p.MaxTokenLifetimeSeconds = int(DefaultMaxTokenLifetime / time.Second)
+	}
+	switch {
+	case p.JWKSMaxAgeSeconds < p.JWKSRefreshMinSeconds:
+		return fmt.Errorf("provider.jwksMaxAgeSeconds is %d; it must be at least provider.jwksRefreshMinSeconds (%d)",
+			p.JWKSMaxAgeSeconds, p.JWKSRefreshMinSeconds)
+	case p.JWKSGraceSeconds < p.JWKSMaxAgeSeconds:
+		return fmt.Errorf("provider.jwksGraceSeconds is %d; it must be at least provider.jwksMaxAgeSeconds (%d)",
+			p.JWKSGraceSeconds, p.JWKSMaxAgeSeconds)
+	case p.JWKSGraceSeconds > maxJWKSAgeSeconds:
+		return fmt.Errorf("provider.jwksGraceSeconds is %d; keys older than %d seconds (a day) are never trusted",
+			p.JWKSGraceSeconds, maxJWKSAgeSeconds)
+	case p.MaxTokenLifetimeSeconds < minTokenLifetimeSeconds || p.MaxTokenLifetimeSeconds > maxTokenLifetimeSeconds:
+		return fmt.Errorf("provider.maxTokenLifetimeSeconds is %d; it must be between %d and %d (30 days), or 0 for the default (%d)",
+			p.MaxTokenLifetimeSeconds, minTokenLifetimeSeconds, maxTokenLifetimeSeconds, int(DefaultMaxTokenLifetime/time.Second))
 	}
 	return nil
 }
@@ -256,12 +311,16 @@ func (c *HTTPConfig) NewProvider() (*Provider, error) {
 // NewVerifier builds the token verifier for p from the configuration.
 func (c *HTTPConfig) NewVerifier(p *Provider) (*Verifier, error) {
 	return NewVerifier(VerifierConfig{
-		Provider:       p,
-		Audience:       c.Audience,
-		AllowedAlgs:    c.Provider.AllowedAlgs,
-		RequiredScopes: c.RequiredScopes,
-		AllowedClients: c.AllowedClients,
-		JWKSRefreshMin: c.JWKSRefreshMin(),
+		Provider:         p,
+		Audience:         c.Audience,
+		Resource:         c.Resource,
+		AllowedAlgs:      c.Provider.AllowedAlgs,
+		RequiredScopes:   c.RequiredScopes,
+		AllowedClients:   c.AllowedClients,
+		JWKSRefreshMin:   c.JWKSRefreshMin(),
+		JWKSMaxAge:       time.Duration(c.Provider.JWKSMaxAgeSeconds) * time.Second,
+		JWKSGrace:        time.Duration(c.Provider.JWKSGraceSeconds) * time.Second,
+		MaxTokenLifetime: time.Duration(c.Provider.MaxTokenLifetimeSeconds) * time.Second,
 	})
 }
 

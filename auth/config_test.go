@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // configDir copies testdata/mcp-http.json into a fresh folder with the
@@ -106,6 +107,50 @@ func TestLoadHTTPConfig(t *testing.T) {
 	}
 }
 
+// TestLoadHTTPConfigTokenBounds: the token and key-set bounds default
+// when absent, are kept when set, and reach the verifier, with the
+// resource URL as an accepted audience.
+func TestLoadHTTPConfigTokenBounds(t *testing.T) {
+	tests := []struct {
+		name                    string
+		set                     map[string]any
+		maxAge, grace, lifetime time.Duration
+	}{
+		{"defaults", nil, DefaultJWKSMaxAge, DefaultJWKSGrace, DefaultMaxTokenLifetime},
+		{"set", map[string]any{"jwksMaxAgeSeconds": 120, "jwksGraceSeconds": 900, "maxTokenLifetimeSeconds": 3600},
+			2 * time.Minute, 15 * time.Minute, time.Hour},
+		{"a maximum age over the default grace raises the grace", map[string]any{"jwksMaxAgeSeconds": 3600},
+			time.Hour, time.Hour, DefaultMaxTokenLifetime},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := LoadHTTPConfig(configDir(t, func(m map[string]any) {
+				for k, v := range tc.set {
+					sub(m, "provider")[k] = v
+				}
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := c.NewProvider()
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := c.NewVerifier(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.maxAge != tc.maxAge || v.grace != tc.grace || v.maxLifetime != tc.lifetime {
+				t.Errorf("verifier maximum age %s, grace %s, lifetime %s; want %s, %s, %s",
+					v.maxAge, v.grace, v.maxLifetime, tc.maxAge, tc.grace, tc.lifetime)
+			}
+			if v.resource != "https://127.0.0.1:8443/mcp" || v.audience != "mcp-adapter" {
+				t.Errorf("verifier audiences %q and %q", v.audience, v.resource)
+			}
+		})
+	}
+}
+
 func TestLoadHTTPConfigRefuses(t *testing.T) {
 	// chmod is a prepare that sets the mode of the folder's file name.
 	chmod := func(name string, mode os.FileMode) func(*testing.T, string) {
@@ -179,6 +224,23 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 		{"scope with a space", func(m map[string]any) { m["requiredScopes"] = []string{"openid profile"} }, nil, "requiredScopes has"},
 		{"resource over http", func(m map[string]any) { m["resource"] = "http://127.0.0.1:8443/mcp" }, nil, "not an https URL"},
 		{"resource with a query", func(m map[string]any) { m["resource"] = "https://127.0.0.1:8443/mcp?x=1" }, nil, "query or fragment"},
+		{"key-set maximum age under the refresh interval", func(m map[string]any) { sub(m, "provider")["jwksMaxAgeSeconds"] = 4 }, nil,
+			"provider.jwksMaxAgeSeconds is 4; it must be at least provider.jwksRefreshMinSeconds (5)"},
+		{"negative key-set maximum age", func(m map[string]any) { sub(m, "provider")["jwksMaxAgeSeconds"] = -1 }, nil, "jwksMaxAgeSeconds is -1"},
+		{"grace under the maximum age", func(m map[string]any) {
+			sub(m, "provider")["jwksMaxAgeSeconds"] = 600
+			sub(m, "provider")["jwksGraceSeconds"] = 300
+		}, nil, "provider.jwksGraceSeconds is 300; it must be at least provider.jwksMaxAgeSeconds (600)"},
+		{"grace over a day", func(m map[string]any) { sub(m, "provider")["jwksGraceSeconds"] = 172800 }, nil,
+			"provider.jwksGraceSeconds is 172800; keys older than 86400 seconds"},
+		{"token lifetime under a minute", func(m map[string]any) { sub(m, "provider")["maxTokenLifetimeSeconds"] = 59 }, nil,
+			"provider.maxTokenLifetimeSeconds is 59; it must be between 60 and 2592000"},
+		{"token lifetime of 50 years", func(m map[string]any) { sub(m, "provider")["maxTokenLifetimeSeconds"] = 50 * 365 * 86400 }, nil,
+			"provider.maxTokenLifetimeSeconds is 1576800000"},
+		{"token lifetime as a string", func(m map[string]any) { sub(m, "provider")["maxTokenLifetimeSeconds"] = "86400" }, nil,
+			"maxTokenLifetimeSeconds of type int"},
+		{"token lifetime at the top level", func(m map[string]any) { m["maxTokenLifetimeSeconds"] = 3600 }, nil,
+			`unknown field "maxTokenLifetimeSeconds"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
