@@ -2,6 +2,8 @@ package auth
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -16,7 +18,9 @@ import (
 // server's own, served to hosts) and reports every way it is unfit: a CA
 // certificate (basicConstraints CA:TRUE), a self-signed one, one without
 // extended key usage serverAuth, one without the subject alternative name
-// IP:127.0.0.1, or one outside its validity period. Some hosts' TLS stacks
+// IP:127.0.0.1, one outside its validity period, or a weak one: an RSA key
+// under 2048 bits, an elliptic-curve key on a curve under P-256, a DSA key,
+// or a signature made with SHA-1, MD5 or MD2. Some hosts' TLS stacks
 // refuse a CA served as a server certificate even when they trust it, so
 // the operator hears it here, at start-up, rather than from a host.
 func CheckServerCertificate(certFile string) error {
@@ -57,6 +61,12 @@ func CheckServerCertificate(certFile string) error {
 	if !slices.ContainsFunc(cert.IPAddresses, loopback.Equal) {
 		problems = append(problems, errors.New("it lacks the subject alternative name IP:127.0.0.1"))
 	}
+	if p := weakKey(cert); p != nil {
+		problems = append(problems, p)
+	}
+	if weakSignature(cert.SignatureAlgorithm) {
+		problems = append(problems, fmt.Errorf("it is signed with %s; ask the CA for a SHA-256 (or stronger) signature", cert.SignatureAlgorithm))
+	}
 	now := time.Now()
 	if now.Before(cert.NotBefore) {
 		problems = append(problems, fmt.Errorf("it is not valid before %s", cert.NotBefore.UTC().Format(time.RFC3339)))
@@ -68,4 +78,39 @@ func CheckServerCertificate(certFile string) error {
 		return fmt.Errorf("server certificate %s is unfit: %w", certFile, errors.Join(problems...))
 	}
 	return nil
+}
+
+// Minimum strengths of the server certificate's key (NIST SP 800-131A and
+// the CA/Browser Forum baseline).
+const (
+	minRSABits = 2048
+	minECBits  = 256
+)
+
+// weakKey says why the certificate's public key is too weak, or nil.
+func weakKey(cert *x509.Certificate) error {
+	if cert.PublicKeyAlgorithm == x509.DSA {
+		return errors.New("its key is DSA, which TLS 1.3 does not allow; use an ECDSA (P-256 or larger), Ed25519 or RSA (2048 bits or more) key")
+	}
+	switch k := cert.PublicKey.(type) {
+	case *rsa.PublicKey:
+		if n := k.N.BitLen(); n < minRSABits {
+			return fmt.Errorf("its RSA key has %d bits; at least %d are needed", n, minRSABits)
+		}
+	case *ecdsa.PublicKey:
+		if n := k.Curve.Params().BitSize; n < minECBits {
+			return fmt.Errorf("its elliptic-curve key is on %s (%d bits); P-256 or larger is needed", k.Curve.Params().Name, n)
+		}
+	}
+	return nil
+}
+
+// weakSignature reports a signature algorithm whose hash collisions are
+// practical (SHA-1, MD5, MD2).
+func weakSignature(a x509.SignatureAlgorithm) bool {
+	switch a {
+	case x509.MD2WithRSA, x509.MD5WithRSA, x509.SHA1WithRSA, x509.DSAWithSHA1, x509.ECDSAWithSHA1:
+		return true
+	}
+	return false
 }

@@ -1,12 +1,19 @@
 package auth
 
 import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +119,117 @@ func TestCheckServerCertificate(t *testing.T) {
 				t.Fatal("accepted")
 			}
 			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckServerCertificateStrength: a server certificate with a weak key
+// (RSA under 2048 bits, a curve under P-256) or a weak signature (SHA-1,
+// MD5) is refused, each with a message naming the file and the weakness;
+// RSA 2048, P-384 and Ed25519 keys signed with SHA-256 or better pass.
+func TestCheckServerCertificateStrength(t *testing.T) {
+	ecCA := newTestCA(t)
+	rsaCAKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaCATmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pdmcp test RSA CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, rsaCATmpl, rsaCATmpl, &rsaCAKey.PublicKey, rsaCAKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaCA, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// issued writes a server certificate for pub, signed by parent's key
+	// with sigAlg (the default for the key when zero), and returns its
+	// path; patch, when set, changes the DER before it is written.
+	issued := func(pub any, parent *x509.Certificate, parentKey any, sigAlg x509.SignatureAlgorithm, patch func([]byte) []byte) func() string {
+		return func() string {
+			tmpl := serverTemplate()
+			tmpl.SignatureAlgorithm = sigAlg
+			der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, parentKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if patch != nil {
+				der = patch(der)
+			}
+			path := filepath.Join(t.TempDir(), "server.pem")
+			writePEM(t, path, "CERTIFICATE", der, 0o644)
+			return path
+		}
+	}
+	rsaKey := func(bits int) any {
+		k, err := rsa.GenerateKey(rand.Reader, bits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &k.PublicKey
+	}
+	ecKey := func(c elliptic.Curve) any {
+		k, err := ecdsa.GenerateKey(c, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &k.PublicKey
+	}
+	edPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sha1ToMD5 rewrites the sha1WithRSAEncryption OID (1.2.840.113549.1.1.5)
+	// into md5WithRSAEncryption (...1.1.4), in the TBS and the outer
+	// signature algorithm: Go no longer signs with MD5.
+	sha1ToMD5 := func(der []byte) []byte {
+		sha1OID := []byte{0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x05}
+		if bytes.Count(der, sha1OID) != 2 {
+			t.Fatalf("the SHA-1 certificate names its algorithm %d times, want 2", bytes.Count(der, sha1OID))
+		}
+		md5OID := append(slices.Clone(sha1OID[:len(sha1OID)-1]), 0x04)
+		return bytes.ReplaceAll(der, sha1OID, md5OID)
+	}
+
+	tests := []struct {
+		name string
+		path func() string
+		want []string // empty: accepted
+	}{
+		{"RSA 2048, SHA-256", issued(rsaKey(2048), rsaCA, rsaCAKey, 0, nil), nil},
+		{"P-384", issued(ecKey(elliptic.P384()), ecCA.Cert, ecCA.Key, 0, nil), nil},
+		{"Ed25519", issued(edPub, ecCA.Cert, ecCA.Key, 0, nil), nil},
+		{"RSA 1024", issued(rsaKey(1024), rsaCA, rsaCAKey, 0, nil), []string{"its RSA key has 1024 bits; at least 2048 are needed"}},
+		{"P-224", issued(ecKey(elliptic.P224()), ecCA.Cert, ecCA.Key, 0, nil), []string{"its elliptic-curve key is on P-224 (224 bits); P-256 or larger is needed"}},
+		{"SHA-1 with RSA", issued(rsaKey(2048), rsaCA, rsaCAKey, x509.SHA1WithRSA, nil), []string{"it is signed with SHA1-RSA"}},
+		{"ECDSA with SHA-1", issued(ecKey(elliptic.P256()), ecCA.Cert, ecCA.Key, x509.ECDSAWithSHA1, nil), []string{"it is signed with ECDSA-SHA1"}},
+		{"MD5 with RSA", issued(rsaKey(2048), rsaCA, rsaCAKey, x509.SHA1WithRSA, sha1ToMD5), []string{"it is signed with MD5-RSA"}},
+		{"RSA 1024 signed with SHA-1: both named", issued(rsaKey(1024), rsaCA, rsaCAKey, x509.SHA1WithRSA, nil),
+			[]string{"1024 bits", "SHA1-RSA"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := tc.path()
+			err := CheckServerCertificate(path)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range append(tc.want, "server certificate "+path+" is unfit") {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not say %q", err, w)
 				}
