@@ -61,6 +61,10 @@ func TestWriteHTTPConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.Audience, want.Resource = "mcp-adapter", "https://127.0.0.1:8443/mcp"
+	// The token and key-set bounds the file leaves out read back as the defaults.
+	want.Provider.JWKSMaxAgeSeconds = int(auth.DefaultJWKSMaxAge.Seconds())
+	want.Provider.JWKSGraceSeconds = int(auth.DefaultJWKSGrace.Seconds())
+	want.Provider.MaxTokenLifetimeSeconds = int(auth.DefaultMaxTokenLifetime.Seconds())
 	gb, _ := json.Marshal(got)
 	wb, _ := json.Marshal(want)
 	if string(gb) != string(wb) {
