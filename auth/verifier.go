@@ -118,18 +118,20 @@ type VerifierConfig struct {
 
 // Verifier validates access tokens against the provider's published keys.
 //
-// A token is accepted when, in this order: it is a compact JWS; its alg is
-// on the allow-list; its kid names a provider key whose type (and alg, when
-// the key states one) fits that alg; the signature verifies; exp, nbf and
-// iat, where present, are JSON numbers (RFC 7519 NumericDate; a string of
-// digits is refused); iss equals the
-// issuer exactly; it is an access token (see below); exp is present and not
-// past (with ClockSkew), and nbf and iat, when present, are not in the
-// future; an at+jwt token has iat, jti and client_id (or azp); exp - iat
-// is within MaxTokenLifetime; aud contains the Audience or the Resource;
-// sub is present; its client is one of AllowedClients, when they are set;
-// and it grants the required scopes. The first failed check decides the
-// class.
+// A token is accepted when, in this order: it is a compact JWS whose header
+// names no member twice or in another case (see below); its alg is on the
+// allow-list; its kid names a provider key whose type (and alg, when the
+// key states one) fits that alg; the signature verifies; the claims name
+// no member twice or in another case; exp, nbf and iat, where present, are
+// JSON numbers (RFC 7519 NumericDate; a string of digits is refused)
+// between 0 and the year 9999; iss equals the issuer exactly; it is an
+// access token (see below), and when typed at+jwt it has iat, jti and
+// client_id (or azp; RFC 9068 §2.2); exp is present and not past (with
+// ClockSkew), and nbf and iat, when present, are not in the future; exp -
+// iat (exp - now without iat) is within MaxTokenLifetime; aud contains the
+// Audience or the Resource; sub is present; its client is one of
+// AllowedClients, when they are set; and it grants the required scopes.
+// The first failed check decides the class.
 //
 // The header and the claims are JSON objects whose member names are
 // compared exactly (RFC 7515, RFC 7519): a duplicate member, or one named
