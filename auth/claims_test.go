@@ -300,3 +300,54 @@ func TestVerifyResourceAudience(t *testing.T) {
 		})
 	}
 }
+
+// FuzzReadClaims checks the claim view's security property: whatever
+// payload readClaims accepts, encoding/json (which matches member names
+// case-insensitively and lets a later member win) reads the same client,
+// scope, subject, issuer and audience from it. A payload on which the two
+// readings could differ is refused.
+func FuzzReadClaims(f *testing.F) {
+	for _, seed := range []string{
+		`{"iss":"https://idp","sub":"alice","aud":"mcp-adapter","client_id":"mcp-host","scope":"openid"}`,
+		`{"client_id":"rogue","CLIENT_ID":"mcp-host"}`,
+		`{"scope":"profile","Scope":"openid"}`,
+		`{"ſcope":"openid"}`,
+		`{"aud":["a","b"],"AUD":"c"}`,
+		`{"client_id":"a","client_id":"b"}`,
+		`{"\u0063lient_id":"a","client_id":"b"}`,
+		`{"azp":"x","Azp":"y","email":"e","Email":"f"}`,
+		`{"exp":1.5e9,"iat":-1}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		c, err := readClaims(payload)
+		if err != nil {
+			return
+		}
+		var loose struct {
+			Iss      string          `json:"iss"`
+			Sub      string          `json:"sub"`
+			ClientID string          `json:"client_id"`
+			Azp      string          `json:"azp"`
+			Scope    *string         `json:"scope"`
+			Aud      json.RawMessage `json:"aud"`
+		}
+		if err := json.Unmarshal(payload, &loose); err != nil {
+			t.Fatalf("readClaims accepted what encoding/json refuses: %v", err)
+		}
+		if loose.Iss != c.iss || loose.Sub != c.sub || loose.ClientID != c.clientID || loose.Azp != c.azp {
+			t.Fatalf("readings differ: strict %q %q %q %q, encoding/json %q %q %q %q",
+				c.iss, c.sub, c.clientID, c.azp, loose.Iss, loose.Sub, loose.ClientID, loose.Azp)
+		}
+		if (loose.Scope == nil) != (c.scope == nil) || (c.scope != nil && *loose.Scope != *c.scope) {
+			t.Fatal("the scope readings differ")
+		}
+		if loose.Aud != nil {
+			aud, ok := audience(loose.Aud)
+			if !ok || strings.Join(aud, "\x00") != strings.Join(c.aud, "\x00") {
+				t.Fatal("the audience readings differ")
+			}
+		}
+	})
+}
