@@ -17,6 +17,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -36,19 +38,54 @@ var (
 
 // Log is an open audit file. A nil *Log, and the one Discard returns,
 // accept every call and write nothing, so callers need no nil checks. A Log
-// is safe for concurrent use; each line is one write(2) on a file opened for
-// appending, so lines from goroutines (or processes) never interleave.
+// is safe for concurrent use; each line is one write(2) of the whole line,
+// its newline included, on a file opened for appending, so lines from
+// goroutines (or processes) never interleave.
 type Log struct {
 	mu     sync.Mutex
-	f      *os.File
+	f      appendFile
 	path   string
 	closed bool
+	// torn: a write failed part-way and its bytes could not be taken back,
+	// so the file ends in a fragment; the next line starts with a newline
+	// to fence it off rather than join it.
+	torn bool
+
+	logger *slog.Logger
+	now    func() time.Time
+	// refusals aggregates refused-request lines (see Refused).
+	refusals refusalTally
 }
 
-// Open opens path for appending, creating it with mode 0600. It refuses an
-// existing file that group or others can access, one that is not a regular
-// file, and (on Unix) a symbolic link, leaving the file as it was.
-func Open(path string) (*Log, error) {
+// appendFile is what a Log needs of its file; *os.File in use, a file
+// that fails part-way in tests.
+type appendFile interface {
+	io.Writer
+	io.ReaderAt
+	Stat() (os.FileInfo, error)
+	Truncate(size int64) error
+	Sync() error
+	Close() error
+}
+
+// Options configure OpenWith.
+type Options struct {
+	// Logger gets the warnings the Log writes of its own (a torn line
+	// fenced off at open, refusal summaries); slog.Default() when nil.
+	Logger *slog.Logger
+	// Now times the refusal windows; time.Now when nil.
+	Now func() time.Time
+}
+
+// Open is OpenWith with the default Options.
+func Open(path string) (*Log, error) { return OpenWith(path, Options{}) }
+
+// OpenWith opens path for appending, creating it with mode 0600. It
+// refuses an existing file that group or others can access, one that is
+// not a regular file, and (on Unix) a symbolic link, leaving the file as it
+// was. A file whose last line was torn (a full disk, a crash) has the
+// fragment fenced off (see fenceTornTail).
+func OpenWith(path string, o Options) (*Log, error) {
 	if path == "" {
 		return nil, errors.New("audit: no path given (use audit.Discard() to run without an audit file)")
 	}
@@ -69,11 +106,91 @@ func Open(path string) (*Log, error) {
 		f.Close()
 		return nil, fmt.Errorf("audit: %s: %w (mode %#o; run chmod 600 on it)", path, err, fi.Mode().Perm())
 	}
-	return &Log{f: f, path: path}, nil
+	l := newLog(o)
+	l.f, l.path = f, path
+	l.fenceTornTail(fi.Size())
+	return l, nil
+}
+
+func newLog(o Options) *Log {
+	return &Log{logger: o.Logger, now: o.Now}
+}
+
+// clock is the Log's time; time.Now for a Log not made by Open or Discard.
+func (l *Log) clock() time.Time {
+	if l.now == nil {
+		return time.Now()
+	}
+	return l.now()
+}
+
+// maxFenceScan bounds how far back fenceTornTail looks for the last
+// newline to report the fragment's length.
+const maxFenceScan = 1 << 20
+
+// fenceTornTail ends a file that does not end in a newline with one, so
+// the torn fragment stands alone as a line no JSON reader accepts and the
+// next line is whole. The fragment is kept, not truncated: the audit file
+// only ever grows (it may be append-only to the system), and the fragment
+// is the evidence of what was being written when the disk filled or the
+// process died. A WARN line says how many bytes were fenced off. If even
+// the newline cannot be written, the first Write starts with one.
+func (l *Log) fenceTornTail(size int64) {
+	if size == 0 {
+		return
+	}
+	last := make([]byte, 1)
+	if _, err := l.f.ReadAt(last, size-1); err != nil {
+		// Cannot tell: fence anyway; an empty line costs one byte and
+		// every reader skips it.
+		l.torn = true
+		l.slogger().Warn("audit file's last byte could not be read; the next line starts on a line of its own",
+			"path", l.path, "err", err)
+		return
+	}
+	if last[0] == '\n' {
+		return
+	}
+	n, atLeast := l.fragmentLen(size)
+	attrs := []any{"path", l.path, "bytes", n}
+	if atLeast {
+		attrs = append(attrs, "atLeast", true)
+	}
+	if _, err := l.f.Write([]byte{'\n'}); err != nil {
+		l.torn = true
+		l.slogger().Warn("audit file ends in a torn line that could not be fenced off yet; the next line starts on a line of its own",
+			append(attrs, "err", err)...)
+		return
+	}
+	l.slogger().Warn("audit file ended in a torn line (a full disk or a crash); fenced it off with a newline", attrs...)
+}
+
+// fragmentLen counts the bytes after the file's last newline, looking
+// back at most maxFenceScan bytes (atLeast when it found none there).
+func (l *Log) fragmentLen(size int64) (n int64, atLeast bool) {
+	buf := make([]byte, 4096)
+	for off := size; off > 0; {
+		if size-off >= maxFenceScan {
+			return size - off, true
+		}
+		chunk := int64(len(buf))
+		if off < chunk {
+			chunk = off
+		}
+		off -= chunk
+		b := buf[:chunk]
+		if _, err := l.f.ReadAt(b, off); err != nil {
+			return size - off - chunk, true
+		}
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			return size - (off + int64(i) + 1), false
+		}
+	}
+	return size, false
 }
 
 // Discard returns a Log that writes nothing.
-func Discard() *Log { return &Log{} }
+func Discard() *Log { return newLog(Options{}) }
 
 // Enabled reports whether lines go to a file.
 func (l *Log) Enabled() bool {
@@ -87,13 +204,25 @@ func (l *Log) Enabled() bool {
 
 // Write appends one line. A zero timestamp is set to now. If a field had
 // to be dropped, the rest of the line is still written and the error wraps
-// ErrRedacted.
+// ErrRedacted. A Shutdown line first writes the summaries of refusals still
+// being counted, so they come ahead of it.
 func (l *Log) Write(line Line) error {
 	if l == nil || line == nil {
 		return nil
 	}
-	v, dropped := line.prepare(time.Now())
+	if _, ok := line.(Shutdown); ok {
+		l.flushRefusals(true)
+	}
+	return l.write(line)
+}
+
+// write is Write without the Shutdown rule.
+func (l *Log) write(line Line) error {
+	v, dropped := line.prepare(l.clock())
 	var buf bytes.Buffer
+	// A leading newline is written only after a torn write (below), and
+	// the line is encoded after it.
+	buf.WriteByte('\n')
 	enc := json.NewEncoder(&buf) // Encode ends the line with '\n'
 	enc.SetEscapeHTML(false)
 	// "event" comes first, ahead of the line's own members: it is written
@@ -114,21 +243,54 @@ func (l *Log) Write(line Line) error {
 	if l.f == nil {
 		return nil
 	}
-	if _, err := l.f.Write(out); err != nil {
-		return fmt.Errorf("audit: write %s: %w", l.path, err)
+	if !l.torn {
+		out = out[1:]
 	}
+	// One call with the whole line: O_APPEND places it at the end in one
+	// piece. A write that fails part-way (ENOSPC) is taken back, so the
+	// next line does not join the fragment.
+	n, err := l.f.Write(out)
+	if err != nil {
+		what := "nothing was written"
+		if n > 0 {
+			what = l.takeBack(out[:n])
+		}
+		return fmt.Errorf("audit: write %s line to %s (%s): %w", line.event(), l.path, what, err)
+	}
+	l.torn = false
 	if len(dropped) > 0 {
 		return fmt.Errorf("audit: %s line: %w: %s", line.event(), ErrRedacted, strings.Join(dropped, ", "))
 	}
 	return nil
 }
 
-// Close flushes the file to disk and closes it. Safe to call more than
-// once, and on a nil or discarding Log.
+// takeBack removes the part of a line a failed write left at the end of
+// the file, if the file still ends in exactly those bytes (another process
+// appending to the same file may have written after them); otherwise it
+// marks the file torn, so the next line starts with a newline. It says
+// which it did, for the error.
+func (l *Log) takeBack(partial []byte) string {
+	n := int64(len(partial))
+	if fi, err := l.f.Stat(); err == nil && fi.Size() >= n {
+		end := make([]byte, n)
+		if _, err := l.f.ReadAt(end, fi.Size()-n); err == nil && bytes.Equal(end, partial) {
+			if err := l.f.Truncate(fi.Size() - n); err == nil {
+				return fmt.Sprintf("the %d bytes written were removed", n)
+			}
+		}
+	}
+	l.torn = true
+	return fmt.Sprintf("%d bytes were written and could not be removed; the next line starts on a line of its own", n)
+}
+
+// Close writes the summaries of refusals still being counted, flushes the
+// file to disk and closes it. Safe to call more than once, and on a nil or
+// discarding Log.
 func (l *Log) Close() error {
 	if l == nil {
 		return nil
 	}
+	l.stopRefusals()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {

@@ -86,6 +86,8 @@ func sampleLines() []Line {
 			Minted:          true, KeyLink: Digest12("hidden-link"),
 		},
 		AuthRefused{Class: "expired", Reason: "TOKEN_EXPIRED", Status: 401, Method: "POST", Path: "/mcp", TS: fixed()},
+		RefusalSummary{Class: "expired", Reason: "TOKEN_EXPIRED", Status: 401, Count: 41,
+			First: fixed().Add(3 * time.Millisecond), Last: fixed().Add(998 * time.Millisecond)},
 		Shutdown{RunID: "run-1", Reason: "SIGTERM", TS: fixed()},
 	}
 }
@@ -105,7 +107,7 @@ func TestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Golden(t, filepath.Join("testdata", "lines.golden.jsonl"), got)
-	events := []string{EventStartup, EventClient, EventTool, EventTool, EventAuthRefused, EventShutdown}
+	events := []string{EventStartup, EventClient, EventTool, EventTool, EventAuthRefused, EventRefusalSummary, EventShutdown}
 	lines := readLines(t, path)
 	if len(lines) != len(events) {
 		t.Fatalf("%d lines, want %d", len(lines), len(events))

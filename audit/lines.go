@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Line is one kind of audit line: ToolCall, Client, AuthRefused, Startup or
-// Shutdown. The set is closed; Write adds the "event" member.
+// Line is one kind of audit line: ToolCall, Client, AuthRefused,
+// RefusalSummary, Startup or Shutdown. The set is closed; Write adds the "event" member.
 type Line interface {
 	event() string
 	// prepare returns a copy of the line to encode, with its timestamps set
@@ -20,8 +20,11 @@ const (
 	EventTool        = "tool"
 	EventClient      = "client"
 	EventAuthRefused = "auth-refused"
-	EventStartup     = "startup"
-	EventShutdown    = "shutdown"
+	// EventRefusalSummary counts refused requests not written one by one
+	// (Log.Refused).
+	EventRefusalSummary = "auth-refused-summary"
+	EventStartup        = "startup"
+	EventShutdown       = "shutdown"
 )
 
 // Outcomes of a tool call, or of one section of a compound read.
@@ -142,10 +145,30 @@ type AuthRefused struct {
 	// Caller is Digest12 of the verified user's id, for a refusal that came
 	// after the token was accepted (another user's MCP session); empty
 	// otherwise. Never the id itself.
-	Caller string    `json:"caller,omitempty"`
+	Caller string `json:"caller,omitempty"`
+	// Method is the request's method if it is a standard one, else
+	// "OTHER"; Path is the route the server matched (a query is dropped,
+	// and a path of any other shape than a route's is not written). Both
+	// are what the sender chose, so neither is written as sent.
 	Method string    `json:"method"`
-	Path   string    `json:"path"` // the URL path; a query is dropped
+	Path   string    `json:"path"`
 	TS     time.Time `json:"ts"`
+}
+
+// RefusalSummary counts the refused requests of one kind (class, reason,
+// status and caller) that were not written one by one: the first of a kind
+// gets its own AuthRefused line, and those within RefusalWindow after it
+// are counted here (see Log.Refused). The lines of a kind plus its
+// summaries' counts are every refusal of that kind.
+type RefusalSummary struct {
+	Class  string `json:"class"`
+	Reason string `json:"reason"`
+	Status int    `json:"status"`
+	Caller string `json:"caller,omitempty"` // as AuthRefused's
+	Count  int    `json:"count"`
+	// First and Last are when the first and the last refusal counted came.
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
 }
 
 // Startup is the line written when the server starts serving.
@@ -164,11 +187,12 @@ type Shutdown struct {
 	TS     time.Time `json:"ts"`
 }
 
-func (ToolCall) event() string    { return EventTool }
-func (Client) event() string      { return EventClient }
-func (AuthRefused) event() string { return EventAuthRefused }
-func (Startup) event() string     { return EventStartup }
-func (Shutdown) event() string    { return EventShutdown }
+func (ToolCall) event() string       { return EventTool }
+func (Client) event() string         { return EventClient }
+func (AuthRefused) event() string    { return EventAuthRefused }
+func (RefusalSummary) event() string { return EventRefusalSummary }
+func (Startup) event() string        { return EventStartup }
+func (Shutdown) event() string       { return EventShutdown }
 
 func (c ToolCall) prepare(now time.Time) (any, []string) {
 	var s sanitizer
@@ -232,15 +256,25 @@ func (a AuthRefused) prepare(now time.Time) (any, []string) {
 	a.Class = s.match("class", a.Class, isClass)
 	a.Reason = s.match("reason", a.Reason, isCode)
 	a.Caller = s.match("caller", a.Caller, isDigest12)
-	a.Method = s.match("method", clip(a.Method, maxClientField), isMethod)
+	a.Method = RequestMethod(a.Method)
 	// A query string can carry a token (access_token=...), so only the path
 	// is kept.
 	if i := strings.IndexAny(a.Path, "?#"); i >= 0 {
 		a.Path = a.Path[:i]
 	}
-	a.Path = s.free("path", clip(a.Path, maxClientField))
+	a.Path = s.match("path", a.Path, isRoute)
 	a.TS = stamp(a.TS, now)
 	return a, s.dropped
+}
+
+func (r RefusalSummary) prepare(now time.Time) (any, []string) {
+	var s sanitizer
+	r.Class = s.match("class", r.Class, isClass)
+	r.Reason = s.match("reason", r.Reason, isCode)
+	r.Caller = s.match("caller", r.Caller, isDigest12)
+	r.First = stamp(r.First, now)
+	r.Last = stamp(r.Last, now)
+	return r, s.dropped
 }
 
 func (st Startup) prepare(now time.Time) (any, []string) {

@@ -4,8 +4,9 @@ package audit
 
 import "os"
 
+// openAppend opens path for appending, and for reading (see the Unix one).
 func openAppend(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	return os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_RDWR, 0o600)
 }
 
 // checkPrivate has nothing to check where permission bits do not describe

@@ -10,9 +10,11 @@ import (
 )
 
 // openAppend opens path for appending without following a symbolic link, so
-// a link planted at the audit path cannot send lines elsewhere.
+// a link planted at the audit path cannot send lines elsewhere. It is
+// opened for reading too: Open reads the last byte to fence off a torn
+// line, and a failed write reads back what it left before taking it back.
 func openAppend(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if errors.Is(err, syscall.ELOOP) {
 		return nil, fmt.Errorf("refusing a symbolic link: %w", err)
 	}

@@ -125,8 +125,16 @@ func isReason(v string) bool {
 	})
 }
 
-// isMethod: an HTTP method.
-func isMethod(v string) bool { return charset(v, 16, upper, upper) }
+// RequestMethod is how a line names a request's method: a standard
+// method (RFC 9110, and PATCH) as itself, anything else as "OTHER", so a
+// sender cannot choose what is written.
+func RequestMethod(m string) string {
+	switch m {
+	case "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "CONNECT", "OPTIONS", "TRACE":
+		return m
+	}
+	return "OTHER"
+}
 
 // isRoute: a Gateway route such as /api/v1/crypto/decrypt.
 func isRoute(v string) bool {
