@@ -22,7 +22,8 @@ const (
 )
 
 // RefusalRecord is the audit line for a refused request. It holds nothing
-// from the token or from any header: not the subject, not the key id.
+// from the token or from any header: not the subject, not the key id; and
+// nothing of the request as sent (see RefusedRequest).
 type RefusalRecord struct {
 	Event  string    `json:"event"` // always "auth-refused"
 	Class  Class     `json:"class"`
@@ -31,6 +32,28 @@ type RefusalRecord struct {
 	Method string    `json:"method"`
 	Path   string    `json:"path"`
 	TS     time.Time `json:"ts"`
+}
+
+// RefusedRequest is how a refusal's record and log line name the request:
+// its method if it is a standard one, else "OTHER"; and the route the
+// server's mux matched (Request.Pattern, without its method or host), else
+// "other". Neither is what the sender wrote, which could be anything, of
+// any length.
+func RefusedRequest(r *http.Request) (method, path string) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		method = r.Method
+	default:
+		method = "OTHER"
+	}
+	// A pattern is "[METHOD ][HOST]/PATH"; neither a method nor a host
+	// holds a slash.
+	path = "other"
+	if i := strings.IndexByte(r.Pattern, '/'); i >= 0 {
+		path = r.Pattern[i:]
+	}
+	return method, path
 }
 
 // MiddlewareOptions configure Middleware.
@@ -42,7 +65,14 @@ type MiddlewareOptions struct {
 	Scopes []string
 	// Audit receives one record per refused request; nil for none.
 	Audit func(RefusalRecord)
-	// Logger gets one line per refused request; slog.Default() when nil.
+	// Refused, when set, takes the place of Audit and decides which
+	// refusals get the middleware's own log line: those it reports own.
+	// The rest it is expected to count and log in aggregate (as
+	// audit.Log.Refused does), so a flood of refusals, which costs its
+	// sender nothing, does not cost a log line each either.
+	Refused func(RefusalRecord) (own bool)
+	// Logger gets one line per refused request (per own refusal when
+	// Refused is set); slog.Default() when nil.
 	Logger *slog.Logger
 	// Now stamps the records; time.Now when nil.
 	Now func() time.Time
@@ -66,7 +96,8 @@ type TokenVerifier interface {
 // shortfall, 400 with error="invalid_request" for a token sent in the query
 // or in several Authorization headers; every challenge also names the
 // required scope. The body is a short JSON object with the class and
-// reason. One log line and one audit record are written per refusal.
+// reason. One log line and one audit record are written per refusal, or,
+// with MiddlewareOptions.Refused, per refusal it reports own.
 //
 // An accepted request proceeds with the Caller and the raw access token in
 // its context (CallerFromContext, AccessTokenFromContext) and with the
@@ -100,13 +131,26 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 		}
 		_ = json.NewEncoder(w).Encode(body)
 
+		method, path := RefusedRequest(r)
+		rec := RefusalRecord{
+			Event: "auth-refused", Class: te.Class, Reason: te.Reason, Status: status,
+			Method: method, Path: path, TS: now().UTC().Truncate(time.Second),
+		}
+		switch {
+		case opts.Refused != nil:
+			if !opts.Refused(rec) {
+				return
+			}
+		case opts.Audit != nil:
+			opts.Audit(rec)
+		}
 		attrs := []slog.Attr{
 			slog.String("event", "auth-refused"),
 			slog.String("class", string(te.Class)),
 			slog.String("reason", te.Reason),
 			slog.Int("status", status),
-			slog.String("method", r.Method),
-			slog.String("path", r.URL.Path),
+			slog.String("method", method),
+			slog.String("path", path),
 		}
 		if te.Class == ClassProviderUnavailable && te.cause != nil {
 			// The provider's failure names its URL and the network error,
@@ -114,12 +158,6 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 			attrs = append(attrs, slog.String("provider_error", te.cause.Error()))
 		}
 		logger.LogAttrs(r.Context(), slog.LevelWarn, "request refused", attrs...)
-		if opts.Audit != nil {
-			opts.Audit(RefusalRecord{
-				Event: "auth-refused", Class: te.Class, Reason: te.Reason, Status: status,
-				Method: r.Method, Path: r.URL.Path, TS: now().UTC().Truncate(time.Second),
-			})
-		}
 	}
 
 	// The SDK's middleware is the only way to put a TokenInfo where the
