@@ -45,13 +45,22 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 		Logger: log, MaxRequestBodyBytes: MaxRequestBytes, SessionTimeout: SessionIdleTimeout,
 		JSONResponse: !srv.MayAskHost(),
 	})
+	// Refused requests are written through a.Refused, which counts a
+	// flood of one kind into a summary a second instead of a line (and a
+	// log line) each; it reports whether this one got its own line.
+	refused := func(line audit.AuthRefused) bool {
+		own, err := a.Refused(line)
+		if err != nil {
+			log.Error("audit write failed", "event", "auth-refused", "err", err)
+		}
+		return own
+	}
 	sessions := newMCPSessionLimiter(srv.MCP(), cfg.MaxSessionsPerUser, cfg.MaxSessions, func(r *http.Request, user string) {
 		// The token was good; the session it named is another user's.
 		m.AuthRefused(string(auth.ClassSessionMismatch), http.StatusForbidden)
-		if err := a.Write(audit.AuthRefused{Class: string(auth.ClassSessionMismatch), Reason: auth.ReasonSessionUserMismatch,
-			Status: http.StatusForbidden, Caller: server.CallerDigest(user), Method: r.Method, Path: r.URL.Path, TS: time.Now()}); err != nil {
-			log.Error("audit write failed", "event", "auth-refused", "err", err)
-		}
+		method, path := auth.RefusedRequest(r)
+		refused(audit.AuthRefused{Class: string(auth.ClassSessionMismatch), Reason: auth.ReasonSessionUserMismatch,
+			Status: http.StatusForbidden, Caller: server.CallerDigest(user), Method: method, Path: path, TS: time.Now()})
 	})
 	m.MCPSessions(sessions.Len)
 	tracked := sessions.wrap(stateful)
@@ -73,12 +82,10 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 		Scopes:              cfg.RequiredScopes,
 		Logger:              log,
 		Accepted:            srv.ExchangeAhead,
-		Audit: func(r auth.RefusalRecord) {
+		Refused: func(r auth.RefusalRecord) bool {
 			m.AuthRefused(string(r.Class), r.Status)
-			if err := a.Write(audit.AuthRefused{Class: string(r.Class), Reason: r.Reason, Status: r.Status,
-				Method: r.Method, Path: r.Path, TS: r.TS}); err != nil {
-				log.Error("audit write failed", "event", "auth-refused", "err", err)
-			}
+			return refused(audit.AuthRefused{Class: string(r.Class), Reason: r.Reason, Status: r.Status,
+				Method: r.Method, Path: r.Path, TS: r.TS})
 		},
 	})
 	mux := http.NewServeMux()

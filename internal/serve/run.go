@@ -136,7 +136,10 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := audit.Open(o.AuditPath)
+	// The audit's own warnings (a torn line fenced off, refusal
+	// summaries) go to the server's log; its refusal windows run on the
+	// wall clock, whatever o.Now says, since they bound what a flood costs.
+	a, err := audit.OpenWith(o.AuditPath, audit.Options{Logger: o.Logger})
 	if err != nil {
 		j.Close()
 		return nil, err
