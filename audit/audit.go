@@ -1,5 +1,6 @@
-// Package audit writes the server's audit file: one JSON line per tool call,
-// per HTTP request refused for its token, and per client at initialize.
+// Package audit writes the server's audit file: one JSON line per tool call
+// and per client at initialize, and for HTTP requests refused for their
+// token one line per kind a second with the rest counted (Log.Refused).
 //
 // A line joins to the key server's own audit by acting principal, the
 // object's hidden link (as a digest) and time. It never holds a token, a
@@ -7,7 +8,8 @@
 // structs with no free-form values, and Write drops any field whose value
 // does not have the shape that field allows (a digest that is not 12 hex
 // digits, a code that is not a code, anything that looks like a JWT) before
-// the line reaches the file.
+// the line reaches the file. Each line is written whole or not at all, and a
+// torn last line left by a crash is fenced off when the file is opened.
 package audit
 
 import (
