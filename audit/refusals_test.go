@@ -211,6 +211,12 @@ func TestRefusalSummariesAreFlushed(t *testing.T) {
 	t.Run("by the timer", func(t *testing.T) {
 		l, path, clock, _ := openClocked(t)
 		refuse(t, l, clock, noToken(), 3)
+		l.refusals.mu.Lock()
+		armed := l.refusals.timer != nil
+		l.refusals.mu.Unlock()
+		if !armed {
+			t.Fatal("no timer armed for the open window")
+		}
 		l.refusalTimerFired() // early: the window has not ended
 		if n := len(readLines(t, path)); n != 1 {
 			t.Fatalf("%d lines before the window ended, want 1", n)
