@@ -36,6 +36,17 @@ type HTTPConfig struct {
 	// one user and of everyone (0 or absent: the server's defaults).
 	MaxSessionsPerUser int `json:"maxSessionsPerUser,omitempty"`
 	MaxSessions        int `json:"maxSessions,omitempty"`
+	// Per-user limits, applied after the token check (internal/serve's
+	// userlimit.go): requests in flight, request body bytes held, the time
+	// to send a body, and 2026-07-28 subscriptions/listen streams, for one
+	// user and in all. 0 or absent: the server's defaults.
+	MaxRequestsPerUser      int   `json:"maxRequestsPerUser,omitempty"`
+	MaxRequests             int   `json:"maxRequests,omitempty"`
+	MaxBodyBytesPerUser     int64 `json:"maxBodyBytesPerUser,omitempty"`
+	MaxBodyBytes            int64 `json:"maxBodyBytes,omitempty"`
+	BodyTimeoutSeconds      int   `json:"bodyTimeoutSeconds,omitempty"`
+	MaxListenStreamsPerUser int   `json:"maxListenStreamsPerUser,omitempty"`
+	MaxListenStreams        int   `json:"maxListenStreams,omitempty"`
 	// Audience must be in every token's aud; exchange.clientId when absent.
 	Audience string `json:"audience,omitempty"`
 	// Resource is the URL hosts call, https://127.0.0.1:<port>/mcp when
@@ -212,6 +223,10 @@ func (c *HTTPConfig) resolve(dir string) error {
 		return fmt.Errorf("maxSessionsPerUser (%d) is more than maxSessions (%d)", c.MaxSessionsPerUser, c.MaxSessions)
 	}
 
+	if err := c.checkUserLimits(); err != nil {
+		return err
+	}
+
 	if c.Audience == "" {
 		c.Audience = c.Exchange.ClientID
 	}
@@ -250,6 +265,50 @@ func (p *ProviderConfig) resolveBounds() error {
 	case p.MaxTokenLifetimeSeconds < minTokenLifetimeSeconds || p.MaxTokenLifetimeSeconds > maxTokenLifetimeSeconds:
 		return fmt.Errorf("provider.maxTokenLifetimeSeconds is %d; it must be between %d and %d (30 days), or 0 for the default (%d)",
 			p.MaxTokenLifetimeSeconds, minTokenLifetimeSeconds, maxTokenLifetimeSeconds, int(DefaultMaxTokenLifetime/time.Second))
+	}
+	return nil
+}
+
+// MinBodyBytes is the least maxBodyBytesPerUser: one request body of the
+// largest size the server reads (serve.MaxRequestBytes), which a body of
+// unknown length is counted as until it has been read.
+const MinBodyBytes = 1 << 20
+
+// MaxBodyTimeoutSeconds bounds bodyTimeoutSeconds: a body on loopback takes
+// milliseconds, and a longer wait only lets a stalled one hold memory.
+const MaxBodyTimeoutSeconds = 300
+
+// checkUserLimits checks the per-user limits: each 0 (the default) or
+// positive, a per-user limit no more than its total, and a body budget
+// that admits at least one body of the largest size.
+func (c *HTTPConfig) checkUserLimits() error {
+	for _, p := range []struct {
+		user, total  string
+		perUser, all int64
+		minPerUser   int64
+	}{
+		{"maxRequestsPerUser", "maxRequests", int64(c.MaxRequestsPerUser), int64(c.MaxRequests), 1},
+		{"maxBodyBytesPerUser", "maxBodyBytes", c.MaxBodyBytesPerUser, c.MaxBodyBytes, MinBodyBytes},
+		{"maxListenStreamsPerUser", "maxListenStreams", int64(c.MaxListenStreamsPerUser), int64(c.MaxListenStreams), 1},
+	} {
+		if p.perUser < 0 || p.all < 0 {
+			return fmt.Errorf("%s (%d) and %s (%d) must be 0 (the defaults) or more", p.user, p.perUser, p.total, p.all)
+		}
+		if p.perUser > 0 && p.perUser < p.minPerUser {
+			return fmt.Errorf("%s is %d; it must be 0 (the default) or at least %d, one request body of the largest size",
+				p.user, p.perUser, p.minPerUser)
+		}
+		if p.all > 0 && p.all < p.minPerUser {
+			return fmt.Errorf("%s is %d; it must be 0 (the default) or at least %d, one request body of the largest size",
+				p.total, p.all, p.minPerUser)
+		}
+		if p.all > 0 && p.perUser > p.all {
+			return fmt.Errorf("%s (%d) is more than %s (%d)", p.user, p.perUser, p.total, p.all)
+		}
+	}
+	if c.BodyTimeoutSeconds < 0 || c.BodyTimeoutSeconds > MaxBodyTimeoutSeconds {
+		return fmt.Errorf("bodyTimeoutSeconds is %d; it must be 0 (the default) or 1 to %d",
+			c.BodyTimeoutSeconds, MaxBodyTimeoutSeconds)
 	}
 	return nil
 }

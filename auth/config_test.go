@@ -92,6 +92,21 @@ func TestLoadHTTPConfig(t *testing.T) {
 		t.Error(err)
 	}
 
+	// The per-user limits are read as written (0 where absent: the
+	// server's defaults).
+	c, err = LoadHTTPConfig(configDir(t, func(m map[string]any) {
+		m["maxRequestsPerUser"], m["maxRequests"] = 4, 40
+		m["maxBodyBytesPerUser"], m["maxBodyBytes"] = 2<<20, 8<<20
+		m["bodyTimeoutSeconds"], m["maxListenStreamsPerUser"] = 3, 2
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxRequestsPerUser != 4 || c.MaxRequests != 40 || c.MaxBodyBytesPerUser != 2<<20 || c.MaxBodyBytes != 8<<20 ||
+		c.BodyTimeoutSeconds != 3 || c.MaxListenStreamsPerUser != 2 || c.MaxListenStreams != 0 {
+		t.Errorf("per-user limits read as %+v", c)
+	}
+
 	// Explicit audience and resource are kept; the refresh default applies.
 	c, err = LoadHTTPConfig(configDir(t, func(m map[string]any) {
 		m["audience"] = "https://127.0.0.1:8443/mcp"
@@ -221,6 +236,20 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 		{"negative maxSessions", func(m map[string]any) { m["maxSessions"] = -1 }, nil, "maxSessions (-1) must be 0"},
 		{"per-user bound over the total", func(m map[string]any) { m["maxSessionsPerUser"] = 9; m["maxSessions"] = 4 }, nil,
 			"maxSessionsPerUser (9) is more than maxSessions (4)"},
+		{"negative maxRequestsPerUser", func(m map[string]any) { m["maxRequestsPerUser"] = -1 }, nil, "maxRequestsPerUser (-1) and maxRequests (0) must be 0"},
+		{"requests per user over the total", func(m map[string]any) { m["maxRequestsPerUser"] = 20; m["maxRequests"] = 10 }, nil,
+			"maxRequestsPerUser (20) is more than maxRequests (10)"},
+		{"body budget under one body", func(m map[string]any) { m["maxBodyBytesPerUser"] = 1000 }, nil,
+			"maxBodyBytesPerUser is 1000; it must be 0 (the default) or at least 1048576"},
+		{"total body budget under one body", func(m map[string]any) { m["maxBodyBytes"] = 1 << 19 }, nil,
+			"maxBodyBytes is 524288; it must be 0 (the default) or at least 1048576"},
+		{"body bytes per user over the total", func(m map[string]any) { m["maxBodyBytesPerUser"] = 4 << 20; m["maxBodyBytes"] = 2 << 20 }, nil,
+			"maxBodyBytesPerUser (4194304) is more than maxBodyBytes (2097152)"},
+		{"negative maxListenStreams", func(m map[string]any) { m["maxListenStreams"] = -3 }, nil, "maxListenStreams (-3) must be 0"},
+		{"listen streams per user over the total", func(m map[string]any) { m["maxListenStreamsPerUser"] = 9; m["maxListenStreams"] = 4 }, nil,
+			"maxListenStreamsPerUser (9) is more than maxListenStreams (4)"},
+		{"negative body timeout", func(m map[string]any) { m["bodyTimeoutSeconds"] = -1 }, nil, "bodyTimeoutSeconds is -1; it must be 0 (the default) or 1 to 300"},
+		{"body timeout over the bound", func(m map[string]any) { m["bodyTimeoutSeconds"] = 301 }, nil, "bodyTimeoutSeconds is 301"},
 		{"scope with a space", func(m map[string]any) { m["requiredScopes"] = []string{"openid profile"} }, nil, "requiredScopes has"},
 		{"resource over http", func(m map[string]any) { m["resource"] = "http://127.0.0.1:8443/mcp" }, nil, "not an https URL"},
 		{"resource with a query", func(m map[string]any) { m["resource"] = "https://127.0.0.1:8443/mcp?x=1" }, nil, "query or fragment"},
