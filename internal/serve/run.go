@@ -2,7 +2,8 @@
 // the grant, manifest, journal, audit log and the Gateway service session
 // and serves one server.Server over stdio or over Streamable HTTP on TLS;
 // the HTTP handler in front of the MCP endpoint (Host and Origin checks,
-// body bounds, JSON-RPC shape, the token check, the MCP session limiter);
+// body bounds, JSON-RPC shape, the token check, the per-user limits, the
+// MCP session limiter);
 // the operations endpoints (health and Prometheus metrics); the go-sdk's
 // logger; and the environment check a start refuses model credentials by.
 //
