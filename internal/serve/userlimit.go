@@ -280,7 +280,7 @@ func (l *UserLimiter) Wrap(next http.Handler) http.Handler {
 		}
 		held := userLoad{requests: 1}
 		if rf := l.take(user, held); rf.refused() {
-			l.refuse(w, r, user, rf, nil, true)
+			l.refuse(w, r, user, rf, nil, r.ContentLength != 0)
 			return
 		}
 		defer func() { l.give(user, held) }()
@@ -468,8 +468,8 @@ type burstGate struct {
 type burstKey struct{ user, reason string }
 
 type burst struct {
-	lastLine time.Time
-	heldBack int
+	lastLine, lastSeen time.Time
+	heldBack           int
 }
 
 func newBurstGate(window time.Duration, now func() time.Time) *burstGate {
@@ -484,21 +484,24 @@ func (g *burstGate) admit(user, reason string) (open bool, heldBack int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := burstKey{user, reason}
-	if b := g.bursts[k]; b != nil && now.Sub(b.lastLine) < g.window {
+	b := g.bursts[k]
+	if b != nil && now.Sub(b.lastLine) < g.window {
 		b.heldBack++
+		b.lastSeen = now
 		return false, 0
 	}
-	if b := g.bursts[k]; b != nil {
+	if b != nil {
 		heldBack = b.heldBack
 	}
-	// A line is written: forget the bursts that are over, so the table
-	// holds only the users refused within the last window.
-	for key, b := range g.bursts {
-		if now.Sub(b.lastLine) >= g.window {
+	// A line is written: forget the bursts that are over (no refusal for
+	// a window), so the table holds only users refused lately. A burst
+	// that goes on keeps its count for its next line.
+	for key, o := range g.bursts {
+		if now.Sub(o.lastSeen) >= g.window {
 			delete(g.bursts, key)
 		}
 	}
-	g.bursts[k] = &burst{lastLine: now}
+	g.bursts[k] = &burst{lastLine: now, lastSeen: now}
 	return true, heldBack
 }
 

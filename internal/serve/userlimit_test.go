@@ -35,10 +35,15 @@ func TestBurstGate(t *testing.T) {
 	if ok, _ := g.admit("carol", ReasonUserStreams); !ok {
 		t.Error("carol's first refusal at another limit was held back")
 	}
-	now = now.Add(40 * time.Second) // a minute after carol's first line
+	// bob's line, just after carol's window, does not forget her burst:
+	// it goes on.
+	now = now.Add(40 * time.Second)
+	if ok, _ := g.admit("bob", ReasonUserBodies); !ok {
+		t.Error("bob's first refusal was held back")
+	}
 	ok, held := g.admit("carol", ReasonUserBodies)
 	if !ok || held != 19 {
-		t.Errorf("a window later: line %v naming %d held back, want a line naming 19", ok, held)
+		t.Errorf("a window after carol's first line: line %v naming %d held back, want a line naming 19", ok, held)
 	}
 	now = now.Add(2 * time.Minute)
 	if ok, held := g.admit("bob", ReasonUserRequests); !ok || held != 0 {
