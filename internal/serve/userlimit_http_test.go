@@ -223,9 +223,6 @@ func TestStalledBodiesOfOneUser(t *testing.T) {
 	if m, isErr := mcptest.Call(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
 		t.Fatalf("alice while carol's bodies are held: %v", m)
 	}
-	if got := metricOr(t, hs, "pdmcp_http_requests_in_flight"); got < 5 {
-		t.Errorf("%v requests in flight after alice's call, want carol's 5 still held", got)
-	}
 	settle("200,000-byte bodies", big, 5)
 	waitMetric(t, hs, "pdmcp_http_request_body_bytes", 0)
 	waitMetric(t, hs, "pdmcp_http_requests_in_flight", 0)
