@@ -237,8 +237,8 @@ func (l *UserLimiter) take(user string, d userLoad) refusal {
 	return refusal{}
 }
 
-// give takes d off user's load (a negative field adds back, which shrinks
-// a reservation to what was used never needs a check for).
+// give takes d off user's load. It needs no check: it only lowers what is
+// held (a reservation shrunk to what the body used, a request ended).
 func (l *UserLimiter) give(user string, d userLoad) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
