@@ -217,9 +217,9 @@ func TestStalledBodiesOfOneUser(t *testing.T) {
 	}
 
 	// Large bodies: the body budget binds first.
-	big := stallBodies(t, hs, carol, 12, 200000)
+	big := stallBodies(t, hs, carol, 40, 200000)
 	waitMetric(t, hs, "pdmcp_http_request_body_bytes", 5*200000)
-	waitMetric(t, hs, `pdmcp_http_refusals_total{class="too-many-bodies",status="429"}`, 7)
+	waitMetric(t, hs, `pdmcp_http_refusals_total{class="too-many-bodies",status="429"}`, 35)
 	if m, isErr := mcptest.Call(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-aurora"}); isErr {
 		t.Fatalf("alice while carol's bodies are held: %v", m)
 	}
