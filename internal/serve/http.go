@@ -88,7 +88,7 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 				Method: r.Method, Path: r.Path, TS: r.TS})
 		},
 	})
-	limits := NewUserLimiter(UserLimitsOf(cfg), a, m, log)
+	limits := NewUserLimiter(UserLimitsOf(cfg), refused, m, log)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", traced(mw(limits.Wrap(jsonRPCShape(mcp.SupportedProtocolVersions(), mcpHandler)))))
 	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))

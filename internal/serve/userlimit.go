@@ -62,12 +62,6 @@ const (
 	retryServer  = 5
 )
 
-// RefusalAuditWindow is how often at most one user's refusals at one limit
-// are written to the audit file and the log: the first refusal of a burst
-// is, the rest of the window's are counted (the metrics count every one)
-// and named with the next line.
-const RefusalAuditWindow = time.Minute
-
 // UserLimits are the per-user limits; a zero field takes its default.
 type UserLimits struct {
 	MaxRequestsPerUser, MaxRequests           int
@@ -155,30 +149,31 @@ func (u *userLoad) zero() bool { return u.requests == 0 && u.bodyBytes == 0 && u
 // reads the body itself (under the budget and the deadline), so the
 // handlers behind it get a body already in memory. Refusals answer 429
 // (the user's limit) or 503 (the server's) with Retry-After, or 408 for a
-// body that did not arrive in time, and are audited once per user and
-// limit per RefusalAuditWindow.
+// body that did not arrive in time. Each refusal goes to the audit through
+// the record function (audit.Log.Refused: a burst is one line, the rest
+// of it counted in a summary) and gets a log line when it got its own
+// audit line.
 //
 // It keeps nothing per user once the user holds nothing.
 type UserLimiter struct {
-	lim  UserLimits
-	gate *burstGate
-	a    *audit.Log
-	m    *Metrics
-	log  *slog.Logger
+	lim    UserLimits
+	record func(audit.AuthRefused) (own bool)
+	m      *Metrics
+	log    *slog.Logger
 
 	mu    sync.Mutex
 	users map[string]*userLoad
 	all   userLoad
 }
 
-// NewUserLimiter makes a limiter; a, m and log may be nil (no audit, no
-// metrics, no log).
-func NewUserLimiter(lim UserLimits, a *audit.Log, m *Metrics, log *slog.Logger) *UserLimiter {
+// NewUserLimiter makes a limiter. record writes a refusal's audit line
+// and reports whether it got a line of its own (audit.Log.Refused); record,
+// m and log may be nil (no audit, no metrics, no log).
+func NewUserLimiter(lim UserLimits, record func(audit.AuthRefused) (own bool), m *Metrics, log *slog.Logger) *UserLimiter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &UserLimiter{lim: lim.withDefaults(), gate: newBurstGate(RefusalAuditWindow, time.Now),
-		a: a, m: m, log: log, users: map[string]*userLoad{}}
+	l := &UserLimiter{lim: lim.withDefaults(), record: record, m: m, log: log, users: map[string]*userLoad{}}
 	m.userLimits(l)
 	return l
 }
@@ -395,8 +390,7 @@ func listenRequest(body []byte) (json.RawMessage, bool) {
 	return id, listen
 }
 
-// refuse answers a refused request and writes its audit line, once per
-// burst. unread says the body was not read: on HTTP/1 the connection is
+// refuse answers a refused request and records it. unread says the body was not read: on HTTP/1 the connection is
 // then closed rather than drained (net/http would otherwise wait for up
 // to 256 KiB of it, with no deadline).
 func (l *UserLimiter) refuse(w http.ResponseWriter, r *http.Request, user string, rf refusal, id json.RawMessage, unread bool) {
@@ -418,21 +412,15 @@ func (l *UserLimiter) refuse(w http.ResponseWriter, r *http.Request, user string
 		"error": map[string]any{"code": codeLimited, "message": refusalMessage(rf), "data": map[string]any{
 			"class": rf.class, "reason": rf.reason, "retryAfterSeconds": rf.retry}}})
 
-	open, heldBack := l.gate.admit(user, rf.reason)
-	if !open {
-		return
-	}
 	caller := server.CallerDigest(user)
+	method, path := auth.RefusedRequest(r)
+	if l.record != nil && !l.record(audit.AuthRefused{Class: rf.class, Reason: rf.reason, Status: rf.status,
+		Caller: caller, Method: method, Path: path, TS: time.Now()}) {
+		return // counted into a summary, which has its own log line
+	}
 	l.log.LogAttrs(r.Context(), slog.LevelWarn, "request refused over a limit",
 		slog.String("event", "auth-refused"), slog.String("class", rf.class), slog.String("reason", rf.reason),
-		slog.Int("status", rf.status), slog.String("caller", caller), slog.Int("refusedSinceLastLine", heldBack))
-	if l.a == nil {
-		return
-	}
-	if err := l.a.Write(audit.AuthRefused{Class: rf.class, Reason: rf.reason, Status: rf.status, Caller: caller,
-		Method: r.Method, Path: r.URL.Path, TS: time.Now()}); err != nil {
-		l.log.Error("audit write failed", "event", "auth-refused", "err", err)
-	}
+		slog.Int("status", rf.status), slog.String("caller", caller), slog.String("method", method), slog.String("path", path))
 }
 
 func refusalMessage(rf refusal) string {
@@ -453,56 +441,6 @@ func refusalMessage(rf refusal) string {
 		return "the request body did not arrive in time; send it whole, promptly"
 	}
 	return "refused over a limit"
-}
-
-// burstGate lets one refusal per user and reason per window through to the
-// audit file and the log, and counts the rest.
-type burstGate struct {
-	window time.Duration
-	now    func() time.Time
-
-	mu     sync.Mutex
-	bursts map[burstKey]*burst
-}
-
-type burstKey struct{ user, reason string }
-
-type burst struct {
-	lastLine, lastSeen time.Time
-	heldBack           int
-}
-
-func newBurstGate(window time.Duration, now func() time.Time) *burstGate {
-	return &burstGate{window: window, now: now, bursts: map[burstKey]*burst{}}
-}
-
-// admit reports whether this refusal is to be written (the first of a
-// burst, or the first a window after the last line), and how many of the
-// same user and reason were held back since the last line written.
-func (g *burstGate) admit(user, reason string) (open bool, heldBack int) {
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	k := burstKey{user, reason}
-	b := g.bursts[k]
-	if b != nil && now.Sub(b.lastLine) < g.window {
-		b.heldBack++
-		b.lastSeen = now
-		return false, 0
-	}
-	if b != nil {
-		heldBack = b.heldBack
-	}
-	// A line is written: forget the bursts that are over (no refusal for
-	// a window), so the table holds only users refused lately. A burst
-	// that goes on keeps its count for its next line.
-	for key, o := range g.bursts {
-		if now.Sub(o.lastSeen) >= g.window {
-			delete(g.bursts, key)
-		}
-	}
-	g.bursts[k] = &burst{lastLine: now, lastSeen: now}
-	return true, heldBack
 }
 
 // userLimits reports what the limiter counts, as gauges.

@@ -161,16 +161,28 @@ func refusedCount(t *testing.T, hs *httpStack, class string, status int) float64
 	return metricOr(t, hs, fmt.Sprintf(`pdmcp_http_refusals_total{class=%q,status="%d"}`, class, status))
 }
 
-// limitLines are the audit file's refusal lines of class.
-func limitLines(t *testing.T, hs *httpStack, class string) []map[string]any {
+// refusalLines reads the audit file's refusals of class: the lines of
+// their own and the summaries, and the refusals they stand for in all
+// (each line one, each summary its count), by caller.
+func refusalLines(t *testing.T, hs *httpStack, class string) (own, summaries []map[string]any, byCaller map[string]int) {
 	t.Helper()
-	var out []map[string]any
+	byCaller = map[string]int{}
 	for _, l := range hs.auditLines(t) {
-		if l["event"] == audit.EventAuthRefused && l["class"] == class {
-			out = append(out, l)
+		if l["class"] != class {
+			continue
+		}
+		caller, _ := l["caller"].(string)
+		switch l["event"] {
+		case audit.EventAuthRefused:
+			own = append(own, l)
+			byCaller[caller]++
+		case audit.EventRefusalSummary:
+			summaries = append(summaries, l)
+			n, _ := l["count"].(float64)
+			byCaller[caller] += int(n)
 		}
 	}
-	return out
+	return own, summaries, byCaller
 }
 
 // TestStalledBodiesOfOneUser is issue 31's scenario 2: carol, signed in,
@@ -179,8 +191,8 @@ func limitLines(t *testing.T, hs *httpStack, class string) []map[string]any {
 // requests in flight (8 here), she is refused 429 with Retry-After and the
 // connection closed, not drained; the bodies held are cut off when the
 // body timeout passes (408, connection closed) and everything they held is
-// given back; alice is answered meanwhile. Each limit's burst is one audit
-// line, not one per refused request.
+// given back; alice is answered meanwhile. Every refusal is audited as
+// carol's, a burst counted into a summary, not written line by line.
 func TestStalledBodiesOfOneUser(t *testing.T) {
 	hs := newHTTPStack(t, 4, withHTTPConfig(`,"maxRequestsPerUser":8,"maxBodyBytesPerUser":1048576,"bodyTimeoutSeconds":10`))
 	carol := hs.token(t, "carol", "pw-c")
@@ -228,9 +240,9 @@ func TestStalledBodiesOfOneUser(t *testing.T) {
 	waitMetric(t, hs, "pdmcp_http_requests_in_flight", 0)
 
 	// Small bodies: the requests in flight bind.
-	small := stallBodies(t, hs, carol, 12, 100)
+	small := stallBodies(t, hs, carol, 30, 100)
 	waitMetric(t, hs, "pdmcp_http_requests_in_flight", 8)
-	waitMetric(t, hs, `pdmcp_http_refusals_total{class="too-many-requests",status="429"}`, 4)
+	waitMetric(t, hs, `pdmcp_http_refusals_total{class="too-many-requests",status="429"}`, 22)
 	if m, isErr := mcptest.Call(t, alice, "read_protected_document", map[string]any{"documentId": "proposal-cirrus"}); isErr {
 		t.Fatalf("alice while carol's requests are in flight: %v", m)
 	}
@@ -246,20 +258,32 @@ func TestStalledBodiesOfOneUser(t *testing.T) {
 		t.Errorf("carol after her stalled bodies: %v", m)
 	}
 
+	// Every refusal is in the audit file, as carol's, each burst counted
+	// into a line and a summary rather than written line by line.
 	hs.stop()
 	carolDigest := audit.Digest12(hs.issuer + "|carol")
-	for class, reason := range map[string]string{
-		serve.ClassTooManyBodies:   serve.ReasonUserBodies,
-		serve.ClassTooManyRequests: serve.ReasonUserRequests,
-		serve.ClassBodyTimeout:     serve.ReasonBodyTimeout,
+	for _, want := range []struct {
+		class, reason string
+		status, n     int
+		// maxLines: a flood comes within a second or two; the 13 bodies
+		// cut off come in two bursts, each spread as its sends were.
+		maxLines int
+	}{
+		{serve.ClassTooManyBodies, serve.ReasonUserBodies, http.StatusTooManyRequests, 35, 35 / 2},
+		{serve.ClassTooManyRequests, serve.ReasonUserRequests, http.StatusTooManyRequests, 22, 22 / 2},
+		{serve.ClassBodyTimeout, serve.ReasonBodyTimeout, http.StatusRequestTimeout, 13, 12},
 	} {
-		lines := limitLines(t, hs, class)
-		if len(lines) != 1 {
-			t.Errorf("%d audit lines of class %s, want one for the burst: %v", len(lines), class, lines)
-			continue
+		own, summaries, byCaller := refusalLines(t, hs, want.class)
+		if byCaller[carolDigest] != want.n || len(byCaller) != 1 {
+			t.Errorf("%s: the audit file accounts for %v refusals by caller, want %d, all carol's (%s)", want.class, byCaller, want.n, carolDigest)
 		}
-		if l := lines[0]; l["caller"] != carolDigest || l["reason"] != reason {
-			t.Errorf("audit line %v, want carol's digest and reason %s", l, reason)
+		if lines := len(own) + len(summaries); len(own) == want.n || lines > want.maxLines {
+			t.Errorf("%s: %d audit lines for %d refusals, want them counted, not written one by one", want.class, lines, want.n)
+		}
+		for _, l := range own {
+			if l["reason"] != want.reason || l["status"] != float64(want.status) {
+				t.Errorf("%s: audit line %v, want reason %s and status %d", want.class, l, want.reason, want.status)
+			}
 		}
 	}
 }
@@ -328,7 +352,8 @@ func TestListenStreamsAreBounded(t *testing.T) {
 	}
 
 	hs.stop()
-	if lines := limitLines(t, hs, serve.ClassTooManyStreams); len(lines) != 2 {
-		t.Errorf("%d audit lines for the streams refused, want one for carol's burst of 4 and one for alice's: %v", len(lines), lines)
+	_, _, byCaller := refusalLines(t, hs, serve.ClassTooManyStreams)
+	if want := map[string]int{audit.Digest12(hs.issuer + "|carol"): 4, audit.Digest12(hs.issuer + "|alice"): 1}; fmt.Sprint(byCaller) != fmt.Sprint(want) {
+		t.Errorf("the audit file accounts for %v streams refused by caller, want %v", byCaller, want)
 	}
 }

@@ -13,47 +13,6 @@ import (
 	"github.com/pdmcp/pdmcp/auth"
 )
 
-// TestBurstGate: one user's refusals at one limit are written once per
-// window, the next line naming how many were held back; other users and
-// other limits have their own bursts; a burst over is forgotten.
-func TestBurstGate(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	g := newBurstGate(time.Minute, func() time.Time { return now })
-	open := 0
-	for range 20 {
-		if ok, _ := g.admit("carol", ReasonUserBodies); ok {
-			open++
-		}
-		now = now.Add(time.Second)
-	}
-	if open != 1 {
-		t.Fatalf("20 refusals in 20 s gave %d lines, want 1", open)
-	}
-	if ok, _ := g.admit("alice", ReasonUserBodies); !ok {
-		t.Error("alice's first refusal was held back by carol's burst")
-	}
-	if ok, _ := g.admit("carol", ReasonUserStreams); !ok {
-		t.Error("carol's first refusal at another limit was held back")
-	}
-	// bob's line, just after carol's window, does not forget her burst:
-	// it goes on.
-	now = now.Add(40 * time.Second)
-	if ok, _ := g.admit("bob", ReasonUserBodies); !ok {
-		t.Error("bob's first refusal was held back")
-	}
-	ok, held := g.admit("carol", ReasonUserBodies)
-	if !ok || held != 19 {
-		t.Errorf("a window after carol's first line: line %v naming %d held back, want a line naming 19", ok, held)
-	}
-	now = now.Add(2 * time.Minute)
-	if ok, held := g.admit("bob", ReasonUserRequests); !ok || held != 0 {
-		t.Errorf("bob: line %v, %d held back", ok, held)
-	}
-	if len(g.bursts) != 1 {
-		t.Errorf("%d bursts remembered after every other is over, want bob's alone", len(g.bursts))
-	}
-}
-
 // TestUserLimiterTake: the user's own limit answers 429 and is checked
 // before the server's (503); what is given back frees the place, and a
 // user who holds nothing is forgotten.
