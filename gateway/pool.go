@@ -28,8 +28,10 @@ const (
 	// PoolRevokeTimeout bounds each revoke the pool sends, so that ending
 	// one user's session can never hold up another user for long.
 	PoolRevokeTimeout = 5 * time.Second
-	// DefaultSpareIdle is PoolConfig.SpareIdle when it is zero.
-	DefaultSpareIdle = 5 * time.Second
+	// DefaultMinIdle is PoolConfig.MinIdle when it is zero: a user who
+	// called within the last minute is between the calls of one task (a
+	// host reads, thinks and reads again) and is never ended ahead of need.
+	DefaultMinIdle = time.Minute
 )
 
 // subjectTTLMargin is kept between a session's end and its subject
@@ -76,11 +78,18 @@ type PoolConfig struct {
 	// waited out once and the mint tried again (DefaultMaxRetryWait when
 	// zero). A longer one is returned as it is.
 	MaxRetryWait time.Duration
+	// MinIdle: a user who called within this long is never ended ahead
+	// of need, whoever is expected or arrives (DefaultMinIdle when zero);
+	// only a newcomer's call that has its subject token in hand, and finds
+	// no place free, ends them (see Pool). A place reserved ahead of need
+	// for a newcomer who has not called yet is kept for them this long too.
+	MinIdle time.Duration
 	// SpareIdle: once every place is taken, the user who called least
 	// recently, with no call in flight and no call for at least this long,
 	// is ended in the background, so that a place is free before a new
-	// user needs it (DefaultSpareIdle when zero). Users calling more often
-	// than this keep their sessions however many places they fill.
+	// user needs it (MinIdle when zero; at least MinIdle). Users calling
+	// more often than this keep their sessions however many places they
+	// fill.
 	SpareIdle time.Duration
 	// Now is the clock that decides when a session is renewed (time.Now
 	// when nil).
@@ -97,16 +106,21 @@ type PoolConfig struct {
 //
 // MaxCallers is a hard cap: never more sessions than that are live at the
 // Gateway at once, counting those being minted and those being revoked.
+//
 // A place is freed ahead of need, in the background, so that a new user's
-// first call does not wait on another user's revoke: when a user with no
-// session arrives and every place is taken, the user who called least
-// recently among those with no call in flight is ended at once (while the
-// newcomer's subject token is fetched), and once every place is taken
-// again, the least recent such user idle for SpareIdle is ended too. The
-// newcomer mints in the place freed (the revoke is confirmed, or the
-// holder key destroyed, before the place counts as free); when every place
-// is busy, they wait up to MaxPlaceWait and are then refused
-// SESSIONS_BUSY, retryable.
+// first call does not wait on another user's revoke, but never at the cost
+// of a user who called within MinIdle, and never for nobody: when a user
+// with no entry is expected (Expect) or arrives, and every place is taken,
+// the least recent user with no call in flight who has not called for
+// MinIdle is ended, and their place, once their session is revoked (or
+// its holder key destroyed), passes to that newcomer, reserved: no one
+// else mints in it, and it is kept for them for MinIdle. Once every place
+// is taken again, the least recent such user idle for SpareIdle is ended
+// too, so that the next newcomer finds a place free. A call that has its
+// subject token in hand and finds no place ends the least recent user
+// with no call in flight, however recent (their place passes to it, the
+// revoke confirmed first); when every place is busy, it waits up to
+// MaxPlaceWait and is then refused SESSIONS_BUSY, retryable.
 //
 // Concurrent calls of one user wait for each other, so that they mint at
 // most one session; no lock is held across a Gateway request that another
@@ -118,6 +132,7 @@ type Pool struct {
 	maxPlaceWait time.Duration
 	notAfter     time.Time
 	maxRetryWait time.Duration
+	minIdle      time.Duration
 	spareIdle    time.Duration
 	now          func() time.Time
 	log          *slog.Logger
@@ -161,7 +176,15 @@ type poolEntry struct {
 	// session is live, being minted or being revoked. It is given up only
 	// once the session that used it is revoked or known gone.
 	place bool
-	busy  int // calls given the session and not yet released
+	// reserved says place was freed ahead of need for this user, who has
+	// not minted in it yet: their first call keeps it while their subject
+	// token is fetched, and no one else takes it within MinIdle of their
+	// last request.
+	reserved bool
+	// heir, set while this entry's place is being freed ahead of need, is
+	// the newcomer the place passes to once the session is revoked.
+	heir *poolEntry
+	busy int // calls given the session and not yet released
 	// extra are keys this user's session was widened to (decrypt_file),
 	// beyond the grant's objects; a renewal or replacement keeps them.
 	// Changed with lock and Pool.mu held.
@@ -217,8 +240,15 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.MaxPlaceWait < 0 {
 		return nil, fmt.Errorf("session pool: MaxPlaceWait %s is negative", cfg.MaxPlaceWait)
 	}
+	if cfg.MinIdle < 0 {
+		return nil, fmt.Errorf("session pool: MinIdle %s is negative", cfg.MinIdle)
+	}
+	minIdle := cmp.Or(cfg.MinIdle, DefaultMinIdle)
 	if cfg.SpareIdle < 0 {
 		return nil, fmt.Errorf("session pool: SpareIdle %s is negative", cfg.SpareIdle)
+	}
+	if cfg.SpareIdle != 0 && cfg.SpareIdle < minIdle {
+		return nil, fmt.Errorf("session pool: SpareIdle %s is under MinIdle %s; a user who called within MinIdle is never ended ahead of need", cfg.SpareIdle, minIdle)
 	}
 	p := &Pool{
 		minter:       cfg.Minter,
@@ -227,7 +257,8 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		maxPlaceWait: cmp.Or(cfg.MaxPlaceWait, DefaultMaxPlaceWait),
 		notAfter:     cfg.NotAfter,
 		maxRetryWait: cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait),
-		spareIdle:    cmp.Or(cfg.SpareIdle, DefaultSpareIdle),
+		minIdle:      minIdle,
+		spareIdle:    cmp.Or(cfg.SpareIdle, minIdle),
 		now:          cfg.Now,
 		log:          cfg.Logger,
 		callers:      map[string]*poolEntry{},
@@ -366,9 +397,9 @@ func (p *Pool) entry(id string) (*poolEntry, error) {
 	if e == nil {
 		e = &poolEntry{id: id, digest: callerDigest(id), lock: make(chan struct{}, 1)}
 		p.callers[id] = e
-		// A newcomer will need a place: free one now, while their subject
-		// token is fetched, rather than after.
-		p.evictAheadLocked(0)
+		// A newcomer will need a place: free one for them now, while
+		// their subject token is fetched, rather than after.
+		p.evictAheadLocked(p.minIdle, e)
 	}
 	p.tick++
 	e.lastCall, e.lastAt = p.tick, p.now()
@@ -397,9 +428,15 @@ func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (
 		// two sessions.
 		p.revoke(ctx, taken{e, old}, "renewed")
 	}
-	// No place is held while the subject token is fetched: a slow
-	// provider for one user never keeps a place from another.
-	p.givePlace(e)
+	// No place is held while the subject token is fetched, so that a slow
+	// provider for one user never keeps a place from another; but a place
+	// reserved for this user ahead of need is theirs (their exchange was
+	// started ahead too), and giving it up would hand it to someone else.
+	p.mu.Lock()
+	if !e.reserved {
+		p.givePlaceLocked(e)
+	}
+	p.mu.Unlock()
 	tok, err := p.subjectToken(ctx, e, subject)
 	if err != nil {
 		p.forget(e)
@@ -432,12 +469,12 @@ func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (
 		p.givePlace(e)
 		return nil, true, nil
 	}
-	e.sess, e.deadline = s, deadline
+	e.sess, e.deadline, e.reserved = s, deadline, false
 	e.busy++
 	p.tick++
 	e.lastCall, e.lastAt = p.tick, p.now()
 	// The pool may be full now: free a place ahead of the next newcomer.
-	if !p.evictAheadLocked(p.spareIdle) {
+	if !p.evictAheadLocked(p.spareIdle, nil) {
 		p.armSpareLocked()
 	}
 	p.mu.Unlock()

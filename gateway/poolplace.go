@@ -32,7 +32,7 @@ func (p *Pool) signalLocked() {
 // givePlaceLocked gives up e's place. p.mu is held.
 func (p *Pool) givePlaceLocked(e *poolEntry) {
 	if e.place {
-		e.place = false
+		e.place, e.reserved = false, false
 		p.places--
 		p.signalLocked()
 	}
@@ -89,7 +89,7 @@ func (p *Pool) takePlace(ctx context.Context, e *poolEntry) (again bool, _ error
 			// only after that, so the count at the Gateway never rises.
 			delete(p.callers, v.id)
 			vs := v.sess
-			v.gone, v.sess, v.place, e.place = true, nil, false, true
+			v.gone, v.sess, v.place, v.reserved, e.place = true, nil, false, false, true
 			p.mu.Unlock()
 			if vs != nil {
 				p.revoke(ctx, taken{v, vs}, "evicted")
@@ -128,12 +128,15 @@ func (p *Pool) busyRefusal() *api.Error {
 
 // idlestLocked takes out of use, and locks, the entry holding a place that
 // called least recently among those with no call in flight and not being
-// served, never keep, and (when calledBefore is set) whose last call was
-// before calledBefore; nil when there is none. p.mu is held.
+// served, never keep, never a place reserved within MinIdle, and (when
+// calledBefore is set) whose last call was before calledBefore; nil when
+// there is none. p.mu is held.
 func (p *Pool) idlestLocked(keep *poolEntry, calledBefore time.Time) *poolEntry {
+	kept := p.now().Add(-p.minIdle)
 	var candidates []*poolEntry
 	for _, e := range p.callers {
-		if e != keep && e.place && e.busy == 0 && !e.gone && (calledBefore.IsZero() || e.lastAt.Before(calledBefore)) {
+		if e != keep && e.place && e.busy == 0 && !e.gone && (calledBefore.IsZero() || e.lastAt.Before(calledBefore)) &&
+			(!e.reserved || e.lastAt.Before(kept)) {
 			candidates = append(candidates, e)
 		}
 	}
@@ -146,32 +149,51 @@ func (p *Pool) idlestLocked(keep *poolEntry, calledBefore time.Time) *poolEntry 
 	return nil
 }
 
-// Expect says callerID is about to call (a request of theirs was
-// accepted): when they have no entry and every place is taken, the least
-// recent idle user is ended in the background now, as the newcomer's
-// arrival would, so that their first call finds a place free or being
-// freed. Nothing is minted; at most one place is freed this way at a time.
+// Expect says callerID is about to call (a well-formed request of theirs
+// that comes before a tool call was served): when they have no entry,
+// every place is taken and none is being freed, the least recent user with
+// no call in flight who has not called for MinIdle is ended in the
+// background now, and their place passes to callerID, reserved, once the
+// session is revoked; their first call mints in it. When no such user
+// exists, or a place is free, nothing is ended and nothing is reserved.
+// Nothing is minted; at most one place is freed this way at a time.
 func (p *Pool) Expect(callerID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.callers[callerID] == nil {
-		p.evictAheadLocked(0)
+	if callerID == "" || p.closed || p.callers[callerID] != nil || p.places < p.maxCallers || p.evicting > 0 {
+		return
+	}
+	e := &poolEntry{id: callerID, digest: callerDigest(callerID), lock: make(chan struct{}, 1)}
+	p.tick++
+	e.lastCall, e.lastAt = p.tick, p.now()
+	if p.freeAheadLocked(p.minIdle, e) {
+		// The entry holds no place until the revoke is answered; it is
+		// in the pool so that the place can pass to it.
+		p.callers[callerID] = e
 	}
 }
 
 // evictAheadLocked frees a place in the background when every place is
-// taken and none is being freed: the least recent idle user who has not
-// called for minIdle (any, when zero) is taken out of the pool, and their
-// place is given up once their session is revoked, so the count at the
-// Gateway never rises. It reports whether a place is free or being freed.
+// taken and none is being freed (freeAheadLocked), for heir (nil: for
+// whoever comes). It reports whether a place is free or being freed.
 // p.mu is held.
-func (p *Pool) evictAheadLocked(minIdle time.Duration) bool {
+func (p *Pool) evictAheadLocked(minIdle time.Duration, heir *poolEntry) bool {
 	if p.closed {
 		return false
 	}
 	if p.places < p.maxCallers || p.evicting > 0 {
 		return true
 	}
+	return p.freeAheadLocked(minIdle, heir)
+}
+
+// freeAheadLocked takes out of the pool the least recent idle user who
+// has not called for minIdle and revokes their session in the background;
+// their place passes to heir once the revoke is answered (or the holder
+// key destroyed), or is given up when heir is nil or has left the pool
+// or found another place meanwhile, so the count at the Gateway never
+// rises. It reports whether it found such a user. p.mu is held.
+func (p *Pool) freeAheadLocked(minIdle time.Duration, heir *poolEntry) bool {
 	var before time.Time
 	if minIdle > 0 {
 		before = p.now().Add(-minIdle)
@@ -182,7 +204,7 @@ func (p *Pool) evictAheadLocked(minIdle time.Duration) bool {
 	}
 	delete(p.callers, v.id)
 	vs := v.sess
-	v.gone, v.sess = true, nil
+	v.gone, v.sess, v.heir = true, nil, heir
 	p.evicting++
 	p.bg.Go(func() {
 		if vs != nil {
@@ -190,10 +212,31 @@ func (p *Pool) evictAheadLocked(minIdle time.Duration) bool {
 		}
 		p.mu.Lock()
 		p.evicting--
-		p.givePlaceLocked(v)
+		passed := p.passPlaceLocked(v)
 		p.mu.Unlock()
 		v.release()
+		if passed {
+			p.log.LogAttrs(context.Background(), slog.LevelInfo, "gateway session pool: place reserved for a newcomer",
+				slog.String("caller", heir.digest), slog.String("ended", v.digest))
+		}
 	})
+	return true
+}
+
+// passPlaceLocked hands v's place, its session revoked, to v's heir when
+// the heir is still in the pool and holds no place, reserved; else it is
+// given up. It reports whether it was passed. p.mu is held.
+func (p *Pool) passPlaceLocked(v *poolEntry) bool {
+	h := v.heir
+	v.heir = nil
+	if h == nil || h.gone || h.place || !v.place {
+		p.givePlaceLocked(v)
+		return false
+	}
+	v.place, v.reserved = false, false
+	h.place, h.reserved = true, true
+	// The heir's call may be waiting for this place.
+	p.signalLocked()
 	return true
 }
 
@@ -218,7 +261,7 @@ func (p *Pool) armSpareLocked() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.spareTimer = nil
-		if !p.evictAheadLocked(p.spareIdle) {
+		if !p.evictAheadLocked(p.spareIdle, nil) {
 			p.armSpareLocked()
 		}
 	})

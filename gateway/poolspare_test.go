@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"time"
@@ -14,14 +15,16 @@ import (
 // sparePlaces is the places of newSparePool's pool.
 const sparePlaces = 2
 
-// newSparePool is a pool of sparePlaces places that frees one ahead once a
-// user is idle for spareIdle, and three users for it: alice and bob to
-// fill it, carol the newcomer. The Gateway's counts start from here.
-func newSparePool(t *testing.T, spareIdle time.Duration) (w *poolWorld, p *gateway.Pool, alice, bob, carol *poolUser) {
+// newSparePool is a pool of sparePlaces places as cfg sets it (waiting a
+// minute for a place unless cfg says otherwise), and three users for it:
+// alice and bob to fill it, carol the newcomer. The Gateway's counts start
+// from here.
+func newSparePool(t *testing.T, cfg gateway.PoolConfig) (w *poolWorld, p *gateway.Pool, alice, bob, carol *poolUser) {
 	t.Helper()
 	w = newPoolWorld(t)
 	w.mapUser(t, "carol")
-	p = w.pool(t, gateway.PoolConfig{MaxCallers: sparePlaces, SpareIdle: spareIdle, MaxPlaceWait: time.Minute})
+	cfg.MaxCallers, cfg.MaxPlaceWait = sparePlaces, cmp.Or(cfg.MaxPlaceWait, time.Minute)
+	p = w.pool(t, cfg)
 	alice, bob, carol = w.user(t, "alice"), w.user(t, "bob"), w.user(t, "carol")
 	w.env.Gateway.ResetCounts()
 	return w, p, alice, bob, carol
@@ -35,7 +38,7 @@ func newSparePool(t *testing.T, spareIdle time.Duration) (w *poolWorld, p *gatew
 // live.
 func TestPoolKeepsAPlaceFreeAhead(t *testing.T) {
 	// Any idle time qualifies: the test is about the order, not the age.
-	w, p, alice, bob, carol := newSparePool(t, time.Nanosecond)
+	w, p, alice, bob, carol := newSparePool(t, gateway.PoolConfig{MinIdle: time.Nanosecond, SpareIdle: time.Nanosecond})
 
 	aliceSess := w.session(t, p, alice)
 	w.session(t, p, bob)
@@ -82,18 +85,20 @@ func TestPoolKeepsAPlaceFreeAhead(t *testing.T) {
 }
 
 // TestPoolNewcomerArrivalFreesAPlace: with no user idle long enough to be
-// ended ahead, a newcomer's arrival starts the eviction of the least recent
-// idle user at once, before the newcomer's subject token is fetched: the
-// revoke has reached the Gateway while carol's token source runs. Bob,
-// who called more recently, keeps his session; never more than maxCallers
-// live.
+// ended as a spare, a newcomer's arrival starts the eviction of the least
+// recent user idle for MinIdle at once, before the newcomer's subject token
+// is fetched: the revoke has reached the Gateway while carol's token source
+// runs. Bob, who called more recently, keeps his session; never more than
+// maxCallers live.
 func TestPoolNewcomerArrivalFreesAPlace(t *testing.T) {
-	w, p, alice, bob, carol := newSparePool(t, time.Hour)
+	clock := &fakeClock{}
+	w, p, alice, bob, carol := newSparePool(t, gateway.PoolConfig{MinIdle: time.Minute, SpareIdle: time.Hour, Now: clock.Now})
 	aliceSess := w.session(t, p, alice)
 	bobSess := w.session(t, p, bob)
 	if n := w.count(api.RouteRevoke); n != 0 || p.Places() != sparePlaces {
 		t.Fatalf("%d revokes, %d places before carol: nobody is idle an hour", n, p.Places())
 	}
+	clock.Advance(time.Minute + time.Second) // both idle past MinIdle
 
 	w.env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteRevoke})
 	sawRevoke := false
@@ -118,21 +123,32 @@ func TestPoolNewcomerArrivalFreesAPlace(t *testing.T) {
 }
 
 // TestPoolExpectFreesAPlace: a caller expected before their first call
-// (Expect) has the least recent idle user ended in the background at once;
-// a caller with an entry, or one expected while a place is free, ends
-// nobody; the newcomer then mints without another revoke.
+// (Expect) has the least recent user idle for MinIdle ended in the
+// background at once, and the place passes to them; a caller with an
+// entry, or one expected when no place can be freed for them (the others
+// called within MinIdle, or hold the place reserved), ends nobody; the
+// newcomer then mints without another revoke.
+//
+// Changed by issue 31: the place freed is reserved for carol, so it never
+// counts as free, and only a user idle for MinIdle is ended ahead.
 func TestPoolExpectFreesAPlace(t *testing.T) {
-	w, p, alice, bob, carol := newSparePool(t, time.Hour)
+	clock := &fakeClock{}
+	w, p, alice, bob, carol := newSparePool(t, gateway.PoolConfig{MinIdle: time.Minute, SpareIdle: time.Hour, Now: clock.Now})
 	aliceSess := w.session(t, p, alice)
 	bobSess := w.session(t, p, bob)
+	clock.Advance(time.Minute + time.Second)
+	if s := w.session(t, p, bob); s != bobSess { // bob is back within MinIdle; alice is not
+		t.Fatal("bob lost his session")
+	}
 	p.Expect(bob.caller.ID())
-	if n := w.count(api.RouteRevoke); n != 0 || p.Places() != sparePlaces {
-		t.Fatalf("%d revokes, %d places after expecting bob, who holds a session", n, p.Places())
+	if n := w.count(api.RouteRevoke); n != 0 || p.Current(alice.caller.ID()) == nil {
+		t.Fatalf("%d revokes, alice's session gone after expecting bob, who holds a session", n)
 	}
 	p.Expect(carol.caller.ID())
-	testutil.WaitFor(t, "a place freed for carol", func() bool { return p.Places() == sparePlaces-1 })
+	testutil.WaitFor(t, "alice's revoke, for carol", func() bool { return w.count(api.RouteRevoke) == 1 })
 	w.wantEnded(t, aliceSess)
-	p.Expect("dave") // a place is free: nobody else is ended
+	testutil.WaitFor(t, "the place passed to carol", func() bool { return p.Places() == sparePlaces })
+	p.Expect("dave") // bob called within MinIdle, carol's place is hers: nobody else is ended
 	w.session(t, p, carol)
 	wantOnlyAliceEnded(t, w, p, bob, bobSess)
 }
