@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -84,9 +86,10 @@ func (p *PooledSessions) subject(c Caller) gateway.SubjectSource {
 
 // ExchangeAhead prepares the first call of a caller who holds no pooled
 // session, in the background: their token's exchange (auth.Exchanger.Ahead)
-// and, when the pool is full, a place (gateway.Pool.Expect). A host
-// connects and lists the tools before its first call, which then finds
-// both ready or on their way.
+// and, when the pool is full, a place freed for them and kept for them
+// (gateway.Pool.Expect, which ends no user who called within the pool's
+// MinIdle). A host connects and lists the tools before its first call,
+// which then finds both ready or on their way. It does not block.
 func (p *PooledSessions) ExchangeAhead(c *auth.Caller, accessToken string) {
 	id := c.ID()
 	if p.pool.Current(id) == nil {
@@ -95,13 +98,36 @@ func (p *PooledSessions) ExchangeAhead(c *auth.Caller, accessToken string) {
 	}
 }
 
-// ExchangeAhead passes an accepted HTTP request's caller to the session
-// source, when it exchanges tokens (PooledSessions.ExchangeAhead).
-func (s *Server) ExchangeAhead(c *auth.Caller, accessToken string) {
-	if a, ok := s.cfg.Sessions.(interface {
-		ExchangeAhead(*auth.Caller, string)
-	}); ok {
-		a.ExchangeAhead(c, accessToken)
+// aheadSource is a session source that prepares a caller's first call
+// ahead of need (PooledSessions).
+type aheadSource interface {
+	ExchangeAhead(c *auth.Caller, accessToken string)
+}
+
+// precedesCall says a request of this method comes before a host's first
+// tool call: it introduces the host (initialize, or server/discover from
+// protocol 2026-07-28 on) or lists the tools.
+func precedesCall(method string) bool {
+	return method == "initialize" || method == "server/discover" || method == "tools/list"
+}
+
+// aheadOfNeed passes the caller of a request that precedes a tool call
+// (precedesCall), once it has been served without error, to src's
+// ExchangeAhead. Nothing else reaches it: a body that is not a JSON-RPC
+// request never gets here (the HTTP handler answers it), and any other
+// method, or a request refused, prepares nothing, so a caller's junk can
+// neither exchange a token nor end another user's session.
+func aheadOfNeed(src aheadSource) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if err == nil && precedesCall(method) {
+				if cred := callerOf(req).Credential; cred.Caller != nil && cred.AccessToken() != "" {
+					src.ExchangeAhead(cred.Caller, cred.AccessToken())
+				}
+			}
+			return res, err
+		}
 	}
 }
 

@@ -241,7 +241,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: the grant allows %q, which this build does not offer", name)
 		}
 	}
-	s.mcp.AddReceivingMiddleware(s.toolGate)
+	gates := []mcp.Middleware{s.toolGate}
+	if a, ok := cfg.Sessions.(aheadSource); ok {
+		// Inside toolGate: a method it refuses prepares nothing.
+		gates = append(gates, aheadOfNeed(a))
+	}
+	s.mcp.AddReceivingMiddleware(gates...)
 	return s, nil
 }
 

@@ -81,7 +81,6 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 		ResourceMetadataURL: cfg.ResourceMetadataURL(),
 		Scopes:              cfg.RequiredScopes,
 		Logger:              log,
-		Accepted:            srv.ExchangeAhead,
 		Refused: func(r auth.RefusalRecord) bool {
 			m.AuthRefused(string(r.Class), r.Status)
 			return refused(audit.AuthRefused{Class: string(r.Class), Reason: r.Reason, Status: r.Status,
