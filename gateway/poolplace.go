@@ -122,7 +122,7 @@ func (p *Pool) busyRefusal() *api.Error {
 	wait := max(p.maxPlaceWait, time.Second)
 	return &api.Error{Layer: api.LayerAdapter, Code: api.CodeSessionsBusy, Status: http.StatusServiceUnavailable,
 		RetryAfter: wait,
-		Detail: fmt.Sprintf("every one of this server's %d Gateway sessions is in use by other calls in flight; "+
+		Detail: fmt.Sprintf("every one of this server's %d Gateway sessions is in use by other calls in flight or kept for a user about to call; "+
 			"nothing was sent; retry after %d seconds", p.maxCallers, int((wait+time.Second-1)/time.Second))}
 }
 
