@@ -16,8 +16,18 @@ import (
 // times, through a pool of three places. The reference Gateway counts the
 // scoped sessions live at every mint: never more than three. A session
 // handed to a call in flight is never ended under it (each held session
-// still reaches the key server), and every call is served.
+// still reaches the key server), and every call is served. So too when
+// every user is expected before each call and any idle time lets a user
+// be ended ahead of need: places freed and reserved in the background
+// mix with places taken at need.
 func TestPoolMaxCallersIsAHardCap(t *testing.T) {
+	t.Run("at need", func(t *testing.T) { testPoolHardCap(t, gateway.PoolConfig{}, false) })
+	t.Run("ahead of need", func(t *testing.T) {
+		testPoolHardCap(t, gateway.PoolConfig{MinIdle: time.Nanosecond, SpareIdle: time.Nanosecond}, true)
+	})
+}
+
+func testPoolHardCap(t *testing.T, cfg gateway.PoolConfig, expect bool) {
 	w := newPoolWorld(t)
 	const maxCallers, rounds = 3, 3
 	names := []string{"alice", "bob", "carol"}
@@ -32,7 +42,8 @@ func TestPoolMaxCallersIsAHardCap(t *testing.T) {
 		users[i] = w.user(t, n)
 	}
 	// A generous wait: this test is about the cap, not about giving up.
-	p := w.pool(t, gateway.PoolConfig{MaxCallers: maxCallers, MaxPlaceWait: time.Minute})
+	cfg.MaxCallers, cfg.MaxPlaceWait = maxCallers, time.Minute
+	p := w.pool(t, cfg)
 	w.env.Gateway.ResetCounts()
 
 	var wg sync.WaitGroup
@@ -40,6 +51,9 @@ func TestPoolMaxCallersIsAHardCap(t *testing.T) {
 	for _, u := range users {
 		wg.Go(func() {
 			for range rounds {
+				if expect {
+					p.Expect(u.caller.ID())
+				}
 				s, release, err := p.Acquire(context.Background(), u.caller.ID(), w.source(u, nil))
 				if err != nil {
 					errs <- fmt.Errorf("%s: %w", u.name, err)
