@@ -76,3 +76,41 @@ func TestHTTPJunkDoesNotChurnSessions(t *testing.T) {
 			gw.Count(api.RouteRevoke)-revokes)
 	}
 }
+
+// TestHTTPWorkAheadStartsOnlyBeforeACall: on protocol 2026-07-28 too, a
+// served server/discover or tools/list of a caller with no session starts
+// their token's exchange ahead of need, and a well-formed request of
+// another method, or one the server refuses, starts nothing. Each request
+// carries a token of its own, since an exchange is made once per token.
+func TestHTTPWorkAheadStartsOnlyBeforeACall(t *testing.T) {
+	hs := newHTTPStack(t, 8)
+	post := func(method, name, params string) map[string]any {
+		h := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+		if name != "" {
+			h["Mcp-Name"] = name
+		}
+		_, m := rawMCP(t, hs, false, hs.token(t, "bob", "pw-b"),
+			`{"jsonrpc":"2.0","id":9,"method":"`+method+`","params":{`+params+newMeta+`}}`, h)
+		return m
+	}
+	before := hs.exchanges.Load()
+	// Refused by the tool gate: a method this server does not declare,
+	// and a tool outside the grant.
+	if m := post("resources/list", "", ""); m["error"] == nil {
+		t.Fatalf("resources/list: %v, want an error", m)
+	}
+	if m := post("tools/call", "no_such_tool", `"name":"no_such_tool","arguments":{},`); m["result"] == nil {
+		t.Fatalf("an unknown tool: %v, want a refusal result", m)
+	}
+	for i, method := range []string{"tools/list", "server/discover"} {
+		if m := post(method, "", ""); m["result"] == nil {
+			t.Fatalf("%s: %v, want a result", method, m)
+		}
+		testutil.WaitFor(t, method+"'s exchange ahead of need", func() bool { return hs.exchanges.Load() >= before+int64(i)+1 })
+	}
+	// An exchange started for the refused requests would have been sent
+	// before their answers, ahead of these two.
+	if n := hs.exchanges.Load() - before; n != 2 {
+		t.Fatalf("%d exchanges ahead of need, want 2 (tools/list and server/discover only)", n)
+	}
+}
