@@ -510,7 +510,8 @@ func (p *Pool) Current(callerID string) *Session {
 }
 
 // Places is how many of the MaxCallers places are held now: sessions
-// live, being minted or being revoked.
+// live, being minted or being revoked, and places reserved for a newcomer
+// ahead of need.
 func (p *Pool) Places() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
