@@ -25,7 +25,9 @@ func TestResolveSwappedMidWalk(t *testing.T) {
 		swap  func(t *testing.T, p string)
 	}{
 		{"a link made a file between its look and its read", linkToInner, "ln.txt", "ln.txt",
-			func(t *testing.T, p string) { renameOver(t, p, func(tmp string) error { return os.WriteFile(tmp, []byte("x"), 0o644) }) }},
+			func(t *testing.T, p string) {
+				renameOver(t, p, func(tmp string) error { return os.WriteFile(tmp, []byte("x"), 0o644) })
+			}},
 		{"a link removed between its look and its read", linkToInner, "ln.txt", "ln.txt",
 			func(t *testing.T, p string) { must(t, os.Remove(p)) }},
 		{"a file removed after the walk, before its stored name", nil, "ok.txt", "ok.txt",
