@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"encoding/base64"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,7 +76,7 @@ func TestConfirmationAnswersTheQuestionAsked(t *testing.T) {
 	first := rawHandOff(t, f, handofftest.StepReferral, nil, "")
 	asksAgain("the first call", first)
 	state := first.RequestState
-	asksAgain("a forged state", rawHandOff(t, f, handofftest.StepReferral, accepted, state[:len(state)-2]+"AA"))
+	asksAgain("a forged state", rawHandOff(t, f, handofftest.StepReferral, accepted, forged(t, state)))
 	asksAgain("another step's state", rawHandOff(t, f, stepProblems, accepted, state))
 
 	// The answer to the question asked is taken.
@@ -98,6 +100,87 @@ func TestConfirmationAnswersTheQuestionAsked(t *testing.T) {
 	fresh := rawHandOff(t, f, handofftest.StepReferral, nil, "")
 	skew = 11 * time.Minute
 	asksAgain("a lapsed question", rawHandOff(t, f, handofftest.StepReferral, accepted, fresh.RequestState))
+}
+
+// forged is state with one bit of its seal flipped: its decoded bytes
+// always differ from the real seal's. (Replacing the last two characters
+// with "AA" left the same bytes about once in 1,024 runs, as those
+// characters hold only ten bits of the seal, issue 31 item 8.)
+func forged(t *testing.T, state string) string {
+	t.Helper()
+	body, seal := splitState(t, state)
+	seal[0] ^= 1
+	return body + "." + base64.RawURLEncoding.EncodeToString(seal)
+}
+
+// splitState is a request state's sealed body, as sent, and its seal,
+// decoded.
+func splitState(t *testing.T, state string) (string, []byte) {
+	t.Helper()
+	body, sig, ok := strings.Cut(state, ".")
+	if !ok {
+		t.Fatalf("request state %q has no seal", state)
+	}
+	seal, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		t.Fatalf("request state's seal: %v", err)
+	}
+	return body, seal
+}
+
+// nonCanonical is state with its seal's last character changed in the
+// bits that carry no data (the padding bits of unpadded base64): the same
+// bytes, spelt another way.
+func nonCanonical(t *testing.T, state string) string {
+	t.Helper()
+	_, seal := splitState(t, state)
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	// The seal's last character holds (8*len) mod 6 data bits; the rest of
+	// its six are padding.
+	padBits := 6 - (8*len(seal))%6
+	if padBits == 6 {
+		t.Fatalf("a %d-byte seal has no padding bits", len(seal))
+	}
+	last := strings.IndexByte(alphabet, state[len(state)-1])
+	other := state[:len(state)-1] + string(alphabet[last^1])
+	if other == state {
+		t.Fatal("the re-encoded state is the same string")
+	}
+	if _, again := splitState(t, other); string(again) != string(seal) {
+		t.Fatal("the re-encoded seal decodes to other bytes")
+	}
+	return other
+}
+
+// TestConfirmationStateSpeltAnotherWayIsTheSameAnswer (issue 31 item 8):
+// the seal is read with the lenient base64 decoder, which ignores the
+// padding bits of the last character, so a state re-encoded with other
+// padding bits is the same sealed question (the one-time answer is keyed
+// by the nonce inside it, not by the string). It is taken once: the answer
+// given with the re-encoded state confirms the hand-off, and the original
+// state, or the re-encoded one again, is the same answer and is not taken
+// a second time.
+func TestConfirmationStateSpeltAnotherWayIsTheSameAnswer(t *testing.T) {
+	o := stepOptions{
+		world:  handofftest.Options{Confirm: grant.ConfirmElicit},
+		client: func(co *mcp.ClientOptions) { co.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true} },
+	}
+	f := newStepFixture(t, o)
+	asksAgain := asksAgainCheck(t, f)
+	first := rawHandOff(t, f, handofftest.StepReferral, nil, "")
+	asksAgain("the first call", first)
+	state := first.RequestState
+	other := nonCanonical(t, state)
+
+	if res := rawHandOff(t, f, handofftest.StepReferral, accepted, other); res.IsError || res.NeedsInput() || !doctorHolds(t, f) {
+		t.Fatalf("the answer with the state spelt another way: %+v", res)
+	}
+	if m, isErr := f.call(t, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatal(m)
+	}
+	asksAgain = asksAgainCheck(t, f)
+	asksAgain("the same answer with the state as sealed", rawHandOff(t, f, handofftest.StepReferral, accepted, state))
+	asksAgain("the same answer spelt another way again", rawHandOff(t, f, handofftest.StepReferral, accepted, other))
 }
 
 // TestConfirmationBefore20260728IsAskedDuringTheCall (issue 18 item 10):
