@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/heap"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -37,13 +38,42 @@ type confirmState struct {
 	Nonce  string `json:"n"`
 }
 
-// confirmSeal seals and opens confirmStates, and remembers the nonces of
-// the answers already taken, so one answer confirms one hand-off.
+// The bounds of the questions a confirmSeal keeps open. A question stays
+// open from when it is asked until it is answered or lapses (confirmTTL),
+// and is remembered that long so that its answer is taken once. A user who
+// answers what is asked has one or two open at a time; 32 leaves room for
+// a host that asks again each time its user closes the form, while one
+// user calling hand_off in a loop cannot grow the store past 32 entries
+// (before the bound: 513 new states a second, 300,000 entries, each answer
+// sweeping all of them under one lock). 4,096 in all is 128 users at their
+// own bound, about 1 MiB.
+const (
+	maxOpenConfirmsPerCaller = 32
+	maxOpenConfirms          = 4096
+)
+
+// confirmSeal seals and opens confirmStates, and keeps the questions asked
+// and not yet answered or lapsed, so one answer confirms one hand-off and
+// no caller holds more than its share. Open questions are kept by nonce,
+// in a min-heap by expiry (a lapsed one is dropped in O(log n)), and in a
+// short list per caller (at most perCaller long).
 type confirmSeal struct {
 	key []byte
+	// perCaller and total bound the open questions: one caller's, and
+	// every caller's together.
+	perCaller, total int
 
-	mu   sync.Mutex
-	used map[string]int64 // nonce -> the state's expiry, Unix seconds
+	mu       sync.Mutex
+	asked    map[string]*openConfirm // by nonce
+	byExpiry confirmHeap
+	byCaller map[string][]*openConfirm
+}
+
+// openConfirm is one question asked and not yet answered.
+type openConfirm struct {
+	nonce, caller string
+	expiry        int64 // Unix seconds, as confirmState.Expiry
+	index         int   // in the heap
 }
 
 func newConfirmSeal() (*confirmSeal, error) {
@@ -51,7 +81,8 @@ func newConfirmSeal() (*confirmSeal, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("server: confirmation secret: %w", err)
 	}
-	return &confirmSeal{key: key, used: map[string]int64{}}, nil
+	return &confirmSeal{key: key, perCaller: maxOpenConfirmsPerCaller, total: maxOpenConfirms,
+		asked: map[string]*openConfirm{}, byCaller: map[string][]*openConfirm{}}, nil
 }
 
 func (cs *confirmSeal) mac(payload []byte) []byte {
@@ -59,6 +90,47 @@ func (cs *confirmSeal) mac(payload []byte) []byte {
 	m.Write([]byte("pdmcp hand-off confirmation v1\x00"))
 	m.Write(payload)
 	return m.Sum(nil)
+}
+
+// errTooManyConfirms is an ask over a bound; retryAfter is when the
+// oldest question in the way lapses.
+type errTooManyConfirms struct {
+	caller     bool // the caller's own bound, not the server's
+	open       int
+	retryAfter time.Duration
+}
+
+func (e *errTooManyConfirms) Error() string {
+	return fmt.Sprintf("%d confirmations open", e.open)
+}
+
+// ask gives st a fresh nonce, keeps it as an open question until
+// st.Expiry, and returns its requestState. Over the caller's bound or the
+// server's it returns *errTooManyConfirms and keeps nothing.
+func (cs *confirmSeal) ask(st confirmState, now time.Time) (string, error) {
+	nonce, err := newNonce()
+	if err != nil {
+		return "", err
+	}
+	st.Nonce = nonce
+	state, err := cs.seal(st)
+	if err != nil {
+		return "", err
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.dropLapsed(now)
+	if mine := cs.byCaller[st.Caller]; len(mine) >= cs.perCaller {
+		return "", &errTooManyConfirms{caller: true, open: len(mine), retryAfter: until(now, oldest(mine))}
+	}
+	if len(cs.byExpiry) >= cs.total {
+		return "", &errTooManyConfirms{open: len(cs.byExpiry), retryAfter: until(now, cs.byExpiry[0].expiry)}
+	}
+	q := &openConfirm{nonce: nonce, caller: st.Caller, expiry: st.Expiry}
+	cs.asked[nonce] = q
+	heap.Push(&cs.byExpiry, q)
+	cs.byCaller[st.Caller] = append(cs.byCaller[st.Caller], q)
+	return state, nil
 }
 
 // seal is the requestState for st.
@@ -73,6 +145,11 @@ func (cs *confirmSeal) seal(st confirmState) (string, error) {
 
 // open returns the state sealed in token, or false if it was not sealed by
 // this server as it reads now.
+//
+// The lenient decoder reads the two halves: a state spelt with other
+// padding bits in a last character opens as the same state. That is safe
+// because an answer is spent by the nonce inside the sealed bytes, never
+// by the string (TestConfirmationStateSpeltAnotherWayIsTheSameAnswer).
 func (cs *confirmSeal) open(token string) (confirmState, bool) {
 	var st confirmState
 	body, sig, ok := strings.Cut(token, ".")
@@ -91,20 +168,93 @@ func (cs *confirmSeal) open(token string) (confirmState, bool) {
 	return st, true
 }
 
-// spend records that the answer to st was taken; false if it already was.
+// spend takes the answer to st: true once for a question asked and open,
+// false for one answered before, lapsed, or never kept.
 func (cs *confirmSeal) spend(st confirmState, now time.Time) bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	for n, exp := range cs.used {
-		if now.Unix() > exp {
-			delete(cs.used, n)
-		}
-	}
-	if _, seen := cs.used[st.Nonce]; seen {
+	cs.dropLapsed(now)
+	q, ok := cs.asked[st.Nonce]
+	if !ok || q.caller != st.Caller {
 		return false
 	}
-	cs.used[st.Nonce] = st.Expiry
+	cs.drop(q)
+	heap.Remove(&cs.byExpiry, q.index)
 	return true
+}
+
+// dropLapsed drops the questions that lapsed before now, each in
+// O(log n); of those still open only the heap's root is looked at.
+func (cs *confirmSeal) dropLapsed(now time.Time) {
+	for len(cs.byExpiry) > 0 && cs.byExpiry[0].expiry < now.Unix() {
+		cs.drop(heap.Pop(&cs.byExpiry).(*openConfirm))
+	}
+}
+
+// drop forgets q by nonce and from its caller's list; the caller removes
+// it from the heap.
+func (cs *confirmSeal) drop(q *openConfirm) {
+	delete(cs.asked, q.nonce)
+	mine := cs.byCaller[q.caller]
+	for i, o := range mine {
+		if o == q {
+			mine = append(mine[:i], mine[i+1:]...)
+			break
+		}
+	}
+	if len(mine) == 0 {
+		delete(cs.byCaller, q.caller)
+		return
+	}
+	cs.byCaller[q.caller] = mine
+}
+
+// openCount is how many questions are open, the lapsed ones dropped.
+func (cs *confirmSeal) openCount(now time.Time) int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.dropLapsed(now)
+	return len(cs.byExpiry)
+}
+
+// oldest is the earliest expiry among qs (non-empty).
+func oldest(qs []*openConfirm) int64 {
+	e := qs[0].expiry
+	for _, q := range qs[1:] {
+		e = min(e, q.expiry)
+	}
+	return e
+}
+
+// until is the wait from now until just after the Unix second expiry has
+// passed (a question lapses once the clock is past its expiry second).
+func until(now time.Time, expiry int64) time.Duration {
+	return max(time.Unix(expiry+1, 0).Sub(now), time.Second)
+}
+
+// confirmHeap orders open questions by expiry, earliest first
+// (container/heap).
+type confirmHeap []*openConfirm
+
+func (h confirmHeap) Len() int           { return len(h) }
+func (h confirmHeap) Less(i, j int) bool { return h[i].expiry < h[j].expiry }
+func (h confirmHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h *confirmHeap) Push(x any) {
+	q := x.(*openConfirm)
+	q.index = len(*h)
+	*h = append(*h, q)
+}
+
+func (h *confirmHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return q
 }
 
 func newNonce() (string, error) {

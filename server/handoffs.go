@@ -215,16 +215,31 @@ func (s *Server) confirm(ctx context.Context, c *call, p *handoff.Plan, end time
 		s.log.Warn("a confirmation answer that is not for the question this server asked was ignored; asking again",
 			"step", p.StepID)
 	}
-	nonce, err := newNonce()
-	if err != nil {
-		return end, err
+	state, err := s.confirms.ask(confirmState{Caller: c.caller.ID, Grant: s.cfg.Grant.ID, Step: p.StepID,
+		Plan: planDigest(p), End: end.Unix(), Expiry: now.Add(confirmTTL).Unix()}, now)
+	var over *errTooManyConfirms
+	if errors.As(err, &over) {
+		return end, tooManyConfirms(p.StepID, over)
 	}
-	state, err := s.confirms.seal(confirmState{Caller: c.caller.ID, Grant: s.cfg.Grant.ID, Step: p.StepID,
-		Plan: planDigest(p), End: end.Unix(), Expiry: now.Add(confirmTTL).Unix(), Nonce: nonce})
 	if err != nil {
 		return end, err
 	}
 	return end, &needInput{requests: mcp.InputRequestMap{confirmRequest: confirmParams(p, end)}, state: state}
+}
+
+// tooManyConfirms is the refusal of a question over a bound of the open
+// confirmations (confirmSeal): nothing was asked or sent, and it says
+// when the oldest question in the way lapses.
+func tooManyConfirms(step string, e *errTooManyConfirms) *Refusal {
+	whose := "this user has"
+	if !e.caller {
+		whose = "the server has"
+	}
+	r := refuseCode(refusal.TooManyConfirmations,
+		"step %q was not asked about: %s %d confirmations asked and not yet answered, the most it keeps open; nothing was sent; answer one of them, or try again after retryAfter seconds, when the oldest lapses",
+		step, whose, e.open)
+	r.RetryAfter = int((e.retryAfter + time.Second - 1) / time.Second)
+	return r
 }
 
 // confirmAnswer judges the host's answer (nil: none came) and records it in

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -248,4 +249,44 @@ func TestConfirmationIsForTheStepAndSectionsAsked(t *testing.T) {
 	if res := rawHandOff(t, f, handofftest.StepReferral, accepted, again.RequestState); res.IsError || res.NeedsInput() || !doctorHolds(t, f) {
 		t.Fatalf("the answer to the changed question: %+v", res)
 	}
+}
+
+// TestConfirmationsOpenAreBounded (issue 31 item 7): a host that calls
+// hand_off in a loop without answering is asked 32 questions, then is
+// refused TOO_MANY_CONFIRMATIONS (429, with the wait until the oldest
+// lapses) and nothing is sent; an answer to a question already asked is
+// still taken, and frees a place for the next question.
+func TestConfirmationsOpenAreBounded(t *testing.T) {
+	o := stepOptions{
+		world:  handofftest.Options{Confirm: grant.ConfirmElicit},
+		client: func(co *mcp.ClientOptions) { co.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true} },
+	}
+	f := newStepFixture(t, o)
+	asksAgain := asksAgainCheck(t, f)
+	var states []string
+	for i := range 32 {
+		res := rawHandOff(t, f, handofftest.StepReferral, nil, "")
+		asksAgain(fmt.Sprintf("question %d", i+1), res)
+		states = append(states, res.RequestState)
+	}
+	before := mcptest.KeyRouteCounts(f.env.Gateway)
+	res := rawHandOff(t, f, handofftest.StepReferral, nil, "")
+	r, ok := server.RefusalOf(res)
+	if !ok || r.Code != string(refusal.TooManyConfirmations) || r.Status != 429 || r.RetryAfter < 1 || r.RetryAfter > 601 {
+		t.Fatalf("the 33rd question: %+v", res)
+	}
+	if res.NeedsInput() || res.RequestState != "" {
+		t.Fatalf("the 33rd question was asked: %+v", res)
+	}
+	if after := mcptest.KeyRouteCounts(f.env.Gateway); !maps.Equal(before, after) {
+		t.Fatalf("the refused question reached the crypto or key routes: %v -> %v", before, after)
+	}
+
+	if res := rawHandOff(t, f, handofftest.StepReferral, accepted, states[3]); res.IsError || res.NeedsInput() || !doctorHolds(t, f) {
+		t.Fatalf("the answer to a question asked before the bound: %+v", res)
+	}
+	if m, isErr := f.call(t, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatal(m)
+	}
+	asksAgainCheck(t, f)("the question after an answer freed a place", rawHandOff(t, f, handofftest.StepReferral, nil, ""))
 }

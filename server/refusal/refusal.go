@@ -86,6 +86,7 @@ const (
 	HandedOffReadOnly       Code = "HANDED_OFF_READ_ONLY"
 	HandOffNotUndone        Code = "HANDOFF_NOT_UNDONE"
 	HandOffBusy             Code = "HANDOFF_BUSY"
+	TooManyConfirmations    Code = "TOO_MANY_CONFIRMATIONS"
 )
 
 // Entry is one code's line in the catalogue.
@@ -160,6 +161,7 @@ func Catalogue() []Entry {
 		{HandedOffReadOnly, 403, "a handed section is read-only for the recipient", handoff},
 		{HandOffNotUndone, 502, "an entry stays open; run close_step or pdmcp close-step", handoff},
 		{HandOffBusy, 409, "another call holds the key and recipient; try again shortly", handoff},
+		{TooManyConfirmations, 429, "answer the confirmations already asked, or wait for them to lapse", handoff},
 	}
 }
 
