@@ -181,11 +181,8 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	// or waiting on its own fsync, run at once. The envelope takes its
 	// name only once the journal holds the key.
 	mintedAt := s.cfg.Now()
-	staged := make(chan *stagedEnvelope, 1)
-	go func() {
-		staged <- s.stageEnvelope(placer, envRel, key, files.Envelope{CreatedAt: mintedAt, TTag: enc.TTag, IV: enc.IV,
-			Ciphertext: enc.Ciphertext, Name: name, Bytes: size, SHA256: key.ContentSHA256})
-	}()
+	staged := s.stageInBackground(placer, envRel, key, files.Envelope{CreatedAt: mintedAt, TTag: enc.TTag, IV: enc.IV,
+		Ciphertext: enc.Ciphertext, Name: name, Bytes: size, SHA256: key.ContentSHA256})
 	minted := s.storeCiphertext(key, enc, mintedAt)
 	st := <-staged
 	defer st.discard()
@@ -356,6 +353,17 @@ type stagedEnvelope struct {
 }
 
 func (st *stagedEnvelope) discard() { st.out.Discard() }
+
+// stageInBackground is stageEnvelope on a goroutine of its own, while the
+// call stores the ciphertext. A panic there is recovered and logged
+// (background) and kept as the staging's failure: like any other, it
+// makes placeStaged write the envelope the ordinary way, from the journal's
+// row, so the call (whose key is already minted) still ends as it should,
+// and the staged file is one a later call for the same content removes.
+func (s *Server) stageInBackground(placer *files.Placer, envRel string, key journal.FileKey, e files.Envelope) <-chan *stagedEnvelope {
+	return background(s, "staging an envelope", func() *stagedEnvelope { return s.stageEnvelope(placer, envRel, key, e) },
+		func(err error) *stagedEnvelope { return &stagedEnvelope{ttag: e.TTag, err: err} })
+}
 
 // stageEnvelope writes e under envRel's staged name for key. A failure is
 // kept for placeStaged, which then writes the envelope the ordinary way.

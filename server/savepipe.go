@@ -222,7 +222,7 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 		// before the commit leaves at most a file that holds() does not
 		// take for this save's, which the retry skips.
 		if !s.cfg.NonDurableForBenchmarks {
-			if err := syncFileAndFolder(s.root, rel); err != nil {
+			if err := s.syncFileAndFolder(s.root, rel); err != nil {
 				return journal.Receipt{}, false, fmt.Errorf("make the saved file durable: %w", err)
 			}
 		}
@@ -346,9 +346,9 @@ func (s *Server) removeTemp(job saveJob, versionPath string) {
 // the save (no receipt names a file that may not be on disk), except the
 // folder's on Windows, which cannot fsync a folder (NTFS makes the name
 // durable with its own journal).
-func syncFileAndFolder(dir *os.Root, rel string) error {
-	folder := make(chan error, 1)
-	go func() { folder <- syncFolder(dir, filepath.Dir(rel)) }()
+func (s *Server) syncFileAndFolder(dir *os.Root, rel string) error {
+	folder := background(s, "syncing a saved file's folder", func() error { return syncFolder(dir, filepath.Dir(rel)) },
+		func(err error) error { return err })
 	err := syncFile(dir, rel)
 	return errors.Join(err, <-folder)
 }

@@ -82,10 +82,13 @@ type GatewaySessions interface {
 	EndAll(ctx context.Context)
 }
 
-// CallMetrics is told of each tool call as its audit line is written: the
-// serving edge's metrics.
+// CallMetrics is told of each tool call as its audit line is written, and
+// of each panic a call recovered from: the serving edge's metrics.
 type CallMetrics interface {
 	ToolCall(line audit.ToolCall, reqs []gateway.Request)
+	// Panicked counts a recovered panic; where is PanicTool, PanicMethod
+	// or PanicBackground.
+	Panicked(where string)
 }
 
 // Config is what a server is built from.
@@ -212,7 +215,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
-		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger, Maker: maker})
+		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger, Maker: maker,
+		OnPanic: func(v any) { s.recovered(PanicBackground, "renewing a hand-off lock", v) }})
 	if cfg.Grant.FileRoot != "" {
 		checked := func() { s.cfg.CrashPoint(crashpoint.FileChecked) }
 		if s.files, err = files.NewResolver(cfg.Grant.FileRoot, files.AfterCheck(checked)); err != nil {
@@ -247,6 +251,8 @@ func New(cfg Config) (*Server, error) {
 		gates = append(gates, aheadOfNeed(a))
 	}
 	s.mcp.AddReceivingMiddleware(gates...)
+	// Added last, so outermost: it sees a panic in the gate too.
+	s.mcp.AddReceivingMiddleware(s.recoverPanics)
 	return s, nil
 }
 

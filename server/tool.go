@@ -125,13 +125,21 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 		def.OutputSchema = schemaJSON(out)
 	}
 	d := def
-	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	handler := func(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
 		defer trace.StartRegion(ctx, TraceToolRegion).End()
 		start := s.cfg.Now()
 		c := &call{caller: callerOf(req), line: audit.ToolCall{Tool: d.Name}, mcp: req.Session,
 			inputs: req.Params.InputResponses, state: req.Params.RequestState}
-		defer c.releaseSessions()
 		rec := &gateway.Recorder{}
+		// A panic ends this call only (see panic.go). Deferred before
+		// releaseSessions, so it runs after the call's sessions are
+		// released: the caller's session is then idle and ended at once.
+		defer func() {
+			if v := recover(); v != nil {
+				res, err = s.endPanicked(ctx, c, start, rec, s.recovered(PanicTool, d.Name, v)), nil
+			}
+		}()
+		defer c.releaseSessions()
 		ctx = gateway.WithRecorder(ctx, rec)
 		out, err := runTool(ctx, s, c, start, req.Params.Arguments, in, h)
 		var ni *needInput
@@ -150,13 +158,13 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 			return r.result(), nil
 		}
 		s.writeAudit(c.line, c.caller.ID, start, nil, rec, c.session)
-		res := &mcp.CallToolResult{StructuredContent: out}
-		if cc, ok := any(out).(contenter); ok {
-			res.Content = cc.content()
+		ok := &mcp.CallToolResult{StructuredContent: out}
+		if cc, isContenter := any(out).(contenter); isContenter {
+			ok.Content = cc.content()
 		} else {
-			res.Content = []mcp.Content{&mcp.TextContent{Text: jsonText(out)}}
+			ok.Content = []mcp.Content{&mcp.TextContent{Text: jsonText(out)}}
 		}
-		return res, nil
+		return ok, nil
 	}
 	return tool{name: d.Name, def: &d, register: func(ms *mcp.Server) { ms.AddTool(&d, handler) }}
 }

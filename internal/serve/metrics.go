@@ -28,6 +28,7 @@ type Metrics struct {
 	calls    *prometheus.CounterVec
 	gwTime   *prometheus.HistogramVec
 	refusals *prometheus.CounterVec
+	panics   *prometheus.CounterVec
 }
 
 // NewMetrics makes the collectors. sessions, when set, reports how many
@@ -49,7 +50,16 @@ func NewMetrics(sessions func() int) *Metrics {
 			Help: "HTTP requests refused before any tool ran, by class (no-token, expired, ...).",
 		}, []string{"class", "status"}),
 	}
-	m.reg.MustRegister(m.calls, m.gwTime, m.refusals,
+	// Every label value is made at once, so a panic-free server shows
+	// its zeros (an alert on the rate needs the series to exist).
+	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pdmcp_panics_total",
+		Help: "Panics recovered, by where: tool (a tool call), method (another MCP request), background (a goroutine a call started), http (the HTTP handler chain). Each ended one call or request; the log has its stack.",
+	}, []string{"where"})
+	for _, w := range []string{server.PanicTool, server.PanicMethod, server.PanicBackground, PanicHTTP} {
+		m.panics.WithLabelValues(w)
+	}
+	m.reg.MustRegister(m.calls, m.gwTime, m.refusals, m.panics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if sessions != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -88,6 +98,15 @@ func (m *Metrics) ToolCall(line audit.ToolCall, reqs []gateway.Request) {
 	for _, q := range reqs {
 		m.gwTime.WithLabelValues(q.Route, statusClass(q.Status)).Observe(q.Latency.Seconds())
 	}
+}
+
+// Panicked counts one recovered panic (server.CallMetrics); where is one
+// of the labels NewMetrics makes.
+func (m *Metrics) Panicked(where string) {
+	if m == nil {
+		return
+	}
+	m.panics.WithLabelValues(where).Inc()
 }
 
 // AuthRefused records one refused HTTP request.

@@ -118,6 +118,9 @@ type Config struct {
 	OnLockWait func()
 	// Maker names this server in the rows it makes (journal.NewMaker).
 	Maker string
+	// OnPanic, when set, is told of a panic recovered on a goroutine the
+	// engine's work started (journal.LockOptions.OnPanic).
+	OnPanic func(v any)
 }
 
 // Engine makes and closes one grant's hand-offs. It is safe for concurrent

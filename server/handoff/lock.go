@@ -32,7 +32,7 @@ func lockKeys(keys []string, systemID int64, principalID string) []journal.LockK
 // lockOn takes the journal's locks on keys (see journal.LockHandOffs); a
 // wait that runs out is HANDOFF_BUSY.
 func (e *Engine) lockOn(ctx context.Context, keys []journal.LockKey) (func(), error) {
-	unlock, err := e.cfg.Journal.LockHandOffs(ctx, keys, journal.LockOptions{OnWait: e.cfg.OnLockWait})
+	unlock, err := e.cfg.Journal.LockHandOffs(ctx, keys, journal.LockOptions{OnWait: e.cfg.OnLockWait, OnPanic: e.cfg.OnPanic})
 	if errors.Is(err, journal.ErrLockBusy) {
 		return nil, refusal.New(refusal.HandOffBusy,
 			"another hand-off, close or save on the same section and recipient is still in progress; nothing was changed; try again in a minute")

@@ -377,6 +377,10 @@ type LockOptions struct {
 	// OnWait, when set, is called once if the lock was busy at the first
 	// try (tests use it to know the caller is waiting).
 	OnWait func()
+	// OnPanic, when set, is told of a panic recovered in the lock's
+	// renewal, which runs on a goroutine of its own; that renewal is
+	// skipped, as a failed one is, and the next tick tries again.
+	OnPanic func(v any)
 }
 
 // LockHandOffs takes, for the caller alone across every goroutine and
@@ -441,11 +445,7 @@ func (j *Journal) LockHandOffs(ctx context.Context, keys []LockKey, o LockOption
 			case <-stop:
 				return
 			case <-t.C:
-				_ = j.inTx(context.Background(), func(tx *sql.Tx) error {
-					_, err := tx.Exec(`UPDATE handoff_locks SET until = ? WHERE holder = ?`,
-						formatTime(time.Now().Add(LockLease)), holder)
-					return err
-				})
+				j.renewLock(holder, o.OnPanic)
 			}
 		}
 	}()
@@ -462,6 +462,23 @@ func (j *Journal) LockHandOffs(ctx context.Context, keys []LockKey, o LockOption
 			})
 		})
 	}, nil
+}
+
+// renewLock extends holder's locks by LockLease. A failure is dropped: a
+// lease is four renewals long, and the next tick tries again. A panic is
+// recovered (this runs on its own goroutine, where one would end the
+// process) and passed to onPanic.
+func (j *Journal) renewLock(holder string, onPanic func(any)) {
+	defer func() {
+		if v := recover(); v != nil && onPanic != nil {
+			onPanic(v)
+		}
+	}()
+	_ = j.inTx(context.Background(), func(tx *sql.Tx) error {
+		_, err := tx.Exec(`UPDATE handoff_locks SET until = ? WHERE holder = ?`,
+			formatTime(time.Now().Add(LockLease)), holder)
+		return err
+	})
 }
 
 // tryLock takes every key for holder if none is held by a live holder.
