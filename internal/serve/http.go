@@ -91,7 +91,7 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", traced(mw(limits.Wrap(jsonRPCShape(mcp.SupportedProtocolVersions(), mcpHandler)))))
 	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))
-	return &HTTPHandler{Resource: resource, Handler: hygiene(newOwnAddrs(resource), mux)}
+	return &HTTPHandler{Resource: resource, Handler: recoverHTTP(log, m, hygiene(newOwnAddrs(resource), mux))}
 }
 
 // hygiene applies what the MCP transport rules ask of a local server before

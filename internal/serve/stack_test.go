@@ -23,6 +23,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/internal/handofftest"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/internal/operator"
@@ -55,6 +56,8 @@ type httpStack struct {
 	manifst   string
 	// gatewayTimeout, when set, is serve.Options.GatewayTimeout.
 	gatewayTimeout time.Duration
+	// crashPoint, when set, is serve.Options.CrashPoint.
+	crashPoint func(crashpoint.Point)
 }
 
 // stackOption changes what newHTTPStack serves: it may replace the
@@ -103,6 +106,7 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 		Serve: func(o *serve.Options) {
 			o.GatewayTimeout, o.Logger = hs.gatewayTimeout, slog.New(slog.NewTextHandler(hs.stderr, nil))
 			o.OpsAddr, o.OpsReady = "127.0.0.1:0", func(u string) { hs.opsURL = u }
+			o.CrashPoint = hs.crashPoint
 		},
 	})
 	if err != nil {
