@@ -384,8 +384,8 @@ func (c *HTTPConfig) NewVerifier(p *Provider) (*Verifier, error) {
 }
 
 // NewExchanger builds the token exchanger for p from the configuration,
-// reading the client secret.
-func (c *HTTPConfig) NewExchanger(p *Provider) (*Exchanger, error) {
+// reading the client secret. onPanic may be nil (ExchangerConfig.OnPanic).
+func (c *HTTPConfig) NewExchanger(p *Provider, onPanic func(v any)) (*Exchanger, error) {
 	secret, err := c.ClientSecret()
 	if err != nil {
 		return nil, err
@@ -400,6 +400,7 @@ func (c *HTTPConfig) NewExchanger(p *Provider) (*Exchanger, error) {
 		// new mint on return anyway, and one exchange more then costs
 		// little next to holding a Gateway token for every user ever seen.
 		MaxEntries: 2 * max(c.MaxCallers, 1),
+		OnPanic:    onPanic,
 	})
 }
 

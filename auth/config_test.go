@@ -88,7 +88,7 @@ func TestLoadHTTPConfig(t *testing.T) {
 	if _, err := c.NewVerifier(p); err != nil {
 		t.Error(err)
 	}
-	if _, err := c.NewExchanger(p); err != nil {
+	if _, err := c.NewExchanger(p, nil); err != nil {
 		t.Error(err)
 	}
 

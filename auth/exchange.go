@@ -141,6 +141,11 @@ type ExchangerConfig struct {
 	Now func() time.Time
 	// MaxEntries bounds the cache; 1024 when zero.
 	MaxEntries int
+	// OnPanic, when set, is told of a panic recovered in an exchange ahead
+	// of need (Ahead), which runs on a goroutine of its own, to log and
+	// count it. The exchange then fails, and a call waiting for it asks
+	// for itself.
+	OnPanic func(v any)
 }
 
 // Exchanger trades a caller's access token at the provider's token endpoint
@@ -157,6 +162,7 @@ type Exchanger struct {
 	audience string
 	now      func() time.Time
 	max      int
+	onPanic  func(v any)
 
 	mu    sync.Mutex
 	cache map[string]ExchangedToken
@@ -186,7 +192,7 @@ func NewExchanger(cfg ExchangerConfig) (*Exchanger, error) {
 	}
 	e := &Exchanger{
 		provider: cfg.Provider, clientID: cfg.ClientID, secret: cfg.ClientSecret,
-		audience: cfg.GatewayAudience, now: cfg.Now, max: cfg.MaxEntries,
+		audience: cfg.GatewayAudience, now: cfg.Now, max: cfg.MaxEntries, onPanic: cfg.OnPanic,
 		cache: make(map[string]ExchangedToken), ahead: make(map[string]*flight),
 	}
 	if e.now == nil {
@@ -271,7 +277,7 @@ func (e *Exchanger) Ahead(caller *Caller, subjectToken string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), aheadTimeout)
 		defer cancel()
-		t, err := e.exchange(ctx, caller, key, subjectToken)
+		t, err := e.exchangeAhead(ctx, caller, key, subjectToken)
 		e.mu.Lock()
 		if e.ahead[key] == f {
 			delete(e.ahead, key)
@@ -280,6 +286,25 @@ func (e *Exchanger) Ahead(caller *Caller, subjectToken string) {
 		f.t, f.err = t, err
 		close(f.done)
 	}()
+}
+
+// errAheadPanicked is the failure of an exchange ahead of need that
+// panicked; a call joining it asks for itself.
+var errAheadPanicked = errors.New("token exchange ahead of need: a panic was recovered")
+
+// exchangeAhead is exchange on Ahead's own goroutine, where a panic would
+// end the process: it is recovered, told to OnPanic, and the exchange
+// fails (its flight still ends, so no call waits on it forever).
+func (e *Exchanger) exchangeAhead(ctx context.Context, caller *Caller, key, subjectToken string) (t ExchangedToken, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if e.onPanic != nil {
+				e.onPanic(v)
+			}
+			t, err = ExchangedToken{}, errAheadPanicked
+		}
+	}()
+	return e.exchange(ctx, caller, key, subjectToken)
 }
 
 // Forget drops every cached token of the caller with this ID, for example

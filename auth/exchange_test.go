@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -373,5 +374,50 @@ func TestExchangeAhead(t *testing.T) {
 				t.Errorf("%d requests to the provider, want %d", n, requests)
 			}
 		})
+	}
+}
+
+// panicOnce is a transport that panics at its first request and sends
+// the others through base.
+type panicOnce struct {
+	base   http.RoundTripper
+	panics atomic.Bool
+}
+
+func (p *panicOnce) RoundTrip(r *http.Request) (*http.Response, error) {
+	if p.panics.CompareAndSwap(false, true) {
+		panic("Bearer secret-subject-token")
+	}
+	return p.base.RoundTrip(r)
+}
+
+// TestExchangeAheadRecoversAPanic (issue 31 item 5): a panic in an
+// exchange ahead of need, on the exchanger's own goroutine, no longer
+// ends the process: it is told to OnPanic, the exchange ahead fails, and
+// the call that joins it asks for itself and gets its token.
+func TestExchangeAheadRecoversAPanic(t *testing.T) {
+	f := newExchangeFixture(t, nil)
+	told := make(chan any, 1)
+	f.x.onPanic = func(v any) { told <- v }
+	client := *f.x.provider.client
+	client.Transport = &panicOnce{base: client.Transport}
+	f.x.provider.client = &client
+	alice := caller("alice", f.clock.Now().Add(time.Hour))
+
+	f.x.Ahead(alice, "alice-token")
+	select {
+	case v := <-told:
+		if v != "Bearer secret-subject-token" {
+			t.Fatalf("OnPanic was told %v", v)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the panic ahead of need was not reported")
+	}
+	tok, err := f.x.Exchange(context.Background(), alice, "alice-token")
+	if err != nil || tok.AccessToken != "gw-token-1" {
+		t.Fatalf("the call after the panic ahead: %q, %v", tok.AccessToken, err)
+	}
+	if n := f.count(t); n != 1 {
+		t.Errorf("%d exchange requests reached the provider, want 1 (the call's own)", n)
 	}
 }

@@ -97,6 +97,10 @@ type PoolConfig struct {
 	// Logger gets the pool's events; callers appear only as a 12-hex
 	// digest of their id. Nil discards.
 	Logger *slog.Logger
+	// OnPanic, when set, is told of a panic recovered in a revoke (which
+	// runs on the pool's own goroutine for an eviction ahead of need), to
+	// log and count it; when nil the pool logs it on Logger.
+	OnPanic func(v any)
 }
 
 // Pool keeps one scoped session per user for the HTTP transport: each
@@ -136,6 +140,7 @@ type Pool struct {
 	spareIdle    time.Duration
 	now          func() time.Time
 	log          *slog.Logger
+	onPanic      func(v any)
 
 	// bg counts background evictions, waited for by EndAll.
 	bg sync.WaitGroup
@@ -261,6 +266,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		spareIdle:    cmp.Or(cfg.SpareIdle, minIdle),
 		now:          cfg.Now,
 		log:          cfg.Logger,
+		onPanic:      cfg.OnPanic,
 		callers:      map[string]*poolEntry{},
 		freed:        make(chan struct{}),
 	}

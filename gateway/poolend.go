@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+
+	"github.com/pdmcp/pdmcp/internal/panics"
 )
 
 // Drop forgets dead, the user's session, when the Gateway said it no
@@ -29,7 +31,17 @@ func (p *Pool) Drop(ctx context.Context, callerID string, dead *Session) {
 // when ctx is already cancelled: the session must end either way, and
 // Session.Revoke destroys the holder key even when the Gateway cannot be
 // told.
+//
+// A panic in it is recovered and taken as a revoke not confirmed: the
+// holder key is destroyed all the same, and the caller gives the place
+// up. On an eviction's own goroutine it would end the process.
 func (p *Pool) revoke(ctx context.Context, v taken, why string) {
+	defer func() {
+		if r := recover(); r != nil {
+			v.sess.Discard()
+			p.panicked(r)
+		}
+	}()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PoolRevokeTimeout)
 	defer cancel()
 	attrs := []slog.Attr{slog.String("caller", v.entry.digest), slog.String("session", v.sess.HandleDigest()),
@@ -40,6 +52,17 @@ func (p *Pool) revoke(ctx context.Context, v taken, why string) {
 		return
 	}
 	p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: session revoked", attrs...)
+}
+
+// panicked reports a panic the pool recovered: to OnPanic, or on the log
+// without the value's contents (internal/panics).
+func (p *Pool) panicked(v any) {
+	if p.onPanic != nil {
+		p.onPanic(v)
+		return
+	}
+	p.log.Error("gateway session pool: a panic was recovered in a revoke; holder key destroyed",
+		"panic", panics.Value(v), "stack", panics.Stack())
 }
 
 // End revokes the user's session, if they hold one, and destroys its

@@ -281,12 +281,21 @@ func runHTTP(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	ex, err := cfg.NewExchanger(provider)
+	// The exchange ahead of need and the pool's evictions run on
+	// goroutines of their own; a panic there is recovered where it
+	// happened and reported here. metrics is set before anything is
+	// served, so before any of them runs.
+	var metrics *Metrics
+	onPanic := func(what string) func(any) {
+		return func(v any) { reportBackgroundPanic(o.Logger, metrics, what, v) }
+	}
+	ex, err := cfg.NewExchanger(provider, onPanic("the token exchange ahead of need"))
 	if err != nil {
 		return err
 	}
 	pool, err := gateway.NewPool(gateway.PoolConfig{Minter: d.client, Objects: grant.Keys(d.grant, d.manifest),
-		MaxCallers: cfg.MaxCallers, NotAfter: d.grant.NotAfter, Now: o.Now, Logger: o.Logger})
+		MaxCallers: cfg.MaxCallers, NotAfter: d.grant.NotAfter, Now: o.Now, Logger: o.Logger,
+		OnPanic: onPanic("a Gateway session's revoke")})
 	if err != nil {
 		return err
 	}

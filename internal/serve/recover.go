@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/pdmcp/pdmcp/internal/panics"
+	"github.com/pdmcp/pdmcp/server"
 )
 
 // PanicHTTP is the pdmcp_panics_total label of a panic recovered in the
@@ -88,3 +89,13 @@ func (a *answerWriter) Flush() {
 }
 
 func (a *answerWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// reportBackgroundPanic logs and counts a panic recovered on a goroutine
+// the serving edge's parts start on a request's behalf (the token
+// exchange ahead of need, the session pool's evictions), as the server
+// reports its own (server.PanicBackground).
+func reportBackgroundPanic(log *slog.Logger, m *Metrics, what string, v any) {
+	log.Error("a panic was recovered; what it ended is answered as an internal failure, and the server goes on",
+		"where", server.PanicBackground, "in", what, "panic", panics.Value(v), "stack", panics.Stack())
+	m.Panicked(server.PanicBackground)
+}

@@ -108,3 +108,19 @@ func panicsCounted(t *testing.T, m *Metrics, where string) float64 {
 	t.Fatalf("no pdmcp_panics_total{where=%q}", where)
 	return 0
 }
+
+// TestReportBackgroundPanic: a panic recovered on a goroutine of the
+// token exchange or the session pool is logged without its value and
+// counted at background.
+func TestReportBackgroundPanic(t *testing.T) {
+	buf := &logs.LogBuffer{}
+	m := NewMetrics(nil)
+	reportBackgroundPanic(slog.New(slog.NewTextHandler(buf, nil)), m, "the token exchange ahead of need", "Bearer secret-token-text")
+	if got := panicsCounted(t, m, "background"); got != 1 {
+		t.Errorf("counted %v at background, want 1", got)
+	}
+	if l := buf.String(); strings.Contains(l, "secret-token-text") || !strings.Contains(l, "panic=panic(string)") ||
+		!strings.Contains(l, `in="the token exchange ahead of need"`) {
+		t.Errorf("log:\n%s", l)
+	}
+}
