@@ -1,6 +1,7 @@
 package serve_test
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"path/filepath"
@@ -76,11 +77,19 @@ func sessionOf(lines []map[string]any, user string) string {
 // idempotencyKey finishes; bob's calls go on on his own session; the
 // panic is counted in /metrics and logged without its value; and the
 // shutdown clean-up still runs: every session revoked, the shutdown
-// audit line written.
+// audit line written. Alice speaks the newest protocol (served
+// statelessly) in one run and 2025-11-25 (an MCP session) in the other:
+// the go-sdk runs the tool's handler on a goroutine of its own either way.
 func TestHTTPPanicInAToolEndsThatCallOnly(t *testing.T) {
+	for _, proto := range []string{"", "2025-11-25"} {
+		t.Run("protocol "+cmp.Or(proto, "newest"), func(t *testing.T) { httpPanicInATool(t, proto) })
+	}
+}
+
+func httpPanicInATool(t *testing.T, proto string) {
 	hook, armed := panicAt(crashpoint.SaveEncrypted)
 	hs := newHTTPStack(t, 8, func(_ *testing.T, hs *httpStack, _ string, _ *grant.LaunchOptions) { hs.crashPoint = hook })
-	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	alice := hs.dial(t, "http-panic", hs.as(hs.token(t, "alice", "pw-a"), nil), nil, &mcp.ClientSessionOptions{ProtocolVersion: proto})
 	bob := hs.connect(t, hs.token(t, "bob", "pw-b"))
 	read := func(who string, cs *mcp.ClientSession) {
 		t.Helper()
@@ -123,6 +132,9 @@ func TestHTTPPanicInAToolEndsThatCallOnly(t *testing.T) {
 
 	// The shutdown clean-up runs as on any stop.
 	revokes := hs.env.Gateway.Count(api.RouteRevoke)
+	// Alice's host leaves first: an MCP session's open stream would hold
+	// the stop for its five-second grace, which is not what this tests.
+	alice.Close()
 	if err := hs.st.StopMCP(); err != nil {
 		t.Fatalf("serve.Run after the panic: %v", err)
 	}
