@@ -3,6 +3,7 @@ package serve_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -223,5 +224,25 @@ func TestStdioPanicInAToolEndsThatCallOnly(t *testing.T) {
 	lines := mcptest.AuditLines(t, auditPath)
 	if last := lines[len(lines)-1]; last["event"] != "shutdown" || last["reason"] != "stdin-closed" {
 		t.Errorf("the audit file's last line: %v, want the shutdown line", last)
+	}
+}
+
+// TestHTTPPanicAnswerCarriesResultType: on 2026-07-28 the INTERNAL_ERROR
+// a panicking call is answered with is a complete result like any other
+// (resultType), in the refusal shape: isError, no structuredContent that
+// the tool's output schema would reject.
+func TestHTTPPanicAnswerCarriesResultType(t *testing.T) {
+	hook, armed := panicAt(crashpoint.SaveEncrypted)
+	hs := newHTTPStack(t, 4, func(_ *testing.T, hs *httpStack, _ string, _ *grant.LaunchOptions) { hs.crashPoint = hook })
+	armed.Store(true)
+	res := resultOf(t, hs, hs.token(t, "alice", "pw-a"), "tools/call", grant.ToolSaveProtectedResult,
+		`"name":"save_protected_result","arguments":{"destinationId":"evaluation-summary","text":"t","idempotencyKey":"k"},`)
+	b, _ := json.Marshal(res["content"])
+	if res["resultType"] != "complete" || res["isError"] != true || res["structuredContent"] != nil ||
+		!strings.Contains(string(b), string(refusal.Internal)) || strings.Contains(string(b), "secret") {
+		t.Fatalf("the panicking call's result: %v", res)
+	}
+	if armed.Load() {
+		t.Fatal("the call never reached the panic")
 	}
 }
