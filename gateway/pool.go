@@ -327,14 +327,7 @@ func (p *Pool) acquire(ctx context.Context, callerID string, subject SubjectSour
 		if err := e.acquire(ctx); err != nil {
 			return nil, nil, err
 		}
-		if prepare != nil {
-			if err := prepare(e); err != nil {
-				e.release()
-				return nil, nil, err
-			}
-		}
-		s, again, err := p.serve(ctx, e, subject)
-		e.release()
+		s, again, err := p.serveHeld(ctx, e, subject, prepare)
 		if !again {
 			if err != nil {
 				return nil, nil, err
@@ -345,6 +338,21 @@ func (p *Pool) acquire(ctx context.Context, callerID string, subject SubjectSour
 		// The entry left the pool while this call waited for it or
 		// minted: start over with the user's current entry.
 	}
+}
+
+// serveHeld runs prepare, when set, then serve, with e's lock held, and
+// releases it however they end. A panic in them (a subject source's, a
+// mint's) is recovered by the tool call that asked, which then ends the
+// user (End); a lock left held would keep End from giving their place up,
+// and the place would be lost to every user.
+func (p *Pool) serveHeld(ctx context.Context, e *poolEntry, subject SubjectSource, prepare func(*poolEntry) error) (*Session, bool, error) {
+	defer e.release()
+	if prepare != nil {
+		if err := prepare(e); err != nil {
+			return nil, false, err
+		}
+	}
+	return p.serve(ctx, e, subject)
 }
 
 // ScopeFullError refuses widening a session past api.MaxObjects keys.
