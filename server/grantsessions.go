@@ -93,11 +93,22 @@ func (g *GrantSessions) widen(ctx context.Context, caller Caller, ttag string) (
 	if caller.ID != "" {
 		return nil, refuseCode(refusal.Internal, "a stdio task serves one user only")
 	}
+	if err := g.cover(ctx, ttag); err != nil {
+		return nil, err
+	}
+	return g.session(ctx, caller)
+}
+
+// cover adds ttag to the task's keys, and revokes the live session when
+// it does not cover it. The lock is released in a defer: a panic in the
+// revoke, recovered by the tool call, must not leave it held, or every
+// later call of the task would wait on it for ever.
+func (g *GrantSessions) cover(ctx context.Context, ttag string) error {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if !slices.Contains(g.objects, ttag) {
 		if n := len(g.objects) + 1; n > api.MaxObjects {
-			g.mu.Unlock()
-			return nil, scopeFull(n)
+			return scopeFull(n)
 		}
 		g.objects = append(slices.Clone(g.objects), ttag)
 	}
@@ -106,8 +117,7 @@ func (g *GrantSessions) widen(ctx context.Context, caller Caller, ttag string) (
 		// session.
 		g.endLocked(ctx)
 	}
-	g.mu.Unlock()
-	return g.session(ctx, caller)
+	return nil
 }
 
 func scopeFull(n int) *Refusal {

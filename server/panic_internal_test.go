@@ -85,3 +85,27 @@ func TestPanicInAnotherMethodIsAnInternalError(t *testing.T) {
 		t.Fatalf("log:\n%s", l)
 	}
 }
+
+// TestGrantSessionsLockSurvivesAPanic: a revoke that panics while a stdio
+// task's session is widened (a session with no client behind it) leaves
+// the task's lock free, so the next call is served instead of waiting for
+// ever.
+func TestGrantSessionsLockSurvivesAPanic(t *testing.T) {
+	g := NewGrantSessions(nil, "agent", []string{"ttag-1"}, time.Now().Add(time.Hour), nil, nil)
+	g.cur = &gateway.Session{}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the revoke did not panic")
+			}
+		}()
+		_, _ = g.widen(context.Background(), Caller{}, "ttag-2")
+	}()
+	done := make(chan int)
+	go func() { done <- g.Len() }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the task's session lock is still held after the panic")
+	}
+}
