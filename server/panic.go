@@ -31,9 +31,12 @@ import (
 //     the call's audit line says INTERNAL_ERROR, outcome error;
 //   - every other user's calls go on.
 //
-// A panic inside the pool or another shared structure while it holds its
-// lock leaves that lock held; recovering cannot undo that, and no code
-// here panics on purpose.
+// The locks a session source holds across a call's work (the pool's
+// per-user entry, a stdio task's session) are released in defers, so that
+// ending the user after a panic frees their place. A panic inside a
+// shared structure's own short critical section would still leave its
+// mutex held; recovering cannot undo that, and no code here panics on
+// purpose.
 
 // Where a panic was recovered, as CallMetrics.Panicked and the log name it.
 const (
@@ -57,7 +60,7 @@ func (p *panicked) Error() string { return "a panic was recovered (" + p.where +
 // without its contents and counted. The error it returns ends the call
 // INTERNAL_ERROR like any internal failure.
 func (s *Server) recovered(where, what string, v any) *panicked {
-	s.log.Error("a panic was recovered; what it ended is answered as an internal failure, and the server goes on",
+	s.log.Error("a panic was recovered; the server goes on",
 		"where", where, "in", what, "panic", panics.Value(v), "stack", panics.Stack())
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.Panicked(where)

@@ -43,7 +43,7 @@ func recoverHTTP(log *slog.Logger, m *Metrics, next http.Handler) http.Handler {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			log.Error("a panic was recovered in the HTTP handler chain; the request was answered 500 and the server goes on",
+			log.Error("a panic was recovered in the HTTP handler chain; the request was answered 500 or cut off, and the server goes on",
 				"panic", panics.Value(v), "answerStarted", aw.started, "stack", panics.Stack())
 			m.Panicked(PanicHTTP)
 			if aw.started {
@@ -95,7 +95,7 @@ func (a *answerWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 // exchange ahead of need, the session pool's evictions), as the server
 // reports its own (server.PanicBackground).
 func reportBackgroundPanic(log *slog.Logger, m *Metrics, what string, v any) {
-	log.Error("a panic was recovered; what it ended is answered as an internal failure, and the server goes on",
+	log.Error("a panic was recovered; the server goes on",
 		"where", server.PanicBackground, "in", what, "panic", panics.Value(v), "stack", panics.Stack())
 	m.Panicked(server.PanicBackground)
 }
