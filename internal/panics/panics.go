@@ -18,14 +18,16 @@ import (
 // Value describes v, a recovered value, for a log line. A runtime error's
 // text is the runtime's own (made from types, indices and lengths, never
 // from the program's data: "index out of range [5] with length 3",
-// "invalid memory address or nil pointer dereference"), so it is kept.
-// Anything else, an error or a string included, is named by its type
-// only.
+// "invalid memory address or nil pointer dereference"), so it is kept:
+// only for the runtime package's own types, as any type may claim to be a
+// runtime.Error. Anything else, an error or a string included, is named
+// by its type only.
 func Value(v any) string {
-	if re, ok := v.(runtime.Error); ok {
+	typ := fmt.Sprintf("%T", v)
+	if re, ok := v.(runtime.Error); ok && strings.HasPrefix(strings.TrimPrefix(typ, "*"), "runtime.") {
 		return re.Error()
 	}
-	return fmt.Sprintf("panic(%T)", v)
+	return "panic(" + typ + ")"
 }
 
 // Stack is the calling goroutine's stack, as debug.Stack writes it, with

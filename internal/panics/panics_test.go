@@ -20,9 +20,11 @@ func TestValue(t *testing.T) {
 		want string
 	}{
 		{runtimeErr, "runtime error: index out of range [3] with length 0"},
+		{nilDeref(), "runtime error: invalid memory address or nil pointer dereference"},
 		{"Bearer eyJhbGciOi.secret", "panic(string)"},
 		{errors.New("token eyJhbGciOi.secret refused"), "panic(*errors.errorString)"},
 		{42, "panic(int)"},
+		{fakeRuntimeError("token eyJhbGciOi.secret"), "panic(panics.fakeRuntimeError)"},
 		{nil, "panic(<nil>)"},
 	} {
 		if got := Value(tc.v); got != tc.want {
@@ -30,6 +32,12 @@ func TestValue(t *testing.T) {
 		}
 	}
 }
+
+// fakeRuntimeError claims to be a runtime error; its text is its own.
+type fakeRuntimeError string
+
+func (e fakeRuntimeError) Error() string { return string(e) }
+func (fakeRuntimeError) RuntimeError()   {}
 
 // TestCleanCutsArguments: every frame's argument words are cut, methods
 // and closures included; the function names, files and lines stay.
@@ -83,4 +91,10 @@ func TestStackOfARecoveredPanic(t *testing.T) {
 //go:noinline
 func panicsWith(secret int) {
 	panic(secret)
+}
+
+func nilDeref() (v any) {
+	defer func() { v = recover() }()
+	var p *struct{ n int }
+	return p.n
 }
