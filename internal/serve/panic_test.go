@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
+	"github.com/pdmcp/pdmcp/internal/handofftest"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/internal/testutil"
@@ -244,5 +246,59 @@ func TestHTTPPanicAnswerCarriesResultType(t *testing.T) {
 	}
 	if armed.Load() {
 		t.Fatal("the call never reached the panic")
+	}
+}
+
+// TestHTTPPanicLeavesTheShutdownToRevokeHandOffs (issue 31 scenario 6:
+// "open hand-offs stayed open"): after a panic in one of alice's calls
+// the server still serves, the hand-off she opened before it is still in
+// force for the doctor, and stopping the server revokes it as any stop
+// does.
+func TestHTTPPanicLeavesTheShutdownToRevokeHandOffs(t *testing.T) {
+	var w *handofftest.World
+	hook, armed := panicAt(crashpoint.FragmentEncrypted)
+	hs := newHTTPStack(t, 8, withSteps(&w, handofftest.Options{}),
+		func(_ *testing.T, hs *httpStack, _ string, _ *grant.LaunchOptions) { hs.crashPoint = hook })
+	alice := hs.connect(t, hs.token(t, "alice", "pw-a"))
+	ctx := context.Background()
+	doctorReads := func() string {
+		t.Helper()
+		ttag, iv, ct := w.Fragment(t, "problems")
+		s := w.As(t, w.Doctor.Name)
+		defer s.Revoke(ctx)
+		_, err := s.Decrypt(ctx, ttag, iv, ct)
+		var ae *api.Error
+		if errors.As(err, &ae) {
+			return ae.Code
+		}
+		if err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	if m, isErr := mcptest.Call(t, alice, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatalf("alice's hand_off: %v", m)
+	}
+
+	armed.Store(true)
+	res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: grant.ToolSaveProtectedFragment, Arguments: map[string]any{
+		"documentId": handofftest.DocID, "fragmentId": "results", "text": `<section><text>saved at a panic</text></section>`,
+		"idempotencyKey": "panic-1"}})
+	wantPanicAnswer(t, res, err)
+	if armed.Load() {
+		t.Fatal("the save never reached the panic")
+	}
+	if code := doctorReads(); code != "" {
+		t.Fatalf("the doctor after alice's panic: %q, want the hand-off still in force", code)
+	}
+	if m, isErr := mcptest.Call(t, alice, grant.ToolListApprovedDocuments, nil); isErr {
+		t.Fatalf("alice after the panic: %v", m)
+	}
+	alice.Close()
+	if err := hs.st.StopMCP(); err != nil {
+		t.Fatalf("serve.Run after the panic: %v", err)
+	}
+	if code := doctorReads(); code != "ACL_DENIED" {
+		t.Fatalf("the doctor after the server stopped: %q, want the hand-off revoked", code)
 	}
 }
