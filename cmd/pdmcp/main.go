@@ -32,7 +32,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
 		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd(), newCloseStepCmd(),
-		newVersionsCmd(), newExportManifestCmd())
+		newVersionsCmd(), newExportManifestCmd(), newACLCmd())
 	return root
 }
 
