@@ -35,6 +35,21 @@ const serviceCertValidity = 365 * 24 * time.Hour
 // becomes part of file names and the certificate's common name.
 var credentialName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
+// CheckServiceName refuses a name GenerateServiceCredentials would refuse,
+// so a caller can check it before anything else is done.
+func CheckServiceName(name string) error {
+	if !credentialName.MatchString(name) {
+		return fmt.Errorf("service name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// ServiceCredentialFiles are the three files GenerateServiceCredentials
+// writes for name in dir.
+func ServiceCredentialFiles(dir, name string) (certFile, loginKeyFile, senderKeyFile string) {
+	return filepath.Join(dir, name+"-cert.pem"), filepath.Join(dir, name+"-login-key.pem"), filepath.Join(dir, name+"-sender-key.pem")
+}
+
 // LoadCertificate reads the first certificate of a PEM file.
 func LoadCertificate(path string) (*x509.Certificate, error) {
 	data, err := os.ReadFile(path)
@@ -157,16 +172,14 @@ func sameKey(signer crypto.Signer, c *x509.Certificate) bool {
 // <name>-sender-key.pem, each mode 0600. It never overwrites a file: if any
 // of the three exists it writes nothing and says which.
 func GenerateServiceCredentials(dir, name string) (certFile, loginKeyFile, senderKeyFile string, err error) {
-	if !credentialName.MatchString(name) {
-		return "", "", "", fmt.Errorf("service name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	if err := CheckServiceName(name); err != nil {
+		return "", "", "", err
 	}
 	dir, err = filepath.Abs(dir)
 	if err != nil {
 		return "", "", "", fmt.Errorf("credentials directory: %w", err)
 	}
-	certFile = filepath.Join(dir, name+"-cert.pem")
-	loginKeyFile = filepath.Join(dir, name+"-login-key.pem")
-	senderKeyFile = filepath.Join(dir, name+"-sender-key.pem")
+	certFile, loginKeyFile, senderKeyFile = ServiceCredentialFiles(dir, name)
 	for _, f := range []string{certFile, loginKeyFile, senderKeyFile} {
 		if _, err := os.Lstat(f); err == nil {
 			return "", "", "", fmt.Errorf("%s already exists; move it away or choose another name", f)

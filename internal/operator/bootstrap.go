@@ -2,13 +2,17 @@ package operator
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
@@ -34,39 +38,35 @@ type BootstrapOptions struct {
 
 // Bootstrap registers the service at the Gateway, writes config.json, and
 // proves the registration by signing in as the service.
+//
+// It can be retried: every input is checked, and the Gateway is reached with
+// the admin's credentials, before anything is generated or written; the
+// credentials it generates are made under temporary names and placed only
+// once the Gateway has registered them, so a failed run leaves nothing that
+// the next one trips over. A file an earlier run made is never removed.
 func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig, error) {
-	if o.ConfigOut == "" || o.GatewayURL == "" || o.AdminUser == "" || o.AdminPasswordFile == "" {
-		return nil, errors.New("bootstrap: --endpoint, --admin-user, --admin-password-file and --config-out are required")
-	}
-	if !o.AllowScoped {
-		return nil, errors.New("bootstrap: pdmcp needs scoped sessions; register with --allow-scoped")
-	}
-	if _, err := os.Stat(o.ConfigOut); err == nil {
-		return nil, fmt.Errorf("bootstrap: %s exists; it is never overwritten (move it away to register again)", o.ConfigOut)
-	}
-	password, err := readSecretFile(o.AdminPasswordFile)
+	in, err := checkBootstrap(o)
 	if err != nil {
 		return nil, err
 	}
-	if o.ServiceName == "" {
-		o.ServiceName = "pdmcp"
+	o = in.o
+	if err := probeAdmin(ctx, in.admin, o); err != nil {
+		return nil, err
 	}
 	cert, login, sender := o.ServiceCert, o.ServiceLoginKey, o.SenderKey
-	switch given := countNonEmpty(cert, login, sender); given {
-	case 0:
-		dir := o.CredentialsDir
-		if dir == "" {
-			dir = filepath.Join(filepath.Dir(o.ConfigOut), "service")
-		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+	var placed []string
+	if in.generate {
+		if err := os.MkdirAll(in.credDir, 0o700); err != nil {
 			return nil, fmt.Errorf("bootstrap: credentials folder: %w", err)
 		}
-		if cert, login, sender, err = gateway.GenerateServiceCredentials(dir, o.ServiceName); err != nil {
+		tmp, err := os.MkdirTemp(in.credDir, ".bootstrap-")
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap: credentials folder: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		if cert, login, sender, err = gateway.GenerateServiceCredentials(tmp, o.ServiceName); err != nil {
 			return nil, fmt.Errorf("bootstrap: generate service credentials: %w", err)
 		}
-	case 3:
-	default:
-		return nil, errors.New("bootstrap: give all of --service-cert, --service-login-key and --sender-key, or none")
 	}
 	reg, err := gateway.ServiceRegistration(o.ServiceName, cert, sender)
 	if err != nil {
@@ -74,38 +74,216 @@ func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig,
 	}
 	reg.AllowScoped = true
 	reg.Prefix = o.Prefix
-	if o.DelegatorCert != "" {
-		b, err := os.ReadFile(o.DelegatorCert)
-		if err != nil {
-			return nil, fmt.Errorf("bootstrap: delegator certificate: %w", err)
+	reg.DelegatorCertificate = in.delegator
+	got, err := in.admin.RegisterService(ctx, reg)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: register service: %w%s", err, nothingLeft(in.generate))
+	}
+	if in.generate {
+		// Registered: the credentials are the service's now, and are kept
+		// from here on whatever fails next.
+		finalCert, finalLogin, finalSender := gateway.ServiceCredentialFiles(in.credDir, o.ServiceName)
+		if placed, err = placeNew([][2]string{{login, finalLogin}, {sender, finalSender}, {cert, finalCert}}); err != nil {
+			return nil, fmt.Errorf("bootstrap: the service was registered (%s), but its credentials could not be placed: %w", got.ServiceID, err)
 		}
-		reg.DelegatorCertificate = string(b)
-	}
-	admin, err := gateway.New(gateway.Config{BaseURL: o.GatewayURL, TrustFile: o.TrustFile, AllowHTTPLoopback: o.AllowHTTPLoopback})
-	if err != nil {
-		return nil, err
-	}
-	got, err := admin.Admin(o.AdminUser, password).RegisterService(ctx, reg)
-	if err != nil {
-		return nil, fmt.Errorf("bootstrap: register service: %w", err)
+		cert, login, sender = finalCert, finalLogin, finalSender
 	}
 	sc := &gateway.ServiceConfig{
 		GatewayURL: o.GatewayURL, TrustFile: abs(o.TrustFile), AllowHTTPLoopback: o.AllowHTTPLoopback,
 		ServiceCert: abs(cert), ServiceLoginKey: abs(login), SenderKey: abs(sender),
 		ServiceID: got.ServiceID, SystemID: got.SystemID, Prefix: got.Prefix,
 	}
-	cc := sc.ClientConfig()
-	svc, err := gateway.New(cc)
+	svc, err := gateway.New(sc.ClientConfig())
 	if err != nil {
 		return nil, err
 	}
 	if err := svc.SignIn(ctx); err != nil {
-		return nil, fmt.Errorf("bootstrap: the service was registered but cannot sign in: %w", err)
+		return nil, fmt.Errorf("bootstrap: the service was registered (credentials kept in %s) but cannot sign in: %w", strings.Join(placed, ", "), err)
 	}
 	if err := gateway.WriteServiceConfig(o.ConfigOut, sc); err != nil {
 		return nil, err
 	}
 	return sc, nil
+}
+
+// bootstrapInputs are the checked inputs of a bootstrap.
+type bootstrapInputs struct {
+	o         BootstrapOptions
+	admin     *gateway.Admin
+	generate  bool
+	credDir   string
+	delegator string
+}
+
+// checkBootstrap checks every input of a bootstrap without sending or
+// writing anything: the flags, config.json's absence, the service name, the
+// admin password file (present, owner-only, not empty), the trust file (a
+// CA), the Gateway URL (absolute, with a host), the given credentials, and
+// that the credentials to be generated do not exist yet.
+func checkBootstrap(o BootstrapOptions) (*bootstrapInputs, error) {
+	if o.ConfigOut == "" || o.GatewayURL == "" || o.AdminUser == "" || o.AdminPasswordFile == "" {
+		return nil, errors.New("bootstrap: --endpoint, --admin-user, --admin-password-file and --config-out are required")
+	}
+	if !o.AllowScoped {
+		return nil, errors.New("bootstrap: pdmcp needs scoped sessions; register with --allow-scoped")
+	}
+	if _, err := os.Lstat(o.ConfigOut); err == nil {
+		return nil, fmt.Errorf("bootstrap: %s exists; it is never overwritten (move it away to register again)", o.ConfigOut)
+	}
+	if o.ServiceName == "" {
+		o.ServiceName = "pdmcp"
+	}
+	if err := gateway.CheckServiceName(o.ServiceName); err != nil {
+		return nil, fmt.Errorf("bootstrap: --service-name: %w", err)
+	}
+	password, err := readSecretFile(o.AdminPasswordFile)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: --admin-password-file: %w", err)
+	}
+	if o.TrustFile != "" {
+		if err := checkTrustCA(o.TrustFile); err != nil {
+			return nil, fmt.Errorf("bootstrap: --trust-file: %w", err)
+		}
+	}
+	c, err := gateway.New(gateway.Config{BaseURL: o.GatewayURL, TrustFile: o.TrustFile, AllowHTTPLoopback: o.AllowHTTPLoopback})
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: --endpoint %s: %w", o.GatewayURL, err)
+	}
+	in := &bootstrapInputs{o: o, admin: c.Admin(o.AdminUser, password)}
+	switch countNonEmpty(o.ServiceCert, o.ServiceLoginKey, o.SenderKey) {
+	case 0:
+		in.generate = true
+		in.credDir = o.CredentialsDir
+		if in.credDir == "" {
+			in.credDir = filepath.Join(filepath.Dir(o.ConfigOut), "service")
+		}
+		if in.credDir, err = filepath.Abs(in.credDir); err != nil {
+			return nil, fmt.Errorf("bootstrap: credentials folder: %w", err)
+		}
+		cert, login, sender := gateway.ServiceCredentialFiles(in.credDir, o.ServiceName)
+		for _, f := range []string{cert, login, sender} {
+			if _, err := os.Lstat(f); err == nil {
+				return nil, fmt.Errorf("bootstrap: %s exists (an earlier registration's?); it is never overwritten: give it with --service-cert, --service-login-key and --sender-key, move it away, or choose another --service-name or --credentials-dir", f)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("bootstrap: %w", err)
+			}
+		}
+	case 3:
+		if _, err := gateway.ServiceRegistration(o.ServiceName, o.ServiceCert, o.SenderKey); err != nil {
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+		if _, err := gateway.LoadLoginKey(o.ServiceLoginKey); err != nil {
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+	default:
+		return nil, errors.New("bootstrap: give all of --service-cert, --service-login-key and --sender-key, or none")
+	}
+	if o.DelegatorCert != "" {
+		b, err := os.ReadFile(o.DelegatorCert)
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap: delegator certificate: %w", err)
+		}
+		in.delegator = string(b)
+	}
+	return in, nil
+}
+
+// checkTrustCA refuses a trust file that holds no certificate a TLS client
+// could anchor on: it must hold PEM certificates only, at least one of them
+// a CA or self-signed (a Gateway's own certificate, pinned). The usual
+// mistake, a server certificate some CA issued, is named.
+func checkTrustCA(path string) error {
+	data, err := safefile.ReadConfig(path, 0)
+	if err != nil {
+		return err
+	}
+	var certs []*x509.Certificate
+	for rest := data; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return fmt.Errorf("%s holds a %s block; a trust file holds certificates only", path, b.Type)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return fmt.Errorf("%s holds no PEM certificate; give the CA certificate the Gateway's TLS certificate is issued by", path)
+	}
+	for _, c := range certs {
+		if c.IsCA || c.CheckSignatureFrom(c) == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s holds no CA certificate (%q is issued by %q); give the CA's certificate", path,
+		certs[0].Subject.String(), certs[0].Issuer.String())
+}
+
+// probeAdmin reaches the Gateway with the admin's credentials before
+// anything is generated: a read of a principal, which changes nothing. Any
+// answer past the admin check (the principal found, not found, or its name
+// refused) proves the URL, the trust and the credentials.
+func probeAdmin(ctx context.Context, admin *gateway.Admin, o BootstrapOptions) error {
+	_, err := admin.GetPrincipal(ctx, o.ServiceName+".bootstrap-check")
+	var ae *api.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, &api.Error{Code: api.CodeAdminAuthRequired}):
+		return fmt.Errorf("bootstrap: the Gateway refused the admin credentials (--admin-user %s, the password in %s); nothing was generated: %w",
+			o.AdminUser, o.AdminPasswordFile, err)
+	case errors.Is(err, &api.Error{Code: api.CodeUnreachable}), errors.Is(err, &api.Error{Code: api.CodeBadResponse}):
+		return fmt.Errorf("bootstrap: cannot reach the Gateway at %s (check --endpoint and --trust-file); nothing was generated: %w", o.GatewayURL, err)
+	case errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500:
+		return nil
+	default:
+		return fmt.Errorf("bootstrap: the Gateway at %s did not answer the admin check; nothing was generated: %w", o.GatewayURL, err)
+	}
+}
+
+// placeNew renames each [from, to] pair, refusing to replace a file; on a
+// failure it removes what it placed, and it returns the names placed.
+func placeNew(pairs [][2]string) ([]string, error) {
+	var placed []string
+	for _, p := range pairs {
+		if _, err := os.Lstat(p[1]); err == nil {
+			err = fmt.Errorf("%s appeared while bootstrap ran; it is not replaced", p[1])
+			return nil, errors.Join(err, removeAll(placed))
+		}
+		if err := os.Rename(p[0], p[1]); err != nil {
+			return nil, errors.Join(err, removeAll(placed))
+		}
+		placed = append(placed, p[1])
+	}
+	if d, err := os.Open(filepath.Dir(pairs[0][1])); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return placed, nil
+}
+
+func removeAll(paths []string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// nothingLeft tells the operator a refused registration left no files.
+func nothingLeft(generated bool) string {
+	if generated {
+		return " (the credentials generated for it were removed; fix the cause and run bootstrap again)"
+	}
+	return ""
 }
 
 func readSecretFile(path string) (string, error) {

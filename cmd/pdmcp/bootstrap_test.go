@@ -1,0 +1,167 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pdmcp/pdmcp/auth/devpki"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
+)
+
+// bootstrapArgs are a correct bootstrap against env into dir.
+type bootstrapArgs struct {
+	endpoint, trust, passwordFile, name, prefix string
+}
+
+func (a bootstrapArgs) args(dir string) []string {
+	out := []string{"bootstrap", "--endpoint", a.endpoint, "--trust-file", a.trust, "--admin-user", reftest.AdminUser,
+		"--admin-password-file", a.passwordFile, "--allow-scoped", "--config-out", filepath.Join(dir, "config.json"),
+		"--service-name", a.name}
+	if a.prefix != "" {
+		out = append(out, "--prefix", a.prefix)
+	}
+	return out
+}
+
+// leftBehind lists what a failed bootstrap left in dir: anything but the
+// (empty) credentials folder.
+func leftBehind(t *testing.T, dir string) []string {
+	t.Helper()
+	var left []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." || (d.IsDir() && rel == "service") || strings.HasPrefix(rel, "fixture") {
+			return nil
+		}
+		left = append(left, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return left
+}
+
+// TestBootstrapFailuresCanBeRetried is scenario 3 of issue 33: a bootstrap
+// with a bad input, refused admin credentials, or a registration the
+// Gateway refuses fails with a message naming the cause and leaves nothing
+// behind (no service/pdmcp-*.pem, no config.json), so the corrected run
+// in the same folder succeeds. Input mistakes reach no registration.
+func TestBootstrapFailuresCanBeRetried(t *testing.T) {
+	env := reftest.Start(t, reference.Config{})
+	for i, c := range []struct {
+		name     string
+		break_   func(a *bootstrapArgs, dir string)
+		want     string
+		register bool // the failure comes from the registration itself
+	}{
+		{"missing trust file", func(a *bootstrapArgs, dir string) { a.trust = filepath.Join(dir, "fixture-missing.pem") }, "--trust-file", false},
+		{"trust file not a CA", func(a *bootstrapArgs, dir string) { a.trust = issuedLeaf(t, dir) }, "holds no CA certificate", false},
+		{"trust file not PEM", func(a *bootstrapArgs, dir string) {
+			a.trust = writeFixture(t, dir, "fixture-trust.pem", "not a certificate\n", 0o600)
+		}, "holds no PEM certificate", false},
+		{"wrong admin password", func(a *bootstrapArgs, dir string) {
+			a.passwordFile = writeFixture(t, dir, "fixture-pw", "wrong-password\n", 0o600)
+		}, "refused the admin credentials", false},
+		{"admin password file readable by others", func(a *bootstrapArgs, dir string) {
+			a.passwordFile = writeFixture(t, dir, "fixture-pw", reftest.AdminPassword+"\n", 0o644)
+		}, "--admin-password-file", false},
+		{"missing admin password file", func(a *bootstrapArgs, dir string) { a.passwordFile = filepath.Join(dir, "fixture-nope") }, "--admin-password-file", false},
+		{"URL without a host", func(a *bootstrapArgs, _ string) { a.endpoint = "https:///" }, "not an absolute URL with a host", false},
+		{"URL with no server", func(a *bootstrapArgs, _ string) { a.endpoint = "https://127.0.0.1:1" }, "cannot reach the Gateway", false},
+		{"bad service name", func(a *bootstrapArgs, _ string) { a.name = "bad name" }, "--service-name", false},
+		{"registration refused", func(a *bootstrapArgs, _ string) { a.prefix = "bad prefix" }, "were removed", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			good := bootstrapArgs{endpoint: env.URL, trust: env.CAFile, passwordFile: env.AdminPasswordFile,
+				name: "retry" + string(rune('a'+i))}
+			bad := good
+			c.break_(&bad, dir)
+			registrations := env.Gateway.Count(api.RouteAdminRegisterService)
+			cmd := pdmcpCmd(t, bad.args(dir)...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if out, err := cmd.Output(); err == nil || !strings.Contains(stderr.String(), c.want) {
+				t.Fatalf("want a failure saying %q; err %v\nstdout %s\nstderr %s", c.want, err, out, stderr.String())
+			}
+			if left := leftBehind(t, dir); len(left) > 0 {
+				t.Fatalf("the failed bootstrap left %v", left)
+			}
+			if n := env.Gateway.Count(api.RouteAdminRegisterService) - registrations; c.register != (n == 1) || n > 1 {
+				t.Errorf("%d registrations sent", n)
+			}
+			out := run(t, good.args(dir)...)
+			if !strings.HasSuffix(strings.TrimSpace(out), "BOOTSTRAP: OK") {
+				t.Fatalf("the corrected retry: %s", out)
+			}
+		})
+	}
+}
+
+// TestBootstrapNeverRemovesAnEarlierRunsFiles: credentials an earlier run
+// left are refused before anything is sent, named, and left as they were.
+func TestBootstrapNeverRemovesAnEarlierRunsFiles(t *testing.T) {
+	env := reftest.Start(t, reference.Config{})
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "service"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	earlier := writeFixture(t, filepath.Join(dir, "service"), "pdmcp-cert.pem", "an earlier run's\n", 0o600)
+	a := bootstrapArgs{endpoint: env.URL, trust: env.CAFile, passwordFile: env.AdminPasswordFile, name: "pdmcp"}
+	before := env.Gateway.Counts()
+	cmd := pdmcpCmd(t, a.args(dir)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), earlier+" exists") {
+		t.Fatalf("err %v, stderr %s", err, stderr.String())
+	}
+	if b, _ := os.ReadFile(earlier); string(b) != "an earlier run's\n" {
+		t.Fatalf("the earlier file now holds %q", b)
+	}
+	if after := env.Gateway.Counts(); after[api.RouteAdminRegisterService] != before[api.RouteAdminRegisterService] {
+		t.Error("a registration was sent")
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "service"))
+	if len(entries) != 1 {
+		t.Fatalf("the credentials folder holds %d entries, want the earlier file only", len(entries))
+	}
+	a.name = "pdmcp-second"
+	if out := run(t, a.args(dir)...); !strings.Contains(out, "BOOTSTRAP: OK") {
+		t.Fatal(out)
+	}
+}
+
+func writeFixture(t *testing.T, dir, name, text string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// issuedLeaf is a server certificate a development CA issued: the usual
+// wrong trust file.
+func issuedLeaf(t *testing.T, dir string) string {
+	t.Helper()
+	ca, err := devpki.LoadOrCreateCA(filepath.Join(dir, "fixture-ca"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _, err := ca.Issue(filepath.Join(dir, "fixture-ca"), "leaf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
