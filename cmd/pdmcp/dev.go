@@ -11,9 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/auth/devidp"
-	"github.com/pdmcp/pdmcp/auth/devpki"
 	"github.com/pdmcp/pdmcp/internal/devstack"
-	wholestack "github.com/pdmcp/pdmcp/internal/stack"
 )
 
 func newDevCmd() *cobra.Command {
@@ -125,24 +123,18 @@ Ctrl-C stops everything and revokes every session.
 }
 
 // newDevGatewayCmd runs the reference Gateway and key server on its own,
-// with its state (SQLite, CA, certificate, admin password) in a folder that
-// a second run reuses.
+// with its state (SQLite, CA, certificate, admin password, port) in a folder
+// that a second run reuses.
 func newDevGatewayCmd(state *string) *cobra.Command {
 	var port int
 	cmd := command("gateway", "Run the reference Gateway and key server over TLS on 127.0.0.1", func(cmd *cobra.Command) error {
-		ca, err := devpki.LoadOrCreateCA(filepath.Join(*state, "ca"), "pdmcp dev")
-		if err != nil {
-			return err
+		if port < 0 || port > 65535 {
+			return fmt.Errorf("--port %d: a port is 1 to 65535 (0: the last run's)", port)
 		}
-		srv, pwFile, err := wholestack.ServeGateway(cmd.Context(), *state, ca, port, newLogger())
-		if err != nil {
-			return err
-		}
-		out := cmd.OutOrStdout()
-		fmt.Fprintf(out, "gateway: %s\nca: %s\nadmin user: admin\nadmin password file: %s\n", srv.URL, ca.CertPEM, pwFile)
-		<-cmd.Context().Done()
-		return srv.Close()
+		return devstack.RunGateway(cmd.Context(), *state, port, newLogger(), func(g devstack.GatewayInfo) {
+			fmt.Fprintf(cmd.OutOrStdout(), "gateway: %s\nca: %s\nadmin user: admin\nadmin password file: %s\n", g.URL, g.CAFile, g.PasswordFile)
+		})
 	})
-	cmd.Flags().IntVar(&port, "port", 0, "the loopback port to serve on (0: any free port)")
+	cmd.Flags().IntVar(&port, "port", 0, "the loopback port to serve on, failing when it is taken (0: the last run's, any free one the first time)")
 	return cmd
 }

@@ -138,9 +138,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(state, 0o700); err != nil {
+	release, err := LockState(state)
+	if err != nil {
 		return err
 	}
+	defer release()
 	info := &Info{ServerName: ServerName, CallbackPort: CallbackPort, HostClientID: devidp.DefaultHostClientID}
 	portsFile := filepath.Join(state, "ports.json")
 	if b, err := os.ReadFile(portsFile); err == nil {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/auth/devpki"
@@ -25,6 +26,19 @@ import (
 // folder over TLS on 127.0.0.1: on port when it is free, any port otherwise.
 // It returns the server and the file holding the admin password.
 func ServeGateway(ctx context.Context, state string, ca *devpki.CA, port int, log *slog.Logger) (*reference.Server, string, error) {
+	srv, pwFile, err := ServeGatewayOn(ctx, state, ca, port, log)
+	if errors.Is(err, ErrPortInUse) {
+		srv, pwFile, err = ServeGatewayOn(ctx, state, ca, 0, log)
+	}
+	return srv, pwFile, err
+}
+
+// ErrPortInUse is ServeGatewayOn's answer when its port is taken.
+var ErrPortInUse = errors.New("port in use")
+
+// ServeGatewayOn is ServeGateway on exactly port (any free port when 0): a
+// port that is taken is [ErrPortInUse], never another port.
+func ServeGatewayOn(ctx context.Context, state string, ca *devpki.CA, port int, log *slog.Logger) (*reference.Server, string, error) {
 	dir, cert, key, err := issue(ca, state, "gateway")
 	if err != nil {
 		return nil, "", err
@@ -39,9 +53,8 @@ func ServeGateway(ctx context.Context, state string, ca *devpki.CA, port int, lo
 		Addr:   addr(port), CertFile: cert, KeyFile: key,
 	}
 	srv, err := reference.Serve(ctx, cfg)
-	if err != nil && port != 0 {
-		cfg.Addr = addr(0)
-		srv, err = reference.Serve(ctx, cfg)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, "", fmt.Errorf("%s: %w (another program listens there)", addr(port), ErrPortInUse)
 	}
 	return srv, pwFile, err
 }
