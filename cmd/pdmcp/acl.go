@@ -71,9 +71,10 @@ func newACLCmd() *cobra.Command {
 	})
 	revokeCmd.Flags().StringVar(&o.Principal, "principal", "", "whose entry, as the Gateway names the principal")
 	revokeCmd.Flags().StringVar(&rights, "rights", "", "only these rights (default: the whole entry)")
-	listCmd := sub("list", "List the key's entries", func(cmd *cobra.Command) (*operator.ACLReport, error) {
+	listCmd := sub("list", "List the key's entries (with --principal: that principal's ids and rights too)", func(cmd *cobra.Command) (*operator.ACLReport, error) {
 		return operator.ACLList(cmd.Context(), o)
 	})
+	listCmd.Flags().StringVar(&o.Principal, "principal", "", "also name this principal's ids (as a hand-off step's \"to\" needs them) and rights")
 	acl.AddCommand(requireFlags(grantCmd, "principal", "rights"), requireFlags(revokeCmd, "principal"), listCmd)
 	return acl
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -166,6 +167,30 @@ func TestACLOnDocumentAndList(t *testing.T) {
 	}
 	if got, isErr = call(t, cs, "read_protected_document", doc); isErr {
 		t.Fatalf("read after the grant: %v", got)
+	}
+
+	// list --principal names the principal's ids, as a hand-off step's
+	// "to" needs them, with an entry or without one.
+	rep = s.aclList(t, "--document", "proposal-aurora", "--principal", rec.AgentUser)
+	var agentEntry operator.ACLEntry
+	for _, e := range rep.Entries {
+		if e.Principal == rec.AgentUser {
+			agentEntry = e
+		}
+	}
+	if rep.Principal != rec.AgentUser || rep.SystemID == 0 || rep.SystemID != agentEntry.SystemID ||
+		rep.PrincipalID != agentEntry.PrincipalID || strings.Join(rep.After, ",") != "READ" {
+		t.Fatalf("list --principal: %+v", rep)
+	}
+	rep = s.aclList(t, "--document", "proposal-equinox", "--principal", rec.AgentUser)
+	if rep.SystemID != agentEntry.SystemID || rep.PrincipalID != agentEntry.PrincipalID || len(rep.After) != 0 {
+		t.Fatalf("list --principal on a key the agent has no entry on: %+v", rep)
+	}
+	out = run(t, "acl", "list", "--document", "proposal-equinox", "--principal", rec.AgentUser, "--config", s.config, "--manifest", s.manifest)
+	if !strings.Contains(out, "document proposal-equinox: "+rec.AgentUser+" holds none") ||
+		!strings.Contains(out, fmt.Sprintf("principal %s: systemId %d, principalId %s", rec.AgentUser, rep.SystemID, rep.PrincipalID)) ||
+		!strings.HasSuffix(out, "ACL LIST: OK\n") {
+		t.Fatalf("acl list --principal printed:\n%s", out)
 	}
 }
 

@@ -67,11 +67,15 @@ type ACLReport struct {
 	// Principal, Before, After and Changed are for grant and revoke: the
 	// grantee's rights before and after (empty: no entry), and whether
 	// anything was sent to change them.
-	Principal string     `json:"principal,omitempty"`
-	Before    []string   `json:"before,omitempty"`
-	After     []string   `json:"after,omitempty"`
-	Changed   bool       `json:"changed"`
-	Entries   []ACLEntry `json:"entries"`
+	Principal string `json:"principal,omitempty"`
+	// SystemID and PrincipalID are the named principal's ids, as a hand-off
+	// step's "to" names a recipient.
+	SystemID    int64      `json:"systemId,omitempty"`
+	PrincipalID string     `json:"principalId,omitempty"`
+	Before      []string   `json:"before,omitempty"`
+	After       []string   `json:"after,omitempty"`
+	Changed     bool       `json:"changed"`
+	Entries     []ACLEntry `json:"entries"`
 }
 
 // ErrACLRefused marks a refusal decided before any change was sent: a key
@@ -175,7 +179,7 @@ func (o *ACLOptions) resolve(action string) (aclTarget, string, error) {
 		}
 		owner = r.OwnerUser
 	}
-	if o.Principal != "" && o.Principal == owner {
+	if action != "list" && o.Principal == owner {
 		return aclTarget{}, "", aclRefused("%s is the key's owner; its entry is not changed with pdmcp acl", o.Principal)
 	}
 	return t, owner, nil
@@ -283,12 +287,14 @@ func report(action string, t aclTarget, es []api.ACLEntry) *ACLReport {
 }
 
 // ACLList reads the entries of the key the options name, as its owner.
+// With a principal named, the report names its ids and what it holds
+// (Before and After alike), whether or not it has an entry.
 func ACLList(ctx context.Context, o ACLOptions) (*ACLReport, error) {
 	t, owner, err := o.resolve("list")
 	if err != nil {
 		return nil, err
 	}
-	r, _, err := openACL(ctx, &o, t, owner)
+	r, p, err := openACL(ctx, &o, t, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +303,15 @@ func ACLList(ctx context.Context, o ACLOptions) (*ACLReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return report("list", t, es), nil
+	rep := report("list", t, es)
+	if p != nil {
+		rep.Principal, rep.SystemID, rep.PrincipalID = p.Name, p.SystemID, p.PrincipalID
+		rep.Before, rep.After = []string{}, []string{}
+		if e := entryOf(es, p); e != nil {
+			rep.Before, rep.After = sortRights(e.Rights), sortRights(e.Rights)
+		}
+	}
+	return rep, nil
 }
 
 // ACLGrant adds the rights to the principal's entry on the key (making the
@@ -413,6 +427,7 @@ func (r *aclRun) readBack(ctx context.Context, action string, p *api.Principal, 
 	}
 	out := report(action, r.t, es)
 	out.Principal, out.Before, out.After, out.Changed = rep.Principal, rep.Before, rep.After, rep.Changed
+	out.SystemID, out.PrincipalID = p.SystemID, p.PrincipalID
 	if out.After == nil {
 		out.After = []string{}
 	}
@@ -447,6 +462,13 @@ func (r *ACLReport) WriteText(w io.Writer) {
 			what = "changed"
 		}
 		fmt.Fprintf(w, "%s %s: %s %s -> %s (%s; read back)\n", r.Kind, r.Name, r.Principal, rightsText(r.Before), rightsText(r.After), what)
+	case "list":
+		if r.Principal != "" {
+			fmt.Fprintf(w, "%s %s: %s holds %s\n", r.Kind, r.Name, r.Principal, rightsText(r.After))
+		}
+	}
+	if r.Principal != "" {
+		fmt.Fprintf(w, "principal %s: systemId %d, principalId %s\n", r.Principal, r.SystemID, r.PrincipalID)
 	}
 	fmt.Fprintf(w, "entries on the %s %s's key:\n", r.Kind, r.Name)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
