@@ -470,7 +470,7 @@ func (r *ACLReport) WriteText(w io.Writer) {
 	if r.Principal != "" {
 		fmt.Fprintf(w, "principal %s: systemId %d, principalId %s\n", r.Principal, r.SystemID, r.PrincipalID)
 	}
-	fmt.Fprintf(w, "entries on the %s %s's key:\n", r.Kind, r.Name)
+	fmt.Fprintf(w, "entries on the key of %s %s:\n", r.Kind, r.Name)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PRINCIPAL\tSYSTEM ID\tPRINCIPAL ID\tRIGHTS\tBOUNDS")
 	for _, e := range r.Entries {
