@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -217,7 +218,10 @@ func checkTrustCA(path string) error {
 		return fmt.Errorf("%s holds no PEM certificate; give the CA certificate the Gateway's TLS certificate is issued by", path)
 	}
 	for _, c := range certs {
-		if c.IsCA || c.CheckSignatureFrom(c) == nil {
+		// Self-signed: the certificate's own key signed it (CheckSignatureFrom
+		// would also ask for CA constraints, which a pinned leaf lacks).
+		selfSigned := bytes.Equal(c.RawIssuer, c.RawSubject) && c.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) == nil
+		if c.IsCA || selfSigned {
 			return nil
 		}
 	}
