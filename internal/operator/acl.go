@@ -217,15 +217,14 @@ func aclKey(m *grant.Manifest, o *ACLOptions) (aclTarget, error) {
 	}
 }
 
-// aclRun is one acl command's connection: the service signed in and the
-// owner's session on the one key.
+// aclRun is one acl command's connection: the owner's session on the one
+// key.
 type aclRun struct {
-	c     *gateway.Client
 	owner *gateway.Session
 	t     aclTarget
 }
 
-// open signs in, resolves the principal (when one is named) before anything
+// openACL signs in, resolves the principal (when one is named) before anything
 // else is asked, and mints the owner's session on the key. The caller
 // closes the run.
 func openACL(ctx context.Context, o *ACLOptions, t aclTarget, owner string) (*aclRun, *api.Principal, error) {
@@ -249,12 +248,12 @@ func openACL(ctx context.Context, o *ACLOptions, t aclTarget, owner string) (*ac
 			return nil, nil, fmt.Errorf("acl: read principal %s: %w", o.Principal, err)
 		}
 	}
-	// Short-lived and on this one key: the command is over in seconds.
+	// On this one key only, and revoked when the command ends.
 	s, err := c.Mint(ctx, gateway.MintRequest{ActingAs: owner, Objects: []string{t.ttag}, TTL: api.MaxScopedTTL})
 	if err != nil {
 		return nil, nil, fmt.Errorf("acl: session as the key's owner %s: %w", owner, err)
 	}
-	return &aclRun{c: c, owner: s, t: t}, p, nil
+	return &aclRun{owner: s, t: t}, p, nil
 }
 
 func (r *aclRun) close(ctx context.Context) { _ = r.owner.Revoke(context.WithoutCancel(ctx)) }
