@@ -37,9 +37,15 @@ func runBounded(t *testing.T, args ...string) (stdout, stderr string, ok bool) {
 func TestSecondDevOnOneStateRefused(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	first := startDev(t, state)
-	devJSON, err := os.ReadFile(filepath.Join(state, "dev.json"))
-	if err != nil {
-		t.Fatal(err)
+	// What a second stack used to rewrite.
+	files := []string{"dev.json", "ports.json", filepath.Join("task-data", "grant.json"), "config.json"}
+	before := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(state, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[f] = string(b)
 	}
 	want := fmt.Sprintf("process %d runs pdmcp dev on", first.cmd.Process.Pid)
 	for _, args := range [][]string{{"dev", "--state", state}, {"dev", "gateway", "--state", state}} {
@@ -48,8 +54,10 @@ func TestSecondDevOnOneStateRefused(t *testing.T) {
 			t.Fatalf("pdmcp %s: ok=%v, stderr %s; want %q", strings.Join(args, " "), ok, stderr, want)
 		}
 	}
-	if b, _ := os.ReadFile(filepath.Join(state, "dev.json")); string(b) != string(devJSON) {
-		t.Fatal("the refused run rewrote dev.json")
+	for _, f := range files {
+		if b, _ := os.ReadFile(filepath.Join(state, f)); string(b) != before[f] {
+			t.Errorf("the refused run rewrote %s", f)
+		}
 	}
 	if tok := strings.TrimSpace(run(t, "dev", "token", "alice", "--state", state)); tok == "" {
 		t.Fatal("no token from the first pdmcp dev")
