@@ -56,15 +56,23 @@ func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig,
 	}
 	cert, login, sender := o.ServiceCert, o.ServiceLoginKey, o.SenderKey
 	var placed []string
+	var tmp string
+	registered := false
 	if in.generate {
 		if err := os.MkdirAll(in.credDir, 0o700); err != nil {
 			return nil, fmt.Errorf("bootstrap: credentials folder: %w", err)
 		}
-		tmp, err := os.MkdirTemp(in.credDir, ".bootstrap-")
-		if err != nil {
+		if tmp, err = os.MkdirTemp(in.credDir, ".bootstrap-"); err != nil {
 			return nil, fmt.Errorf("bootstrap: credentials folder: %w", err)
 		}
-		defer os.RemoveAll(tmp)
+		// Removed unless the Gateway registered what is in it and it could
+		// not all be placed: a registered service's keys are never thrown
+		// away.
+		defer func() {
+			if !registered || len(placed) == 3 {
+				_ = os.RemoveAll(tmp)
+			}
+		}()
 		if cert, login, sender, err = gateway.GenerateServiceCredentials(tmp, o.ServiceName); err != nil {
 			return nil, fmt.Errorf("bootstrap: generate service credentials: %w", err)
 		}
@@ -80,12 +88,14 @@ func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig,
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: register service: %w%s", err, nothingLeft(in.generate))
 	}
+	registered = true
 	if in.generate {
 		// Registered: the credentials are the service's now, and are kept
 		// from here on whatever fails next.
 		finalCert, finalLogin, finalSender := gateway.ServiceCredentialFiles(in.credDir, o.ServiceName)
 		if placed, err = placeNew([][2]string{{login, finalLogin}, {sender, finalSender}, {cert, finalCert}}); err != nil {
-			return nil, fmt.Errorf("bootstrap: the service was registered (%s), but its credentials could not be placed: %w", got.ServiceID, err)
+			return nil, fmt.Errorf("bootstrap: the service was registered (%s), but its credentials could not all be moved from %s to %s (move the rest by hand, then write config.json): %w",
+				got.ServiceID, tmp, in.credDir, err)
 		}
 		cert, login, sender = finalCert, finalLogin, finalSender
 	}
@@ -99,7 +109,7 @@ func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig,
 		return nil, err
 	}
 	if err := svc.SignIn(ctx); err != nil {
-		return nil, fmt.Errorf("bootstrap: the service was registered (credentials kept in %s) but cannot sign in: %w", strings.Join(placed, ", "), err)
+		return nil, fmt.Errorf("bootstrap: the service was registered (its credentials are %s) but cannot sign in: %w", strings.Join([]string{cert, login, sender}, ", "), err)
 	}
 	if err := gateway.WriteServiceConfig(o.ConfigOut, sc); err != nil {
 		return nil, err
@@ -251,35 +261,26 @@ func probeAdmin(ctx context.Context, admin *gateway.Admin, o BootstrapOptions) e
 	}
 }
 
-// placeNew renames each [from, to] pair, refusing to replace a file; on a
-// failure it removes what it placed, and it returns the names placed.
+// placeNew renames each [from, to] pair in order, never over an existing
+// file, and returns the names placed. It stops at the first failure and
+// moves nothing back: what it moves is a registered service's.
 func placeNew(pairs [][2]string) ([]string, error) {
 	var placed []string
 	for _, p := range pairs {
 		if _, err := os.Lstat(p[1]); err == nil {
-			err = fmt.Errorf("%s appeared while bootstrap ran; it is not replaced", p[1])
-			return nil, errors.Join(err, removeAll(placed))
+			return placed, fmt.Errorf("%s appeared while bootstrap ran; it is not replaced", p[1])
 		}
 		if err := os.Rename(p[0], p[1]); err != nil {
-			return nil, errors.Join(err, removeAll(placed))
+			return placed, err
 		}
 		placed = append(placed, p[1])
 	}
+	// The names made durable: the Gateway already knows the identity.
 	if d, err := os.Open(filepath.Dir(pairs[0][1])); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
 	return placed, nil
-}
-
-func removeAll(paths []string) error {
-	var errs []error
-	for _, p := range paths {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // nothingLeft tells the operator a refused registration left no files.
