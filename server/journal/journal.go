@@ -30,7 +30,7 @@ import (
 
 // SchemaVersion is the newest journal schema this program writes. It is kept
 // in the file's PRAGMA user_version.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // BusyTimeout is how long a statement waits for another connection's lock
 // (in this process or another) before it fails.
@@ -312,6 +312,9 @@ CREATE INDEX handoffs_batch ON handoffs (batch);
 		filesOwnerMigration,
 		// 3 -> 4: the record of saved versions (versions.go).
 		versionsSchema,
+		// 4 -> 5: each version's key and ciphertext digest, and the task
+		// the journal belongs to (task.go).
+		versionKeysSchema,
 	}
 }
 

@@ -67,9 +67,16 @@ type Version struct {
 	DocumentVersion int `json:"documentVersion,omitempty"`
 	// BaseIV is a section's: the IV of the manifest's version of the
 	// section this one follows (through others of the record).
-	BaseIV         string    `json:"baseIv,omitempty"`
-	Path           string    `json:"path"`
-	IV             string    `json:"iv"`
+	BaseIV string `json:"baseIv,omitempty"`
+	Path   string `json:"path"`
+	IV     string `json:"iv"`
+	// TTag is the key the version was encrypted under: its own, whatever
+	// the manifest names for its destination or data type today.
+	TTag string `json:"ttag"`
+	// CiphertextSHA256 is the hex sha256 of the version's file; "" for a
+	// version recorded before the record kept it.
+	CiphertextSHA256 string `json:"ciphertextSha256,omitempty"`
+	// SHA256 is the plaintext's, hex.
 	SHA256         string    `json:"sha256"`
 	Size           int64     `json:"size"`
 	SavedAt        time.Time `json:"savedAt"`
@@ -177,6 +184,12 @@ func (j *Journal) CommitVersion(ctx context.Context, key SaveID, v Version, doc 
 			rc.Destination = id.target
 			v.DocumentVersion, v.BaseIV = 0, ""
 		}
+		// The key is the one the save's ciphertext was made under, as the
+		// save's row recorded it.
+		ttag := v.TTag
+		if r.Encrypted != nil {
+			ttag = r.Encrypted.TTag
+		}
 		// Two lookups, each on its own index (an OR of the two could scan
 		// the table, whose size is the history).
 		var taken bool
@@ -191,10 +204,10 @@ SELECT EXISTS (SELECT 1 FROM versions WHERE kind = ? AND target = ? AND fragment
 		}
 		if _, err := tx.ExecContext(ctx, `
 INSERT INTO versions (kind, target, fragment, version, document_version, base_iv, path, iv, sha256, size, saved_at,
-	caller, acting_as, idempotency_key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	caller, acting_as, idempotency_key, ttag, ciphertext_sha256)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			id.kind, id.target, id.fragment, v.Version, v.DocumentVersion, v.BaseIV, v.Path, v.IV, v.SHA256, v.Size,
-			formatTime(v.SavedAt), id.caller, v.ActingAs, id.idem); err != nil {
+			formatTime(v.SavedAt), id.caller, v.ActingAs, id.idem, ttag, v.CiphertextSHA256); err != nil {
 			return err
 		}
 		b, err := json.Marshal(rc)
@@ -237,7 +250,7 @@ func (j *Journal) Versions(ctx context.Context) ([]Version, error) {
 }
 
 const versionColumns = `kind, target, fragment, version, document_version, base_iv, path, iv, sha256, size, saved_at,
-	caller, acting_as, idempotency_key`
+	caller, acting_as, idempotency_key, ttag, ciphertext_sha256`
 
 func scanVersions(ctx context.Context, q rowsQueryer, query string, args ...any) ([]Version, error) {
 	return queryRows(ctx, q, "versions", scanVersion, query, args...)
@@ -250,7 +263,7 @@ func scanVersion(rows *sql.Rows) (Version, error) {
 		saved                  string
 	)
 	err := rows.Scan(&kind, &target, &fragment, &v.Version, &v.DocumentVersion, &v.BaseIV, &v.Path, &v.IV,
-		&v.SHA256, &v.Size, &saved, &v.Caller, &v.ActingAs, &v.IdempotencyKey)
+		&v.SHA256, &v.Size, &saved, &v.Caller, &v.ActingAs, &v.IdempotencyKey, &v.TTag, &v.CiphertextSHA256)
 	if err != nil {
 		return v, fmt.Errorf("journal: read versions: %w", err)
 	}
@@ -291,4 +304,55 @@ VALUES ('result', ?, ?, ?, 'AAAAAAAAAAAAAAAAAAAAAA==', ?, 0, ?, 'bench', 'bench'
 		}
 		return nil
 	})
+}
+
+// RestoreVersions puts versions rebuilt from elsewhere (the sidecar files
+// beside the saved files, server/sidecar) back into the record, in one
+// write transaction, and returns how many rows it added. A version the
+// record already holds at the same path, with the same IV, is skipped; a
+// version or path the record holds otherwise is ErrVersionTaken and
+// nothing is added. The save rows are not rebuilt: a retry of a save whose
+// row is gone encrypts and saves again, as a new version.
+func (j *Journal) RestoreVersions(ctx context.Context, vs []Version) (int, error) {
+	n := 0
+	err := j.inTx(ctx, func(tx *sql.Tx) error {
+		n = 0
+		for _, v := range vs {
+			kind, target, fragment := "result", v.Destination, ""
+			if v.Destination == "" {
+				kind, target, fragment = "fragment", v.DocumentID, v.FragmentID
+			}
+			if target == "" || (kind == "fragment" && fragment == "") || v.Version < 1 || v.Path == "" || v.IV == "" {
+				return fmt.Errorf("journal: %w: a restored version needs its target, a version, a path and an IV (%q)", ErrInvalid, v.Path)
+			}
+			if err := checkSHA256("sha256", v.SHA256); err != nil {
+				return err
+			}
+			existing, err := scanVersions(ctx, tx, `SELECT `+versionColumns+` FROM versions
+WHERE (kind = ? AND target = ? AND fragment = ? AND version = ?) OR path = ?`, kind, target, fragment, v.Version, v.Path)
+			if err != nil {
+				return err
+			}
+			if len(existing) == 1 && existing[0].Path == v.Path && existing[0].Version == v.Version && existing[0].IV == v.IV {
+				continue
+			}
+			if len(existing) > 0 {
+				return fmt.Errorf("journal: restore version %d at %q: the record holds another: %w", v.Version, v.Path, ErrVersionTaken)
+			}
+			if _, err := tx.ExecContext(ctx, `
+INSERT INTO versions (kind, target, fragment, version, document_version, base_iv, path, iv, sha256, size, saved_at,
+	caller, acting_as, idempotency_key, ttag, ciphertext_sha256)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				kind, target, fragment, v.Version, v.DocumentVersion, v.BaseIV, v.Path, v.IV, v.SHA256, v.Size,
+				formatTime(v.SavedAt), v.Caller, v.ActingAs, v.IdempotencyKey, v.TTag, v.CiphertextSHA256); err != nil {
+				return fmt.Errorf("journal: restore version %d at %q: %w", v.Version, v.Path, err)
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
