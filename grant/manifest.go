@@ -2,6 +2,7 @@ package grant
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -30,7 +31,13 @@ const (
 // documents' keys and hand-off steps. The model never sees it; the server
 // resolves the ids the model names through it.
 type Manifest struct {
-	Version      int                    `json:"version"`
+	Version int `json:"version"`
+	// Task names the task the folder belongs to (NewTaskID): `pdmcp seed`
+	// writes it, `pdmcp protect` adds it to a manifest without one. The
+	// journal records it on first use and refuses another task's manifest
+	// by name, so a task seeded again into a folder never inherits the old
+	// task's record. Empty in a manifest written before task identities.
+	Task         string                 `json:"task,omitempty"`
 	Documents    map[string]Document    `json:"documents,omitempty"`
 	Destinations map[string]Destination `json:"destinations,omitempty"`
 	// CompoundKeys maps a data type to the t-Tag its sections are under.
@@ -97,6 +104,11 @@ type Fragment struct {
 	ID       string `json:"id"`
 	Label    string `json:"label,omitempty"`
 	DataType string `json:"dataType"`
+	// TTag is the key this version of the section is under when it is not
+	// its data type's (compoundKeys): set by an export of the record for a
+	// version saved under a key the manifest has since replaced. Empty: its
+	// data type's key.
+	TTag string `json:"ttag,omitempty"`
 	// TemplateID is a C-CDA section's templateId/@root, for the operator.
 	TemplateID string `json:"templateId,omitempty"`
 	Path       string `json:"path"`
@@ -134,9 +146,13 @@ func (d Destination) NextVersion() int {
 
 // SavedVersion is one saved result.
 type SavedVersion struct {
-	Version int       `json:"version"`
-	Path    string    `json:"path"`
-	IV      string    `json:"iv"`
+	Version int    `json:"version"`
+	Path    string `json:"path"`
+	IV      string `json:"iv"`
+	// TTag is the key the version was encrypted under, when known (an
+	// export of the record names it): a destination whose key was replaced
+	// keeps its old versions under the old key. Empty: the destination's.
+	TTag    string    `json:"ttag,omitempty"`
 	SHA256  string    `json:"sha256"`
 	Size    int64     `json:"size"`
 	SavedAt time.Time `json:"savedAt"`
@@ -251,7 +267,7 @@ func (m *Manifest) DocumentKeys(id string) []string {
 // Clone returns a deep copy of m, so a caller can change the copy, save it,
 // and keep the original if the save fails.
 func (m *Manifest) Clone() *Manifest {
-	c := &Manifest{Version: m.Version, file: m.file, CompoundKeys: maps.Clone(m.CompoundKeys)}
+	c := &Manifest{Version: m.Version, Task: m.Task, file: m.file, CompoundKeys: maps.Clone(m.CompoundKeys)}
 	if m.Documents != nil {
 		c.Documents = make(map[string]Document, len(m.Documents))
 		for id, d := range m.Documents {
@@ -288,6 +304,11 @@ func (m *Manifest) Clone() *Manifest {
 func (m *Manifest) Validate() error {
 	if m.Version != ManifestVersion {
 		return fieldErr("version", ErrInvalid, "%d; this program reads version %d", m.Version, ManifestVersion)
+	}
+	if m.Task != "" {
+		if err := checkID(m.Task); err != nil {
+			return &FieldError{Field: "task", Err: err}
+		}
 	}
 	for _, dt := range slices.Sorted(maps.Keys(m.CompoundKeys)) {
 		field := joinPath("compoundKeys", dt)
@@ -400,6 +421,11 @@ func (m *Manifest) validateCompound(at string, d Document) error {
 		if err := checkIV(f.IV); err != nil {
 			return &FieldError{Field: fat + ".iv", Err: err}
 		}
+		if f.TTag != "" {
+			if err := checkTTag(f.TTag); err != nil {
+				return &FieldError{Field: fat + ".ttag", Err: err}
+			}
+		}
 		if err := checkSHA256(f.SHA256); err != nil {
 			return &FieldError{Field: fat + ".sha256", Err: err}
 		}
@@ -435,6 +461,11 @@ func validateDestination(id string, d Destination) error {
 		}
 		if err := checkIV(v.IV); err != nil {
 			return &FieldError{Field: vat + ".iv", Err: err}
+		}
+		if v.TTag != "" {
+			if err := checkTTag(v.TTag); err != nil {
+				return &FieldError{Field: vat + ".ttag", Err: err}
+			}
 		}
 		if err := checkSHA256(v.SHA256); err != nil {
 			return &FieldError{Field: vat + ".sha256", Err: err}
@@ -576,4 +607,14 @@ func checkPathField(field, p string) error {
 		return &FieldError{Field: field, Err: fmt.Errorf("%q: %w", p, err)}
 	}
 	return nil
+}
+
+// NewTaskID returns a new task identity for Manifest.Task: "task-" and 32
+// random hex digits, so two tasks never share one.
+func NewTaskID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("task id: %w", err)
+	}
+	return "task-" + hex.EncodeToString(b), nil
 }

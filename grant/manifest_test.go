@@ -67,7 +67,7 @@ func TestLoadManifestValid(t *testing.T) {
 
 func TestLoadManifestRefusals(t *testing.T) {
 	testLoadRefusals(t, "manifest.json", LoadManifest, []fileRefusal{
-		{"manifest-unknown-field.json", ErrUnknownField, "", `unknown field "ttag" at documents.ccd-0001.fragments[1]`},
+		{"manifest-unknown-field.json", ErrUnknownField, "", `unknown field "key" at documents.ccd-0001.fragments[1]`},
 		{"manifest-duplicate-key.json", ErrDuplicateKey, "", `"Approved"`},
 		{"manifest-malformed.json", ErrMalformed, "", "line 15"},
 		{"manifest-trailing.json", ErrMalformed, "", "after the JSON object"},
@@ -154,6 +154,15 @@ func TestManifestValidateRules(t *testing.T) {
 		}, ErrMissing, "destinations.evaluation-summary.versions[0].savedAt"},
 		{"compound key missing its t-Tag", func(m *Manifest) { m.CompoundKeys["results"] = "" },
 			ErrMissing, "compoundKeys.results"},
+		{"task with a space", func(m *Manifest) { m.Task = "task one" }, ErrBadID, "task"},
+		{"saved version's key with a space", func(m *Manifest) {
+			d := m.Destinations["evaluation-summary"]
+			d.Versions[0].TTag = "t old"
+			m.Destinations["evaluation-summary"] = d
+		}, ErrInvalid, "destinations.evaluation-summary.versions[0].ttag"},
+		{"section's key with a space", func(m *Manifest) {
+			setDoc(m, "ccd-0001", func(d *Document) { d.Fragments[0].TTag = "t old" })
+		}, ErrInvalid, "documents.ccd-0001.fragments[0].ttag"},
 		{"step without recipient system id", func(m *Manifest) { setStep(m, func(s *Step) { s.To.SystemID = 0 }) },
 			ErrMissing, "steps.referral-history.to.systemId"},
 		{"step without from", func(m *Manifest) { setStep(m, func(s *Step) { s.From = " " }) },
@@ -293,5 +302,25 @@ func TestManifestClone(t *testing.T) {
 	}
 	if c.File() != m.File() {
 		t.Fatal("the clone lost the manifest's location")
+	}
+}
+
+// TestNewTaskID: a task id passes the manifest's check and is new each time.
+func TestNewTaskID(t *testing.T) {
+	a, err := NewTaskID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewTaskID()
+	if a == b || !strings.HasPrefix(a, "task-") || len(a) != len("task-")+32 {
+		t.Fatalf("task ids %q %q", a, b)
+	}
+	m := loadValidManifest(t)
+	m.Task = a
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Clone().Task != a {
+		t.Fatal("Clone drops the task")
 	}
 }

@@ -43,7 +43,8 @@ func Base(d grant.Document) journal.DocumentBase {
 // ApplyDocument returns the compound document d as it stands with the
 // record's newest versions of its sections (heads, as journal.Heads gives
 // them): each such section at its new path, IV, sha256, size and version,
-// the document's version the newest such save's, its size the sum, and no
+// its key the one it was saved under (TTag), the document's version the
+// newest such save's, its size the sum, and no
 // whole-document sha256 (the document no longer equals the source it was
 // protected from). d itself is not changed.
 func ApplyDocument(d grant.Document, heads map[string]journal.Version) grant.Document {
@@ -58,6 +59,10 @@ func ApplyDocument(d grant.Document, heads map[string]journal.Version) grant.Doc
 		}
 		d.Size += h.Size - f.Size
 		f.Path, f.IV, f.SHA256, f.Size, f.Version = h.Path, h.IV, h.SHA256, h.Size, h.Version
+		// The version's own key: a data type's key replaced in the
+		// manifest since never relabels it. "" (a row from before the
+		// record kept keys): the data type's, as before.
+		f.TTag = h.TTag
 		d.Fragments[i] = f
 		d.Version = max(d.Version, h.DocumentVersion)
 		d.SHA256 = ""
@@ -67,7 +72,8 @@ func ApplyDocument(d grant.Document, heads map[string]journal.Version) grant.Doc
 
 // Merge returns a copy of m with the record's versions in it, in the
 // manifest's own format: each destination's versions the manifest's and the
-// record's (the record's where both name one version), oldest first; each
+// record's (the record's where both name one version), oldest first, each
+// of the record's naming the key it was saved under (ttag); each
 // compound document as ApplyDocument gives it. A record row for a
 // destination or document m does not hold is left out (Orphans lists them).
 func Merge(m *grant.Manifest, vs []journal.Version) *grant.Manifest {
@@ -83,8 +89,8 @@ func Merge(m *grant.Manifest, vs []journal.Version) *grant.Manifest {
 			byVersion[v.Version] = v
 		}
 		for _, r := range rows {
-			byVersion[r.Version] = grant.SavedVersion{Version: r.Version, Path: r.Path, IV: r.IV, SHA256: r.SHA256,
-				Size: r.Size, SavedAt: r.SavedAt.UTC()}
+			byVersion[r.Version] = grant.SavedVersion{Version: r.Version, Path: r.Path, IV: r.IV, TTag: r.TTag,
+				SHA256: r.SHA256, Size: r.Size, SavedAt: r.SavedAt.UTC()}
 		}
 		d.Versions = d.Versions[:0:0]
 		for _, n := range slices.Sorted(maps.Keys(byVersion)) {
@@ -157,12 +163,16 @@ type Entry struct {
 	FragmentID  string `json:"fragmentId,omitempty"`
 	Version     int    `json:"version"`
 	// DocumentVersion is a section's: the document's version with it.
-	DocumentVersion int       `json:"documentVersion,omitempty"`
-	Path            string    `json:"path"`
-	IV              string    `json:"iv"`
-	SHA256          string    `json:"sha256"`
-	Size            int64     `json:"size"`
-	SavedAt         time.Time `json:"savedAt,omitzero"`
+	DocumentVersion int    `json:"documentVersion,omitempty"`
+	Path            string `json:"path"`
+	IV              string `json:"iv"`
+	// TTag is the key the version is under: the record's own for a version
+	// it holds (never the manifest's key of today), the manifest's for its
+	// history; "" when neither names one.
+	TTag    string    `json:"ttag,omitempty"`
+	SHA256  string    `json:"sha256"`
+	Size    int64     `json:"size"`
+	SavedAt time.Time `json:"savedAt,omitzero"`
 	// ActingAs is the principal that saved it; "" for the manifest's
 	// history, which does not name one.
 	ActingAs string `json:"actingAs"`
@@ -200,7 +210,7 @@ func List(m *grant.Manifest, vs []journal.Version) []Entry {
 		for _, v := range d.Versions {
 			if !inRecord[v.Path] {
 				out = append(out, Entry{Kind: KindResult, Destination: id, Version: v.Version, Path: v.Path, IV: v.IV,
-					SHA256: v.SHA256, Size: v.Size, SavedAt: v.SavedAt.UTC(), Source: SourceManifest})
+					TTag: cmp.Or(v.TTag, d.TTag), SHA256: v.SHA256, Size: v.Size, SavedAt: v.SavedAt.UTC(), Source: SourceManifest})
 			}
 		}
 	}
@@ -215,13 +225,13 @@ func List(m *grant.Manifest, vs []journal.Version) []Entry {
 		for _, f := range m.Documents[id].Fragments {
 			if !inRecord[f.Path] {
 				out = append(out, Entry{Kind: KindSection, DocumentID: id, FragmentID: f.ID, Version: f.Version, Path: f.Path,
-					IV: f.IV, SHA256: f.SHA256, Size: f.Size, Source: SourceManifest})
+					IV: f.IV, TTag: cmp.Or(f.TTag, m.CompoundKeys[f.DataType]), SHA256: f.SHA256, Size: f.Size, Source: SourceManifest})
 			}
 		}
 	}
 	for _, v := range vs {
-		e := Entry{Version: v.Version, Path: v.Path, IV: v.IV, SHA256: v.SHA256, Size: v.Size, SavedAt: v.SavedAt.UTC(),
-			ActingAs: v.ActingAs, Caller: v.Caller, Source: SourceRecord}
+		e := Entry{Version: v.Version, Path: v.Path, IV: v.IV, TTag: v.TTag, SHA256: v.SHA256, Size: v.Size,
+			SavedAt: v.SavedAt.UTC(), ActingAs: v.ActingAs, Caller: v.Caller, Source: SourceRecord}
 		if v.Destination != "" {
 			e.Kind, e.Destination = KindResult, v.Destination
 		} else {
@@ -244,7 +254,9 @@ func List(m *grant.Manifest, vs []journal.Version) []Entry {
 
 // Load reads the manifest and the record beside it: the journal at
 // journalPath ("" for the default beside the manifest). A journal that does
-// not exist yet is an empty record and is not created.
+// not exist yet is an empty record and is not created. A journal of
+// another task than the manifest's is refused by name
+// (journal.ErrOtherTask): its versions are not this task's.
 func Load(ctx context.Context, manifestPath, journalPath string) (*grant.Manifest, []journal.Version, error) {
 	m, err := grant.LoadManifest(manifestPath)
 	if err != nil {
@@ -261,6 +273,9 @@ func Load(ctx context.Context, manifestPath, journalPath string) (*grant.Manifes
 		return nil, nil, err
 	}
 	defer j.Close()
+	if err := j.CheckTask(ctx, m.Task); err != nil {
+		return nil, nil, fmt.Errorf("record: %w", err)
+	}
 	vs, err := j.Versions(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("record: %w", err)
@@ -272,7 +287,7 @@ func Load(ctx context.Context, manifestPath, journalPath string) (*grant.Manifes
 // destination and by section.
 func WriteText(w io.Writer, entries []Entry) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tID\tVERSION\tSAVED AT\tACTING AS\tSIZE\tSHA256\tIV\tPATH\tSOURCE")
+	fmt.Fprintln(tw, "KIND\tID\tVERSION\tSAVED AT\tACTING AS\tKEY\tSIZE\tSHA256\tIV\tPATH\tSOURCE")
 	for _, e := range entries {
 		id, version := e.Destination, strconv.Itoa(e.Version)
 		if e.Kind == KindSection {
@@ -292,9 +307,22 @@ func WriteText(w io.Writer, entries []Entry) error {
 		if acting == "" {
 			acting = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.Kind, id, version, saved, acting, e.Size, e.SHA256, e.IV, e.Path, e.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.Kind, id, version, saved, acting, shortKey(e.TTag),
+			e.Size, e.SHA256, e.IV, e.Path, e.Source)
 	}
 	return tw.Flush()
+}
+
+// shortKey is a t-Tag's first 8 characters, enough to tell keys apart in
+// a table; "-" for none.
+func shortKey(ttag string) string {
+	if ttag == "" {
+		return "-"
+	}
+	if len(ttag) > 8 {
+		return ttag[:8] + "…"
+	}
+	return ttag
 }
 
 // ErrExportOverManifest: an export was asked to replace the manifest or
@@ -338,17 +366,22 @@ func samePath(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
-// UnderKeys returns the entries of List saved under one of keys: a
-// destination's versions when its t-Tag is one, a section's when its data
-// type's is. Removing those keys leaves these files unreadable.
+// UnderKeys returns the entries of List saved under one of keys, each by
+// its own key (Entry.TTag): a version of the record by the key it was
+// saved under, whatever the manifest names today; the manifest's history
+// by the manifest's. A version of the record from before the record kept
+// keys (no key of its own) goes by its destination's or data type's key in
+// the manifest. Removing those keys leaves these files unreadable.
 func UnderKeys(m *grant.Manifest, vs []journal.Version, keys []string) []Entry {
 	var out []Entry
 	for _, e := range List(m, vs) {
-		var ttag string
-		if e.Kind == KindResult {
-			ttag = m.Destinations[e.Destination].TTag
-		} else if f, ok := m.Documents[e.DocumentID].Fragment(e.FragmentID); ok {
-			ttag = m.CompoundKeys[f.DataType]
+		ttag := e.TTag
+		if ttag == "" {
+			if e.Kind == KindResult {
+				ttag = m.Destinations[e.Destination].TTag
+			} else if f, ok := m.Documents[e.DocumentID].Fragment(e.FragmentID); ok {
+				ttag = m.CompoundKeys[f.DataType]
+			}
 		}
 		if ttag != "" && slices.Contains(keys, ttag) {
 			out = append(out, e)

@@ -2,6 +2,9 @@ package record
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +96,86 @@ func TestList(t *testing.T) {
 	}
 	if u := UnderKeys(manifest(), rows(), []string{"t-d"}); len(u) != 2 {
 		t.Fatalf("under t-d: %+v", u)
+	}
+}
+
+// TestRotatedKeyKeepsOldVersions: after a destination's key and a data
+// type's key are replaced in the manifest, the record's versions stay
+// under the keys they were saved under, in the merge (export), the list
+// and the versions a key's removal leaves unreadable.
+func TestRotatedKeyKeepsOldVersions(t *testing.T) {
+	m := manifest()
+	d := m.Destinations["d"]
+	d.TTag = "t-d-new"
+	m.Destinations["d"] = d
+	m.CompoundKeys["lab"] = "t-lab-new"
+	vs := rows()
+	vs[0].TTag = "t-d" // results/d.v2.bin
+	vs[2].TTag = "t-lab"
+	merged := Merge(m, vs)
+	if got := merged.Destinations["d"].Versions; got[1].TTag != "t-d" || got[0].TTag != "" {
+		t.Fatalf("merged versions %+v", got)
+	}
+	if a, _ := merged.Documents["x"].Fragment("A"); a.TTag != "t-lab" || a.Version != 3 {
+		t.Fatalf("merged section %+v", a)
+	}
+	keys := map[string]string{}
+	for _, e := range List(m, vs) {
+		keys[e.Path] = e.TTag
+	}
+	if keys["results/d.v2.bin"] != "t-d" || keys["documents/x/A.v3.bin"] != "t-lab" || keys["results/d.v1.bin"] != "t-d-new" {
+		t.Fatalf("listed keys %v", keys)
+	}
+	paths := func(es []Entry) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Path)
+		}
+		return out
+	}
+	if got := paths(UnderKeys(m, vs, []string{"t-d"})); strings.Join(got, " ") != "results/d.v2.bin" {
+		t.Fatalf("under the old key: %v", got)
+	}
+	if got := paths(UnderKeys(m, vs, []string{"t-d-new"})); strings.Join(got, " ") != "results/d.v1.bin" {
+		t.Fatalf("under the new key: %v", got)
+	}
+	var buf bytes.Buffer
+	if err := WriteText(&buf, List(m, vs)); err != nil || !strings.Contains(buf.String(), "t-d-new") {
+		t.Fatalf("table (%v):\n%s", err, buf.String())
+	}
+}
+
+// TestLoadRefusesAnotherTasksJournal: versions, export-manifest and seed
+// --cleanup read the record through Load, which refuses the journal of
+// another task by name.
+func TestLoadRefusesAnotherTasksJournal(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "manifest.json")
+	m := &grant.Manifest{Version: grant.ManifestVersion, Task: "task-new"}
+	if err := m.Save(mp); err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.Open(ctx, journal.DefaultPath(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.BindTask(ctx, "task-old"); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	_, _, err = Load(ctx, mp, "")
+	if !errors.Is(err, journal.ErrOtherTask) || !strings.Contains(err.Error(), "task-old") || !strings.Contains(err.Error(), "task-new") {
+		t.Fatalf("Load: %v", err)
+	}
+	if _, err := Export(ctx, mp, "", filepath.Join(dir, "out.json")); !errors.Is(err, journal.ErrOtherTask) {
+		t.Fatalf("Export: %v", err)
+	}
+	m.Task = "task-old"
+	if err := m.Save(mp); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Load(ctx, mp, ""); err != nil {
+		t.Fatalf("its own task: %v", err)
 	}
 }
