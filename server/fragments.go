@@ -101,7 +101,14 @@ func (s *Server) openFragment(ctx context.Context, sess GatewaySession, m *grant
 		return nil, "", refuseCode(refusal.CiphertextUnavailable,
 			"the stored ciphertext of section %q of %q cannot be read; tell the operator", f.ID, docID)
 	}
-	dec, err := sess.DecryptWithLink(ctx, m.CompoundKeys[f.DataType], iv, ct)
+	// The version's own key (the record's, for a version saved under a
+	// data type's key the manifest has replaced since), else its data
+	// type's.
+	key := f.TTag
+	if key == "" {
+		key = m.CompoundKeys[f.DataType]
+	}
+	dec, err := sess.DecryptWithLink(ctx, key, iv, ct)
 	if err != nil {
 		return nil, "", err
 	}
@@ -436,7 +443,7 @@ func (p fragmentPlacer) base() journal.DocumentBase { return record.Base(p.asPro
 
 func (fragmentPlacer) points() crashPoints {
 	return crashPoints{reserved: crashpoint.FragmentReserved, encrypted: crashpoint.FragmentEncrypted,
-		placed: crashpoint.FragmentPlaced, created: crashpoint.FragmentFileCreated,
+		placed: crashpoint.FragmentPlaced, sidecar: crashpoint.FragmentSidecarWritten, created: crashpoint.FragmentFileCreated,
 		written: crashpoint.FragmentFileWritten, linked: crashpoint.FragmentLinked,
 		committed: crashpoint.FragmentCommitted}
 }

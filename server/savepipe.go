@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
-	"time"
 
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/internal/filelock"
@@ -32,6 +30,7 @@ import (
 //	          (above the manifest's history, the record and every other
 //	          save's placement, so two processes never place two saves at one
 //	          version)
+//	sidecar   the version's record beside its name (server/sidecar), fsync
 //	write     the ciphertext under this save's temporary name, fsync
 //	link      the temporary file to the version's name: never over an
 //	          existing file; a file already there that is not this save's
@@ -50,7 +49,7 @@ import (
 // crashPoints names one kind of save's step boundaries, for
 // Config.CrashPoint.
 type crashPoints struct {
-	reserved, encrypted, placed, created, written, linked, committed crashpoint.Point
+	reserved, encrypted, placed, sidecar, created, written, linked, committed crashpoint.Point
 }
 
 // placer is what one kind of save decides for itself.
@@ -185,6 +184,7 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 		}
 		pl := *res.Placement
 		rel := filepath.FromSlash(pl.Path)
+		var v journal.Version
 		switch ours, err := s.holds(rel, enc.Ciphertext); {
 		case err == nil && !ours:
 			s.log.Warn("a file at the next version's name is not this save's: it is left alone and the save takes a later version",
@@ -192,8 +192,22 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 			after, res.State = pl.Version, journal.SaveEncrypted
 			continue
 		case err == nil && ours:
-			// Linked before a crash: nothing to write.
+			// Linked before a crash: nothing to write but the sidecar, the
+			// same one again.
+			if v, err = s.writeSidecar(job, pl, enc); err != nil {
+				return journal.Receipt{}, false, err
+			}
 		case errors.Is(err, fs.ErrNotExist):
+			// The version's record is durable beside it before it is placed.
+			if v, err = s.writeSidecar(job, pl, enc); errors.Is(err, errSidecarTaken) {
+				s.log.Warn("the next version's sidecar describes another file; the save takes a later version",
+					"path", pl.Path, "version", pl.Version)
+				after, res.State = pl.Version, journal.SaveEncrypted
+				continue
+			} else if err != nil {
+				return journal.Receipt{}, false, err
+			}
+			s.cfg.CrashPoint(pts.sidecar)
 			if tmp == "" {
 				if tmp, err = s.writeTemp(job, pl.Path, enc.Ciphertext); err != nil {
 					return journal.Receipt{}, false, err
@@ -226,9 +240,6 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 				return journal.Receipt{}, false, fmt.Errorf("make the saved file durable: %w", err)
 			}
 		}
-		v := journal.Version{Version: pl.Version, Path: pl.Path, IV: base64.StdEncoding.EncodeToString(enc.IV),
-			SHA256: job.textSHA, Size: int64(len(job.text)), SavedAt: s.cfg.Now().UTC().Truncate(time.Second),
-			ActingAs: enc.ActingAs}
 		r, err := s.cfg.Journal.CommitVersion(ctx, job.key, v, job.placer.base())
 		if errors.Is(err, journal.ErrVersionTaken) {
 			// The record names this version already (an operator's hand
@@ -237,6 +248,7 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 			if err := s.root.Remove(rel); err != nil {
 				return journal.Receipt{}, false, fmt.Errorf("take back the saved file's link: %w", err)
 			}
+			s.removeSidecar(pl.Path)
 			after, res.State = pl.Version, journal.SaveEncrypted
 			continue
 		}

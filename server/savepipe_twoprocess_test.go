@@ -3,10 +3,12 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/sidecar"
 )
 
 // waitingOnFileLock reports whether a goroutine is waiting in
@@ -162,9 +165,28 @@ func TestSameSaveInTwoProcessesTakesTurns(t *testing.T) {
 			for _, e := range entries {
 				names = append(names, e.Name())
 			}
-			if len(names) != 1 || names[0] != "summary.v1.bin" {
-				t.Errorf("results folder holds %v, want only summary.v1.bin", names)
+			if !slices.Equal(names, []string{"summary.v1.bin", "summary.v1.json"}) {
+				t.Errorf("results folder holds %v, want only summary.v1.bin and its sidecar", names)
+			}
+			// The sidecar names the save's IV and key, and the record agrees.
+			side, err := sidecar.Read(f.root(t), "results/summary.v1.bin")
+			if err != nil || side.Record.IV != base64.StdEncoding.EncodeToString(row.Encrypted.IV) || side.Record.TTag != row.Encrypted.TTag {
+				t.Errorf("the sidecar %+v (%v) is not the save's", side, err)
+			}
+			if vs, err := j2.Versions(ctx); err != nil || len(vs) != 1 || vs[0] != side.Record {
+				t.Errorf("the record %+v (%v) differs from the sidecar %+v", vs, err, side.Record)
 			}
 		})
 	}
+}
+
+// root opens the fixture's task folder.
+func (f *fixture) root(t *testing.T) *os.Root {
+	t.Helper()
+	r, err := os.OpenRoot(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

@@ -144,7 +144,7 @@ func (resultPlacer) base() journal.DocumentBase { return journal.DocumentBase{} 
 
 func (resultPlacer) points() crashPoints {
 	return crashPoints{reserved: crashpoint.SaveReserved, encrypted: crashpoint.SaveEncrypted,
-		placed: crashpoint.SavePlaced, created: crashpoint.SaveFileCreated, written: crashpoint.SaveFileWritten,
+		placed: crashpoint.SavePlaced, sidecar: crashpoint.SaveSidecarWritten, created: crashpoint.SaveFileCreated, written: crashpoint.SaveFileWritten,
 		linked: crashpoint.SaveLinked, committed: crashpoint.SaveCommitted}
 }
 

@@ -392,6 +392,15 @@ func (s *Server) loadManifest() (*grant.Manifest, error) {
 	if err := handoff.CheckSteps(s.cfg.Grant, m); err != nil {
 		return nil, err
 	}
+	// A manifest of another task than the journal's is not this task's
+	// (a folder seeded again under a running server); one that names a
+	// task for the first time (protect added it) binds the journal. Only
+	// asked when the task changed: it is a journal write, under s.mu.
+	if m.Task != s.manifest.Task {
+		if err := s.cfg.Journal.BindTask(context.Background(), m.Task); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
 }
 

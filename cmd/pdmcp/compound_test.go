@@ -303,6 +303,7 @@ func TestSaveFragmentSurvivesKill(t *testing.T) {
 			if tmp, _ := filepath.Glob(filepath.Join(dir, ".*")); len(tmp) != 0 {
 				t.Errorf("temporary files left: %v", tmp)
 			}
+			checkSidecars(t, s)
 			out := filepath.Join(t.TempDir(), "merged.json")
 			run(t, "export-manifest", "--manifest", s.manifest, "--out", out)
 			m, err := grant.LoadManifest(out)

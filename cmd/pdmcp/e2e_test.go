@@ -468,9 +468,10 @@ func TestSaveSurvivesKillAtEachStep(t *testing.T) {
 			if first["version"] != float64(want) || again["savedAt"] != first["savedAt"] {
 				t.Fatalf("retry %v, second retry %v; want version %d, saved once", first, again, want)
 			}
-			if got, _ := filepath.Glob(filepath.Join(filepath.Dir(s.manifest), "results", "*")); len(got) != files {
+			if got, _ := filepath.Glob(filepath.Join(filepath.Dir(s.manifest), "results", "*.bin")); len(got) != files {
 				t.Errorf("result files %v, want %d", got, files)
 			}
+			checkSidecars(t, s)
 			if v := resultVersions(t, s, "evaluation-summary"); !slices.Equal(v, []int{want}) {
 				t.Fatalf("recorded versions %v, want [%d]", v, want)
 			}

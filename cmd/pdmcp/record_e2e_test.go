@@ -20,6 +20,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/record"
+	"github.com/pdmcp/pdmcp/server/sidecar"
 )
 
 // The record of saved versions, end to end through the pdmcp binary: the
@@ -225,9 +226,10 @@ func TestSaveSurvivesKillWithTwoServers(t *testing.T) {
 			if n := s.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 2 {
 				t.Errorf("Gateway encrypts: %d, want 2", n)
 			}
-			if got, _ := filepath.Glob(filepath.Join(filepath.Dir(s.manifest), "results", "*")); len(got) != files {
-				t.Errorf("files %v, want %d and no temporary file", got, files)
+			if got, _ := filepath.Glob(filepath.Join(filepath.Dir(s.manifest), "results", "*.bin")); len(got) != files {
+				t.Errorf("files %v, want %d", got, files)
 			}
+			checkSidecars(t, s)
 		})
 	}
 }
@@ -247,13 +249,46 @@ func putStray(t *testing.T, s *stack, rel string) {
 
 // savePoints are a result save's step boundaries, in order; "save:placed"
 // is the placement past a stray file.
-var savePoints = []string{"save:reserved", "save:encrypted", "save:placed", "save:file-created", "save:file-written",
-	"save:linked", "save:committed"}
+var savePoints = []string{"save:reserved", "save:encrypted", "save:placed", "save:sidecar-written", "save:file-created",
+	"save:file-written", "save:linked", "save:committed"}
 
 // fragmentPoints are a section save's step boundaries, in order, as
 // savePoints are a result save's.
-var fragmentPoints = []string{"fragment:reserved", "fragment:encrypted", "fragment:placed", "fragment:file-created",
-	"fragment:file-written", "fragment:linked", "fragment:committed"}
+var fragmentPoints = []string{"fragment:reserved", "fragment:encrypted", "fragment:placed", "fragment:sidecar-written",
+	"fragment:file-created", "fragment:file-written", "fragment:linked", "fragment:committed"}
+
+// checkSidecars holds the folder to the record: every version of the
+// record (as `pdmcp versions` lists it) has its sidecar, naming the same
+// IV, key and digests, and there is no other sidecar and no leftover of a
+// stopped save.
+func checkSidecars(t *testing.T, s *stack) {
+	t.Helper()
+	vs, problems, err := sidecar.Scan(filepath.Dir(s.manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("sidecar problem: %+v", p)
+	}
+	byPath := map[string]sidecar.Version{}
+	for _, v := range vs {
+		byPath[v.Record.Path] = v
+	}
+	n := 0
+	for _, e := range versionsOf(t, s) {
+		if e.Source != record.SourceRecord {
+			continue
+		}
+		n++
+		v, ok := byPath[e.Path]
+		if !ok || v.Record.IV != e.IV || v.Record.TTag != e.TTag || v.Record.SHA256 != e.SHA256 || v.Record.Version != e.Version {
+			t.Errorf("version %s: record %+v, sidecar %+v", e.Path, e, v)
+		}
+	}
+	if n != len(vs) {
+		t.Errorf("%d sidecars for %d versions in the record", len(vs), n)
+	}
+}
 
 // TestTwoProcessesSaveWhileAnOperatorProtects runs two server processes
 // saving at once, each to the shared destination and to its own, while an
@@ -480,6 +515,7 @@ func TestSaveFragmentSurvivesKillWithTwoServers(t *testing.T) {
 			if got["provenance"].(map[string]any)["version"] != newer["version"] {
 				t.Fatalf("served %v, want the newer receipt %v", got["provenance"], newer)
 			}
+			checkSidecars(t, s)
 		})
 	}
 }

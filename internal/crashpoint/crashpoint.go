@@ -13,24 +13,28 @@ type Point string
 // The steps of a whole-document save (server/saves.go, run by
 // server/savepipe.go).
 const (
-	SaveReserved    Point = "save:reserved"
-	SaveEncrypted   Point = "save:encrypted" // the answer and the placement journalled
-	SavePlaced      Point = "save:placed"    // placed again past a stray file
-	SaveFileCreated Point = "save:file-created"
-	SaveFileWritten Point = "save:file-written"
-	SaveLinked      Point = "save:linked"
-	SaveCommitted   Point = "save:committed"
+	SaveReserved  Point = "save:reserved"
+	SaveEncrypted Point = "save:encrypted" // the answer and the placement journalled
+	SavePlaced    Point = "save:placed"    // placed again past a stray file
+	// The version's sidecar (server/sidecar) is durable beside where its
+	// file will be; the file is not written yet.
+	SaveSidecarWritten Point = "save:sidecar-written"
+	SaveFileCreated    Point = "save:file-created"
+	SaveFileWritten    Point = "save:file-written"
+	SaveLinked         Point = "save:linked"
+	SaveCommitted      Point = "save:committed"
 )
 
 // The same steps of a section save (server/fragments.go).
 const (
-	FragmentReserved    Point = "fragment:reserved"
-	FragmentEncrypted   Point = "fragment:encrypted"
-	FragmentPlaced      Point = "fragment:placed"
-	FragmentFileCreated Point = "fragment:file-created"
-	FragmentFileWritten Point = "fragment:file-written"
-	FragmentLinked      Point = "fragment:linked"
-	FragmentCommitted   Point = "fragment:committed"
+	FragmentReserved       Point = "fragment:reserved"
+	FragmentEncrypted      Point = "fragment:encrypted"
+	FragmentPlaced         Point = "fragment:placed"
+	FragmentSidecarWritten Point = "fragment:sidecar-written"
+	FragmentFileCreated    Point = "fragment:file-created"
+	FragmentFileWritten    Point = "fragment:file-written"
+	FragmentLinked         Point = "fragment:linked"
+	FragmentCommitted      Point = "fragment:committed"
 )
 
 // The steps of encrypt_file (server/filetools.go), and the file tools'
@@ -64,8 +68,8 @@ const (
 // All returns every point above, in the order of this file.
 func All() []Point {
 	return []Point{
-		SaveReserved, SaveEncrypted, SavePlaced, SaveFileCreated, SaveFileWritten, SaveLinked, SaveCommitted,
-		FragmentReserved, FragmentEncrypted, FragmentPlaced, FragmentFileCreated, FragmentFileWritten, FragmentLinked,
+		SaveReserved, SaveEncrypted, SavePlaced, SaveSidecarWritten, SaveFileCreated, SaveFileWritten, SaveLinked, SaveCommitted,
+		FragmentReserved, FragmentEncrypted, FragmentPlaced, FragmentSidecarWritten, FragmentFileCreated, FragmentFileWritten, FragmentLinked,
 		FragmentCommitted,
 		EncryptFileReserved, EncryptFileClaimed, EncryptFileEncrypted, EncryptFileStaged, EncryptFileMinted, EncryptFileEnvelopeWritten,
 		FileChecked,

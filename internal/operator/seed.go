@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,8 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/sidecar"
 )
 
 //go:embed seeddata/*.txt
@@ -79,6 +82,13 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 		if _, err := os.Lstat(p); err == nil {
 			return nil, fmt.Errorf("seed: %s exists; seed into an empty folder (a seed record lists what an earlier seed made: pdmcp seed --cleanup %s removes it)", p, recordPath)
 		}
+	}
+	if err := refuseSavedVersions(ctx, o.OutDir, manifestPath); err != nil {
+		return nil, err
+	}
+	task, err := grant.NewTaskID()
+	if err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
 	}
 	if o.Tag == "" {
 		b := make([]byte, 3)
@@ -157,7 +167,7 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	}
 	defer owner.Revoke(context.WithoutCancel(ctx))
 
-	m := &grant.Manifest{Version: grant.ManifestVersion, Documents: map[string]grant.Document{},
+	m := &grant.Manifest{Version: grant.ManifestVersion, Task: task, Documents: map[string]grant.Document{},
 		Destinations: map[string]grant.Destination{}}
 	for _, d := range seedSet {
 		text, err := seedFiles.ReadFile("seeddata/" + d.id + ".txt")
@@ -223,6 +233,43 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	}
 	return rec, nil
 }
+
+// refuseSavedVersions refuses a seed into a folder that still holds an
+// earlier task's saved versions: in the journal beside the manifest, or in
+// the sidecars beside their files (the journal may be gone). The new task
+// would otherwise take them for its own (its first save would be version
+// 2, and the export would list the old task's versions under its keys).
+// Nothing is created when it refuses.
+func refuseSavedVersions(ctx context.Context, dir, manifestPath string) error {
+	jpath := journal.DefaultPath(manifestPath)
+	if _, err := os.Lstat(jpath); err == nil {
+		j, err := journal.Open(ctx, jpath)
+		if err != nil {
+			return fmt.Errorf("seed: read the folder's journal: %w", err)
+		}
+		has, err := j.HasVersions(ctx)
+		j.Close()
+		if err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
+		if has {
+			return fmt.Errorf("seed: %s: %w; a new task is not seeded over them: seed into an empty folder, or move the old task's journal, results/ and documents/ away first", jpath, ErrSavedVersions)
+		}
+	}
+	vs, _, err := sidecar.Scan(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("seed: %w", err)
+	}
+	if len(vs) > 0 {
+		return fmt.Errorf("seed: %s: %w (%d version sidecars, e.g. %s); a new task is not seeded over them: seed into an empty folder, or move them away first",
+			dir, ErrSavedVersions, len(vs), sidecar.PathOf(vs[0].Record.Path))
+	}
+	return nil
+}
+
+// ErrSavedVersions: seed was asked to seed a folder that holds an earlier
+// task's saved versions.
+var ErrSavedVersions = errors.New("the folder holds saved versions of an earlier task")
 
 // grantRead gives p READ on ttag and reads the entry back.
 func grantRead(ctx context.Context, owner *gateway.Session, ttag string, p *api.Principal) error {

@@ -137,6 +137,12 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The journal is this task's: it takes the manifest's task on first
+	// use, and one of another task is refused by name.
+	if err := j.BindTask(ctx, m.Task); err != nil {
+		j.Close()
+		return nil, err
+	}
 	// The audit's own warnings (a torn line fenced off, refusal
 	// summaries) go to the server's log; its refusal windows run on the
 	// wall clock, whatever o.Now says, since they bound what a flood costs.
