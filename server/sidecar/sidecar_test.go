@@ -166,7 +166,7 @@ func TestScan(t *testing.T) {
 	place(t, root, d2, "c2")
 	place(t, root, d1, "c1")
 	place(t, root, a2, "s2")
-	place(t, root, result("d", 3, "c3"), "")                   // never placed
+	place(t, root, result("d", 3, "c3"), "")                     // never placed
 	place(t, root, result("e", 1, "e1"), "a stray file's bytes") // its name taken by another file
 	if err := root.WriteFile("results/f.v1.json", []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
