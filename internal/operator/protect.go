@@ -488,6 +488,16 @@ func (p *protection) addToManifest(ctx context.Context, doc grant.Document) erro
 			next.CompoundKeys[dt] = p.keys[dt]
 		}
 		next.Documents[p.o.DocumentID] = doc
+		// A manifest from before task identities gets one: the journal
+		// takes it on its next use, and a journal of another task is
+		// refused from then on.
+		if next.Task == "" {
+			task, err := grant.NewTaskID()
+			if err != nil {
+				return err
+			}
+			next.Task = task
+		}
 		return nil
 	})
 	if err != nil {
