@@ -252,3 +252,65 @@ func TestNewTaskDoesNotInheritTheRecord(t *testing.T) {
 		t.Errorf("serve with another task's journal: %v\n%s", err, b)
 	}
 }
+
+// TestRotatedSectionKeyKeepsItsVersion: a section's saved version is read
+// under the key it was saved under after the manifest replaces its data
+// type's key while the server runs; before, the read took today's key
+// from the manifest and the version could not be opened.
+func TestRotatedSectionKeyKeepsItsVersion(t *testing.T) {
+	s := newCompoundStack(t)
+	s.giveAgent(t, "results")
+	cs := s.connect(t)
+	section := map[string]any{"documentId": "oru-0001", "fragmentId": "OBX.2",
+		"text": "OBX|2|NM|2085-9^HDL cholesterol^LN||61|mg/dL|>40|N|||F", "idempotencyKey": "f-1"}
+	if m, isErr := call(t, cs, "save_protected_fragment", section); isErr || m["version"] != float64(2) {
+		t.Fatalf("section save: %v", m)
+	}
+	var oldKey string
+	s.editManifest(t, func(m *grant.Manifest) {
+		oldKey = m.CompoundKeys["results"]
+		for dt, k := range m.CompoundKeys {
+			if dt != "results" && k != oldKey {
+				m.CompoundKeys["results"] = k
+				break
+			}
+		}
+	})
+	got, isErr := call(t, cs, "read_protected_fragment", map[string]any{"documentId": "oru-0001", "fragmentId": "OBX.2"})
+	if isErr || got["text"] != section["text"] || got["provenance"].(map[string]any)["version"] != float64(2) {
+		t.Fatalf("the saved section after its data type's key changed: %v", got)
+	}
+	for _, e := range versionsOf(t, s) {
+		if e.Source == record.SourceRecord && e.FragmentID == "OBX.2" && e.TTag != oldKey {
+			t.Errorf("versions lists the saved section under another key than its own")
+		}
+	}
+}
+
+// TestProtectGivesAnOldManifestATask: a manifest from before task
+// identities gets one from the next protect, and the journal takes it on
+// its next use: a journal of another task is refused from then on.
+func TestProtectGivesAnOldManifestATask(t *testing.T) {
+	s := newStack(t)
+	s.editManifest(t, func(m *grant.Manifest) { m.Task = "" })
+	if out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001"); !ok {
+		t.Fatalf("protect: %s %s", out, stderr)
+	}
+	m, err := grant.LoadManifest(s.manifest)
+	if err != nil || !strings.HasPrefix(m.Task, "task-") {
+		t.Fatalf("protect left the manifest without a task (%q): %v", m.Task, err)
+	}
+	cs := s.connect(t)
+	if got, isErr := call(t, cs, "save_protected_result", saveArgs("evaluation-summary", "text", "k-1")); isErr {
+		t.Fatalf("save: %v", got)
+	}
+	_ = cs.Close()
+	j, err := journal.Open(context.Background(), journal.DefaultPath(s.manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if task, err := j.Task(context.Background()); err != nil || task != m.Task {
+		t.Fatalf("the journal's task %q, the manifest's %q: %v", task, m.Task, err)
+	}
+}
