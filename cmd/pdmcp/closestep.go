@@ -32,6 +32,10 @@ func newCloseStepCmd() *cobra.Command {
 			return err
 		}
 		defer j.Close()
+		// Another task's journal holds another task's hand-offs.
+		if err := j.CheckTask(ctx, m.Task); err != nil {
+			return err
+		}
 		// The manifest as the server serves it: its sections at the
 		// record's newest versions.
 		vs, err := j.Versions(ctx)
