@@ -17,6 +17,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/filelock"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/refusal"
+	"github.com/pdmcp/pdmcp/server/sidecar"
 )
 
 // The one save pipeline of save_protected_result and
@@ -30,7 +31,8 @@ import (
 //	          (above the manifest's history, the record and every other
 //	          save's placement, so two processes never place two saves at one
 //	          version)
-//	sidecar   the version's record beside its name (server/sidecar), fsync
+//	sidecar   the version's record beside its name (server/sidecar), made
+//	          durable with the file, before the commit
 //	write     the ciphertext under this save's temporary name, fsync
 //	link      the temporary file to the version's name: never over an
 //	          existing file; a file already there that is not this save's
@@ -194,12 +196,12 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 		case err == nil && ours:
 			// Linked before a crash: nothing to write but the sidecar, the
 			// same one again.
-			if v, err = s.writeSidecar(job, pl, enc); err != nil {
+			if v, err = s.writeSidecar(job, pl, enc, true); err != nil {
 				return journal.Receipt{}, false, err
 			}
 		case errors.Is(err, fs.ErrNotExist):
-			// The version's record is durable beside it before it is placed.
-			if v, err = s.writeSidecar(job, pl, enc); errors.Is(err, errSidecarTaken) {
+			// The version's record beside it before it is placed.
+			if v, err = s.writeSidecar(job, pl, enc, false); errors.Is(err, errSidecarTaken) {
 				s.log.Warn("the next version's sidecar describes another file; the save takes a later version",
 					"path", pl.Path, "version", pl.Version)
 				after, res.State = pl.Version, journal.SaveEncrypted
@@ -235,8 +237,9 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 		// nothing to do); a crash
 		// before the commit leaves at most a file that holds() does not
 		// take for this save's, which the retry skips.
+		// The sidecar's bytes in the same round (server/sidecars.go).
 		if !s.cfg.NonDurableForBenchmarks {
-			if err := s.syncFileAndFolder(s.root, rel); err != nil {
+			if err := s.syncFileAndFolder(s.root, rel, filepath.FromSlash(sidecar.PathOf(pl.Path))); err != nil {
 				return journal.Receipt{}, false, fmt.Errorf("make the saved file durable: %w", err)
 			}
 		}
@@ -352,17 +355,25 @@ func (s *Server) removeTemp(job saveJob, versionPath string) {
 }
 
 // syncFileAndFolder makes the file rel's bytes and its name durable
-// before the save commits: the file's fsync and its folder's are issued at
-// once, as neither needs the other done first and both are waited for, so
-// the folder's costs nothing beside the file's. A failure of either fails
-// the save (no receipt names a file that may not be on disk), except the
-// folder's on Windows, which cannot fsync a folder (NTFS makes the name
-// durable with its own journal).
-func (s *Server) syncFileAndFolder(dir *os.Root, rel string) error {
-	folder := background(s, "syncing a saved file's folder", func() error { return syncFolder(dir, filepath.Dir(rel)) },
-		func(err error) error { return err })
+// before the save commits, and those of the files also beside it: the
+// fsyncs of the files and of their folder are issued at once, as none
+// needs another done first and all are waited for, so the folder's costs
+// nothing beside the file's. A failure of any fails the save (no receipt
+// names a file that may not be on disk), except the folder's on Windows,
+// which cannot fsync a folder (NTFS makes the name durable with its own
+// journal).
+func (s *Server) syncFileAndFolder(dir *os.Root, rel string, also ...string) error {
+	others := []<-chan error{background(s, "syncing a saved file's folder", func() error { return syncFolder(dir, filepath.Dir(rel)) },
+		func(err error) error { return err })}
+	for _, f := range also {
+		others = append(others, background(s, "syncing a saved file's sidecar", func() error { return syncFile(dir, f) },
+			func(err error) error { return err }))
+	}
 	err := syncFile(dir, rel)
-	return errors.Join(err, <-folder)
+	for _, o := range others {
+		err = errors.Join(err, <-o)
+	}
+	return err
 }
 
 // syncFolder fsyncs the folder rel (relative to dir); nothing on Windows.

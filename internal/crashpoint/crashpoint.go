@@ -16,7 +16,7 @@ const (
 	SaveReserved  Point = "save:reserved"
 	SaveEncrypted Point = "save:encrypted" // the answer and the placement journalled
 	SavePlaced    Point = "save:placed"    // placed again past a stray file
-	// The version's sidecar (server/sidecar) is durable beside where its
+	// The version's sidecar (server/sidecar) is in place beside where its
 	// file will be; the file is not written yet.
 	SaveSidecarWritten Point = "save:sidecar-written"
 	SaveFileCreated    Point = "save:file-created"

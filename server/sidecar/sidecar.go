@@ -12,9 +12,11 @@
 // idempotency key, the task, and the destination or document and section.
 // It never holds plaintext, a token or a session handle.
 //
-// The save pipeline (server/savepipe.go) writes the sidecar, durably,
-// after the version is chosen and before the ciphertext is linked to its
-// name: a version file whose save committed always has its sidecar. A
+// The save pipeline (server/savepipe.go) puts the sidecar in place after
+// the version is chosen and before the ciphertext is linked to its name,
+// and fsyncs it with the ciphertext and their folder before the version
+// is committed: a version file whose save committed always has its
+// sidecar on disk. A
 // sidecar whose version file is missing, or holds other bytes, is the
 // leftover of a save that never placed its version (a crash, or a file
 // that was in the way): Scan reports it as a Problem, never as a version.
