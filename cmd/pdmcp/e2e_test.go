@@ -312,12 +312,13 @@ func TestStdioEndToEnd(t *testing.T) {
 		wantRefused(t, m, e, "adapter", "IDEMPOTENCY_CONFLICT")
 	})
 	files, _ := filepath.Glob(filepath.Join(filepath.Dir(s.manifest), "results", "*"))
-	if len(files) != 1 {
-		t.Errorf("result files %v, want exactly one", files)
+	if len(files) != 2 || !strings.HasSuffix(files[0], "evaluation-summary.v1.bin") || !strings.HasSuffix(files[1], "evaluation-summary.v1.json") {
+		t.Errorf("result files %v, want exactly one and its sidecar", files)
 	}
 	if v := resultVersions(t, s, "evaluation-summary"); !slices.Equal(v, []int{1}) {
 		t.Errorf("recorded versions %v, want [1]", v)
 	}
+	checkSidecars(t, s)
 
 	_ = cs.Close()
 	checkAudit(t, s.audit, string(want))
