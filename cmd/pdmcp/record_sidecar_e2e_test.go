@@ -314,3 +314,32 @@ func TestProtectGivesAnOldManifestATask(t *testing.T) {
 		t.Fatalf("the journal's task %q, the manifest's %q: %v", task, m.Task, err)
 	}
 }
+
+// TestSeedCleanupListsVersionsByTheirOwnKey is "Why" 4 for seed --cleanup:
+// the destination's key replaced in the manifest by a key the seed did
+// not make, cleanup still names v1, saved under the seed's key it
+// removes; before, it took the key from today's manifest and named none.
+func TestSeedCleanupListsVersionsByTheirOwnKey(t *testing.T) {
+	s := newStack(t)
+	cs := s.connect(t)
+	if m, isErr := call(t, cs, "save_protected_result", saveArgs("evaluation-summary", "under the seed's key", "k-1")); isErr {
+		t.Fatalf("save: %v", m)
+	}
+	_ = cs.Close()
+	// Another seed's destination key: not in this seed's record.
+	otherData := filepath.Join(t.TempDir(), "task-data")
+	run(t, "seed", "--config", s.config, "--out-dir", otherData)
+	other, err := grant.LoadManifest(filepath.Join(otherData, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.editManifest(t, func(m *grant.Manifest) {
+		d := m.Destinations["evaluation-summary"]
+		d.TTag = other.Destinations["evaluation-summary"].TTag
+		m.Destinations["evaluation-summary"] = d
+	})
+	out := run(t, "seed", "--config", s.config, "--cleanup", s.record())
+	if !strings.Contains(out, "1 saved versions were under the removed keys") || !strings.Contains(out, "results/evaluation-summary.v1.bin") {
+		t.Fatalf("cleanup does not name the version saved under its key:\n%s", out)
+	}
+}
