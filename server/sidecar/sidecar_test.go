@@ -274,3 +274,34 @@ func TestRebuild(t *testing.T) {
 		t.Fatalf("sidecars of two tasks: %d %v", n, err)
 	}
 }
+
+// FuzzDecode: whatever a file holds, Decode never panics, and what it
+// accepts is a complete record that encodes and decodes to itself, naming
+// a .bin file inside the folder beside its sidecar.
+func FuzzDecode(f *testing.F) {
+	for _, v := range []Version{result("d", 2, "c"), section("A", 3, 1, at, "s")} {
+		b, err := Encode(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(PathOf(v.Record.Path), b)
+	}
+	f.Add("results/d.v1.json", []byte(`{"pdmcpVersionRecord":1}`))
+	f.Fuzz(func(t *testing.T, name string, data []byte) {
+		v, err := Decode(name, data)
+		if err != nil {
+			return
+		}
+		if !validPath(v.Record.Path) || PathOf(v.Record.Path) != name {
+			t.Fatalf("accepted path %q for sidecar %q", v.Record.Path, name)
+		}
+		b, err := Encode(v)
+		if err != nil {
+			t.Fatalf("an accepted record does not encode: %v", err)
+		}
+		again, err := Decode(name, b)
+		if err != nil || again != v {
+			t.Fatalf("round trip: %+v, %v; want %+v", again, err, v)
+		}
+	})
+}
