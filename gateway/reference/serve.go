@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/tlspolicy"
 )
 
 // ServeConfig configures a reference Gateway served on its own listener.
@@ -83,9 +85,8 @@ func Serve(ctx context.Context, cfg ServeConfig) (*Server, error) {
 		default:
 			return nil, errors.New("reference gateway: name CertFile and KeyFile, or a TLSConfig")
 		}
-		if tlsCfg.MinVersion < tls.VersionTLS12 {
-			tlsCfg.MinVersion = tls.VersionTLS12
-		}
+		// TLS 1.2 at least, and then AEAD suites only.
+		tlspolicy.Apply(tlsCfg)
 		tlsCfg.NextProtos = []string{"http/1.1"}
 	}
 

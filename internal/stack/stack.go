@@ -15,6 +15,7 @@ package stack
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,6 +38,7 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/internal/serve"
+	"github.com/pdmcp/pdmcp/internal/tlspolicy"
 )
 
 // Options say what Start builds. Everything it writes lives under Dir; a
@@ -257,8 +259,14 @@ func (st *Stack) startProvider(ctx context.Context) error {
 	if d.Handler != nil {
 		h = d.Handler(h)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.ServeTLS(ln, cert, key) }()
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		ln.Close()
+		idp.Close()
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlspolicy.Server(pair)}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	st.closers = append(st.closers, func() { srv.Close(); idp.Close() })
 	st.IdP = idp
 	st.Provider = Provider{Issuer: issuer, CAFile: st.CA.CertPEM, ClientID: devidp.DefaultAdapterClientID,
