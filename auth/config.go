@@ -52,6 +52,124 @@ type HTTPConfig struct {
 	// Resource is the URL hosts call, https://127.0.0.1:<port>/mcp when
 	// absent. It is the protected-resource metadata's resource.
 	Resource string `json:"resource,omitempty"`
+
+	// Connections bounds open connections and the time a request may take
+	// to arrive and to be answered (absent: the defaults, see
+	// ConnectionsConfig).
+	Connections ConnectionsConfig `json:"connections,omitzero"`
+}
+
+// ConnectionsConfig is mcp-http.json's "connections": every member is
+// optional, 0 or absent meaning the default named beside it. Anyone on
+// the machine can open connections to 127.0.0.1, token or not, so these
+// bound what a connection can hold before and after the token check.
+type ConnectionsConfig struct {
+	// Max is the open connections the server keeps, whoever holds them
+	// (DefaultMaxConnections). Keep it well under the process's
+	// descriptor limit (LimitNOFILE in the systemd unit).
+	Max int `json:"max,omitempty"`
+	// SignedIn is the part of Max kept for connections that have carried
+	// a request with a valid token (DefaultSignedInConnections). The rest
+	// is for connections that have not (yet): when those are all open, the
+	// oldest of them is closed to admit a new one, so stalled anonymous
+	// connections never keep a signed-in user out.
+	SignedIn int `json:"signedIn,omitempty"`
+	// SignedInPerUser is how many of SignedIn one user may hold
+	// (DefaultSignedInPerUser); a user's further connections are served
+	// as not signed in.
+	SignedInPerUser int `json:"signedInPerUser,omitempty"`
+	// HeaderTimeoutSeconds bounds the TLS handshake and a request's
+	// headers (DefaultHeaderTimeout).
+	HeaderTimeoutSeconds int `json:"headerTimeoutSeconds,omitempty"`
+	// BodyTimeoutSeconds bounds reading a request's body once its headers
+	// are in (DefaultBodyTimeout).
+	BodyTimeoutSeconds int `json:"bodyTimeoutSeconds,omitempty"`
+	// AnswerTimeoutSeconds bounds handling a request and writing its
+	// single answer (DefaultAnswerTimeout); an event stream's writes are
+	// bounded one by one instead.
+	AnswerTimeoutSeconds int `json:"answerTimeoutSeconds,omitempty"`
+}
+
+// The connection defaults (docs/operating.md, "Limits"). 512 connections
+// sit well under the systemd unit's LimitNOFILE of 4096 with the journal,
+// the audit file, SQLite and the outgoing calls to the provider and the
+// Gateway beside them.
+const (
+	DefaultMaxConnections      = 512
+	DefaultSignedInConnections = 128
+	DefaultSignedInPerUser     = 16
+	DefaultHeaderTimeout       = 5 * time.Second
+	DefaultBodyTimeout         = 30 * time.Second
+	// A call may wait 5 s for a Gateway session, then make Gateway
+	// requests of up to 30 s each (gateway.DefaultTimeout): two minutes
+	// leaves room for a retry and the answer.
+	DefaultAnswerTimeout = 2 * time.Minute
+)
+
+// Bounded timeouts a config may set: longer would defeat the point.
+const maxTimeoutSeconds = 3600
+
+// resolve checks the members and fills in the defaults.
+func (c *ConnectionsConfig) resolve() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"max", c.Max}, {"signedIn", c.SignedIn}, {"signedInPerUser", c.SignedInPerUser},
+		{"headerTimeoutSeconds", c.HeaderTimeoutSeconds}, {"bodyTimeoutSeconds", c.BodyTimeoutSeconds},
+		{"answerTimeoutSeconds", c.AnswerTimeoutSeconds},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("connections.%s is %d; it must be 0 (the default) or more", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"headerTimeoutSeconds", c.HeaderTimeoutSeconds}, {"bodyTimeoutSeconds", c.BodyTimeoutSeconds},
+		{"answerTimeoutSeconds", c.AnswerTimeoutSeconds},
+	} {
+		if f.v > maxTimeoutSeconds {
+			return fmt.Errorf("connections.%s is %d; at most %d", f.name, f.v, maxTimeoutSeconds)
+		}
+	}
+	setDefault := func(p *int, d int) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setDefault(&c.Max, DefaultMaxConnections)
+	setDefault(&c.SignedIn, min(DefaultSignedInConnections, c.Max/2))
+	setDefault(&c.SignedInPerUser, min(DefaultSignedInPerUser, c.SignedIn))
+	setDefault(&c.HeaderTimeoutSeconds, int(DefaultHeaderTimeout/time.Second))
+	setDefault(&c.BodyTimeoutSeconds, int(DefaultBodyTimeout/time.Second))
+	setDefault(&c.AnswerTimeoutSeconds, int(DefaultAnswerTimeout/time.Second))
+	// At least one connection must be left for those not yet signed in:
+	// every connection starts that way.
+	if c.SignedIn >= c.Max {
+		return fmt.Errorf("connections.signedIn (%d) must be less than connections.max (%d): every connection starts unauthenticated",
+			c.SignedIn, c.Max)
+	}
+	if c.SignedInPerUser > c.SignedIn {
+		return fmt.Errorf("connections.signedInPerUser (%d) is more than connections.signedIn (%d)", c.SignedInPerUser, c.SignedIn)
+	}
+	return nil
+}
+
+// HeaderTimeout, BodyTimeout and AnswerTimeout are the resolved timeouts.
+func (c ConnectionsConfig) HeaderTimeout() time.Duration {
+	return time.Duration(c.HeaderTimeoutSeconds) * time.Second
+}
+
+// BodyTimeout: see HeaderTimeout.
+func (c ConnectionsConfig) BodyTimeout() time.Duration {
+	return time.Duration(c.BodyTimeoutSeconds) * time.Second
+}
+
+// AnswerTimeout: see HeaderTimeout.
+func (c ConnectionsConfig) AnswerTimeout() time.Duration {
+	return time.Duration(c.AnswerTimeoutSeconds) * time.Second
 }
 
 // ListenConfig is where the transport listens.
@@ -224,6 +342,9 @@ func (c *HTTPConfig) resolve(dir string) error {
 	}
 
 	if err := c.checkUserLimits(); err != nil {
+		return err
+	}
+	if err := c.Connections.resolve(); err != nil {
 		return err
 	}
 

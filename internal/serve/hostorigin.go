@@ -60,14 +60,18 @@ func defaultPort(scheme string) string {
 
 // hostOK reports whether a request's Host header names this server. The
 // request came over TLS, so a Host without a port means 443.
-func (a ownAddrs) hostOK(host string) bool {
+func (a ownAddrs) hostOK(host string) bool { return a.hostOKOn(host, "443") }
+
+// hostOKOn is hostOK for a listener whose scheme's default port is
+// defPort (the ops listener serves plain HTTP).
+func (a ownAddrs) hostOKOn(host, defPort string) bool {
 	if host == "" {
 		return false
 	}
 	h, port, err := net.SplitHostPort(host)
 	if err != nil {
 		// No port (or a malformed value, which matches nothing below).
-		h, port = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), "443"
+		h, port = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), defPort
 	}
 	return a[net.JoinHostPort(strings.ToLower(h), port)]
 }

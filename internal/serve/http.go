@@ -3,7 +3,6 @@ package serve
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -20,6 +20,7 @@ import (
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/tlspolicy"
 	"github.com/pdmcp/pdmcp/server"
 )
 
@@ -89,9 +90,10 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 	})
 	limits := NewUserLimiter(UserLimitsOf(cfg), refused, m, log)
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", traced(mw(limits.Wrap(jsonRPCShape(mcp.SupportedProtocolVersions(), mcpHandler)))))
+	mux.Handle("/mcp", traced(mw(markSignedIn(limits.Wrap(jsonRPCShape(mcp.SupportedProtocolVersions(), mcpHandler))))))
 	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))
-	return &HTTPHandler{Resource: resource, Handler: recoverHTTP(log, m, hygiene(newOwnAddrs(resource), mux))}
+	return &HTTPHandler{Resource: resource,
+		Handler: boundRequests(limitsOf(cfg.Connections), recoverHTTP(log, m, hygiene(newOwnAddrs(resource), mux)))}
 }
 
 // hygiene applies what the MCP transport rules ask of a local server before
@@ -135,6 +137,11 @@ func jsonRPCShape(supported []string, next http.Handler) http.Handler {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
 				http.Error(w, "Request Entity Too Large", http.StatusRequestEntityTooLarge)
+				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// boundRequests' body deadline passed.
+				http.Error(w, "Request Timeout: the body did not arrive in time", http.StatusRequestTimeout)
 				return
 			}
 			http.Error(w, "Bad Request", http.StatusBadRequest)
@@ -312,17 +319,26 @@ func runHTTP(ctx context.Context, o Options) error {
 			return fmt.Errorf("listen on %s: %w", cfg.ListenAddr(), err)
 		}
 	}
+	conns := cfg.Connections
+	tracker := newConnTracker(conns.Max-conns.SignedIn, conns.SignedIn, conns.SignedInPerUser)
+	metrics.Connections(tracker)
+	ln = tracker.listener(ln)
+	// The header timeout bounds the TLS handshake too; the body and the
+	// answer are bounded per request (boundRequests), so that an event
+	// stream is not cut off by a whole-connection WriteTimeout.
 	hs := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: conns.HeaderTimeout(),
 		IdleTimeout:       2 * time.Minute,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}},
+		MaxHeaderBytes:    MaxHeaderBytes,
+		TLSConfig:         tlspolicy.Server(pair),
+		ConnContext:       tracker.connContext,
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
 	o.Logger.Info("serving Streamable HTTP over TLS", "url", h.Resource, "grant", d.grant.ID,
-		"maxCallers", cfg.MaxCallers, "notAfter", d.grant.NotAfter.UTC().Format(time.RFC3339))
+		"maxCallers", cfg.MaxCallers, "maxConnections", conns.Max, "signedInConnections", conns.SignedIn, "notAfter", d.grant.NotAfter.UTC().Format(time.RFC3339))
 	if o.Ready != nil {
 		o.Ready(h.Resource)
 	}

@@ -139,6 +139,29 @@ func OpsHandler(m *Metrics, version, transport string) http.Handler {
 	return mux
 }
 
+// opsMaxConnections bounds the operations listener's connections (the
+// oldest closed to admit a new one): a scraper and a health check need a
+// few.
+const opsMaxConnections = 16
+
+// opsHygiene refuses, with 403, a request to the operations endpoints whose
+// Host does not name the listener (DNS rebinding: a page of another site
+// whose name resolves to 127.0.0.1 would otherwise read /metrics) or that
+// comes from a browser page of any other origin.
+func opsHygiene(own ownAddrs, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !own.hostOKOn(r.Host, "80") {
+			http.Error(w, "Forbidden: Host does not name this server", http.StatusForbidden)
+			return
+		}
+		if o := r.Header.Values("Origin"); len(o) > 1 || (len(o) == 1 && !own.originOK(o[0])) {
+			http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // serveOps runs the operations listener on a loopback address until ctx
 // ends. It refuses any other address: these endpoints have no
 // authentication.
@@ -154,7 +177,17 @@ func serveOps(ctx context.Context, addr string, h http.Handler, log *slog.Logger
 	if err != nil {
 		return "", fmt.Errorf("operations listener: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	// Anyone on the machine can reach it: the same bounds as the MCP
+	// listener, smaller, with no one ever signed in.
+	ln = newConnTracker(opsMaxConnections, 0, 0).listener(ln)
+	srv := &http.Server{
+		Handler:           opsHygiene(newOwnAddrs("http://"+ln.Addr().String()), h),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    8 << 10,
+	}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
