@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"crypto/tls"
@@ -214,10 +215,11 @@ func (m *Metrics) Connections(t *connTracker) {
 type requestLimits struct {
 	body   time.Duration // reading the body, from the end of the headers
 	answer time.Duration // handling the request and writing a single answer
+	stream time.Duration // each write of an event stream (streamWriteTimeout when 0)
 }
 
 func limitsOf(c auth.ConnectionsConfig) requestLimits {
-	return requestLimits{body: c.BodyTimeout(), answer: c.AnswerTimeout()}
+	return requestLimits{body: c.BodyTimeout(), answer: c.AnswerTimeout(), stream: streamWriteTimeout}
 }
 
 // unreadBodyGrace is how long an answer waits for the rest of a body its
@@ -257,7 +259,7 @@ func boundRequests(l requestLimits, next http.Handler) http.Handler {
 		if l.answer > 0 {
 			_ = rc.SetWriteDeadline(now.Add(l.answer))
 		}
-		bw := &boundedWriter{ResponseWriter: w, rc: rc}
+		bw := &boundedWriter{ResponseWriter: w, rc: rc, streamWrite: cmp.Or(l.stream, streamWriteTimeout)}
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 			bb := &boundedBody{ReadCloser: r.Body, rc: rc}
 			if l.body > 0 {
@@ -303,6 +305,7 @@ type boundedWriter struct {
 	http.ResponseWriter
 	rc          *http.ResponseController
 	body        *boundedBody // nil: the request had none
+	streamWrite time.Duration
 	wroteHeader bool
 	stream      bool
 }
@@ -315,7 +318,7 @@ func (w *boundedWriter) WriteHeader(code int) {
 		}
 		if ct := w.Header().Get("Content-Type"); strings.HasPrefix(strings.ToLower(ct), "text/event-stream") {
 			w.stream = true
-			_ = w.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+			_ = w.rc.SetWriteDeadline(time.Now().Add(w.streamWrite))
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -326,7 +329,7 @@ func (w *boundedWriter) Write(p []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	if w.stream {
-		_ = w.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.streamWrite))
 	}
 	return w.ResponseWriter.Write(p)
 }
@@ -338,7 +341,7 @@ func (w *boundedWriter) Flush() {
 		w.WriteHeader(http.StatusOK)
 	}
 	if w.stream {
-		_ = w.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.streamWrite))
 	}
 	_ = w.rc.Flush()
 }
