@@ -84,9 +84,10 @@ type ConnectionsConfig struct {
 	// BodyTimeoutSeconds bounds reading a request's body once its headers
 	// are in (DefaultBodyTimeout).
 	BodyTimeoutSeconds int `json:"bodyTimeoutSeconds,omitempty"`
-	// AnswerTimeoutSeconds bounds handling a request and writing its
-	// single answer (DefaultAnswerTimeout); an event stream's writes are
-	// bounded one by one instead.
+	// AnswerTimeoutSeconds bounds writing a single answer, from its first
+	// byte, so a client that does not read it is cut off
+	// (DefaultAnswerTimeout); an event stream's writes are bounded one by
+	// one instead.
 	AnswerTimeoutSeconds int `json:"answerTimeoutSeconds,omitempty"`
 }
 
@@ -100,10 +101,8 @@ const (
 	DefaultSignedInPerUser     = 16
 	DefaultHeaderTimeout       = 5 * time.Second
 	DefaultBodyTimeout         = 30 * time.Second
-	// A call may wait 5 s for a Gateway session, then make Gateway
-	// requests of up to 30 s each (gateway.DefaultTimeout): two minutes
-	// leaves room for a retry and the answer.
-	DefaultAnswerTimeout = 2 * time.Minute
+	// An answer is at most a few hundred KiB, written on loopback.
+	DefaultAnswerTimeout = time.Minute
 )
 
 // Bounded timeouts a config may set: longer would defeat the point.

@@ -16,15 +16,15 @@ func TestLoadHTTPConfigConnections(t *testing.T) {
 		want    ConnectionsConfig
 	}{
 		{"absent", nil, ConnectionsConfig{Max: 512, SignedIn: 128, SignedInPerUser: 16,
-			HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 120}},
+			HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 60}},
 		{"empty", map[string]any{}, ConnectionsConfig{Max: 512, SignedIn: 128, SignedInPerUser: 16,
-			HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 120}},
+			HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 60}},
 		{"all given", map[string]any{"max": 100, "signedIn": 40, "signedInPerUser": 5, "headerTimeoutSeconds": 2,
 			"bodyTimeoutSeconds": 7, "answerTimeoutSeconds": 300},
 			ConnectionsConfig{Max: 100, SignedIn: 40, SignedInPerUser: 5, HeaderTimeoutSeconds: 2, BodyTimeoutSeconds: 7, AnswerTimeoutSeconds: 300}},
 		// A small max takes half of itself as the reserve by default.
 		{"small max", map[string]any{"max": 20}, ConnectionsConfig{Max: 20, SignedIn: 10, SignedInPerUser: 10,
-			HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 120}},
+			HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 60}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := LoadHTTPConfig(configDir(t, func(m map[string]any) {
@@ -45,7 +45,7 @@ func TestLoadHTTPConfigConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Connections.HeaderTimeout() != 5*time.Second || c.Connections.BodyTimeout() != 30*time.Second ||
-		c.Connections.AnswerTimeout() != 2*time.Minute {
+		c.Connections.AnswerTimeout() != time.Minute {
 		t.Errorf("timeouts %s %s %s", c.Connections.HeaderTimeout(), c.Connections.BodyTimeout(), c.Connections.AnswerTimeout())
 	}
 

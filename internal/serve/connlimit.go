@@ -214,7 +214,7 @@ func (m *Metrics) Connections(t *connTracker) {
 // requestLimits are the deadlines boundRequests puts on each request.
 type requestLimits struct {
 	body   time.Duration // reading the body, from the end of the headers
-	answer time.Duration // handling the request and writing a single answer
+	answer time.Duration // writing a single answer, from its first byte
 	stream time.Duration // each write of an event stream (streamWriteTimeout when 0)
 }
 
@@ -256,10 +256,7 @@ func boundRequests(l requestLimits, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		now := time.Now()
-		if l.answer > 0 {
-			_ = rc.SetWriteDeadline(now.Add(l.answer))
-		}
-		bw := &boundedWriter{ResponseWriter: w, rc: rc, streamWrite: cmp.Or(l.stream, streamWriteTimeout)}
+		bw := &boundedWriter{ResponseWriter: w, rc: rc, answer: l.answer, streamWrite: cmp.Or(l.stream, streamWriteTimeout)}
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 			bb := &boundedBody{ReadCloser: r.Body, rc: rc}
 			if l.body > 0 {
@@ -269,6 +266,10 @@ func boundRequests(l requestLimits, next http.Handler) http.Handler {
 			bw.body, r.Body = bb, bb
 		}
 		next.ServeHTTP(bw, r)
+		if bw.stream {
+			// The server's last flush after the handler returns.
+			_ = rc.SetWriteDeadline(time.Now().Add(bw.streamWrite))
+		}
 	})
 }
 
@@ -305,6 +306,7 @@ type boundedWriter struct {
 	http.ResponseWriter
 	rc          *http.ResponseController
 	body        *boundedBody // nil: the request had none
+	answer      time.Duration
 	streamWrite time.Duration
 	wroteHeader bool
 	stream      bool
@@ -316,9 +318,17 @@ func (w *boundedWriter) WriteHeader(code int) {
 		if w.body != nil && !w.body.done.Load() {
 			_ = w.rc.SetReadDeadline(earliest(w.body.deadline, time.Now().Add(unreadBodyGrace)))
 		}
-		if ct := w.Header().Get("Content-Type"); strings.HasPrefix(strings.ToLower(ct), "text/event-stream") {
+		switch ct := w.Header().Get("Content-Type"); {
+		case strings.HasPrefix(strings.ToLower(ct), "text/event-stream"):
+			// A stream lasts as long as its client reads it: no deadline
+			// between writes (HTTP/2 would reset an idle stream at one).
 			w.stream = true
-			_ = w.rc.SetWriteDeadline(time.Now().Add(w.streamWrite))
+			_ = w.rc.SetWriteDeadline(time.Time{})
+		case w.answer > 0:
+			// From the first byte, not from the request's start: over
+			// HTTP/2 a deadline is a timer that resets the stream, and a
+			// handler may decide late that its answer is a stream.
+			_ = w.rc.SetWriteDeadline(time.Now().Add(w.answer))
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -328,9 +338,11 @@ func (w *boundedWriter) Write(p []byte) (int, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
-	if w.stream {
-		_ = w.rc.SetWriteDeadline(time.Now().Add(w.streamWrite))
+	if !w.stream {
+		return w.ResponseWriter.Write(p)
 	}
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.streamWrite))
+	defer w.rc.SetWriteDeadline(time.Time{})
 	return w.ResponseWriter.Write(p)
 }
 
@@ -342,6 +354,7 @@ func (w *boundedWriter) Flush() {
 	}
 	if w.stream {
 		_ = w.rc.SetWriteDeadline(time.Now().Add(w.streamWrite))
+		defer w.rc.SetWriteDeadline(time.Time{})
 	}
 	_ = w.rc.Flush()
 }

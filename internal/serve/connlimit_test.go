@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -284,5 +285,42 @@ func TestBoundRequestsWriteDeadlines(t *testing.T) {
 	}
 	if err := waitOutcome(t, got); err != nil {
 		t.Fatalf("stream: %v", err)
+	}
+}
+
+// An event stream with nothing to say for longer than its write deadline
+// stays open over HTTP/2 too, where a deadline is a timer that resets the
+// stream when it fires, not a bound on the next write.
+func TestBoundRequestsIdleStreamOverHTTP2(t *testing.T) {
+	const stream = 300 * time.Millisecond
+	srv := httptest.NewUnstartedServer(boundRequests(requestLimits{body: time.Minute, answer: stream, stream: stream},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(200)
+			rc := http.NewResponseController(w)
+			for i := range 2 {
+				if i > 0 {
+					time.Sleep(4 * stream) // idle, longer than either deadline
+				}
+				_, _ = fmt.Fprintf(w, "data: %d\n\n", i)
+				_ = rc.Flush()
+			}
+		})))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	hc := srv.Client()
+	hc.Timeout = time.Minute
+	resp, err := hc.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("served over %s, want HTTP/2", resp.Proto)
+	}
+	if err != nil || strings.Count(string(b), "data: ") != 2 {
+		t.Fatalf("idle stream: %v, %q; want both events", err, b)
 	}
 }
