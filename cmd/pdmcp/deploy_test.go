@@ -142,6 +142,8 @@ func TestDeployCheckersRefuseBrokenFiles(t *testing.T) {
 		{"unit: stdio transport", unit, "serve --transport http", "serve --transport stdio", unitCheck},
 		{"unit: a flag serve does not know", unit, "--audit %h", "--audit-file %h", unitCheck},
 		{"unit: open network", unit, "IPAddressDeny=any\n", "", unitCheck},
+		{"unit: no descriptor limit", unit, "LimitNOFILE=4096\n", "", unitCheck},
+		{"unit: descriptors under the connection cap", unit, "LimitNOFILE=4096\n", "LimitNOFILE=1024\n", unitCheck},
 		{"unit: no clean environment", unit, "pdmcp clean-env -- %h/.local/bin/pdmcp serve", "pdmcp serve", unitCheck},
 		{"unit: audit outside the writable folder", unit, "--audit %h/.local/state/pdmcp/audit.jsonl", "--audit %h/audit.jsonl", unitCheck},
 		{"unit: loose umask", unit, "UMask=0077", "UMask=0022", unitCheck},
@@ -606,6 +608,13 @@ func checkUnit(data []byte) error {
 	}
 	if d, err := time.ParseDuration(one("TimeoutStopSec")); err != nil || d < 10*time.Second {
 		p.add("unit: TimeoutStopSec=%q; the server needs a few seconds to revoke every session", one("TimeoutStopSec"))
+	}
+	// Descriptors for every connection the server admits by default, one
+	// outgoing connection for each, and files and the runtime beside them
+	// (docs/operating.md, "Limits").
+	if n, err := strconv.Atoi(one("LimitNOFILE")); err != nil || n < 2*auth.DefaultMaxConnections+256 {
+		p.add("unit: LimitNOFILE=%q; want at least %d for connections.max's default, outgoing connections and files",
+			one("LimitNOFILE"), 2*auth.DefaultMaxConnections+256)
 	}
 	unset := strings.Fields(strings.Join(svc["UnsetEnvironment"], " "))
 	if len(unset) == 0 {

@@ -65,6 +65,9 @@ func TestWriteHTTPConfig(t *testing.T) {
 	want.Provider.JWKSMaxAgeSeconds = int(auth.DefaultJWKSMaxAge.Seconds())
 	want.Provider.JWKSGraceSeconds = int(auth.DefaultJWKSGrace.Seconds())
 	want.Provider.MaxTokenLifetimeSeconds = int(auth.DefaultMaxTokenLifetime.Seconds())
+	// The connection limits' defaults.
+	want.Connections = auth.ConnectionsConfig{Max: auth.DefaultMaxConnections, SignedIn: auth.DefaultSignedInConnections,
+		SignedInPerUser: auth.DefaultSignedInPerUser, HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 60}
 	gb, _ := json.Marshal(got)
 	wb, _ := json.Marshal(want)
 	if string(gb) != string(wb) {
