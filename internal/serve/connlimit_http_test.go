@@ -186,6 +186,64 @@ func TestHTTPStalledConnectionsDoNotKeepUsersOut(t *testing.T) {
 		}
 	}
 	hs.read(t, kept, tok, "alice after the attack")
+	// The stalled and evicted handshakes are counted, not logged one by
+	// one: a flood of them must not bury the log.
+	log := hs.stderr.String()
+	if n := strings.Count(log, "TLS handshake error"); n > 0 {
+		t.Errorf("%d failed handshakes logged one by one", n)
+	}
+	if n := strings.Count(log, "TLS handshakes failed"); n > 2 {
+		t.Errorf("%d lines for failed handshakes in one test, want at most one a minute", n)
+	}
+}
+
+// TestHTTPSignedInReservePerUser: one user's connections take at most
+// signedInPerUser places of the signed-in reserve; the rest of them are
+// served as unauthenticated ones, and the reserve's other places stay
+// for other users.
+func TestHTTPSignedInReservePerUser(t *testing.T) {
+	hs := newHTTPStack(t, 8, withHTTPConfig(smallConnections))
+	carol := hs.token(t, "carol", "pw-c")
+	for i := range 6 {
+		hc, _ := hs.countingClient()
+		defer hc.CloseIdleConnections()
+		resp, body := hs.postWith(t, hc, carol, `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{`+newMeta+`}}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("carol's connection %d: %d %.200s", i+1, resp.StatusCode, body)
+		}
+	}
+	if n := hs.labelled(t, signedSeries); n != 4 {
+		t.Errorf("%v signed-in connections, want carol's 4 (signedInPerUser)", n)
+	}
+	if n := hs.labelled(t, anonSeries); n != 2 {
+		t.Errorf("%v unauthenticated connections, want carol's other 2", n)
+	}
+	alice, _ := hs.countingClient()
+	hs.read(t, alice, hs.token(t, "alice", "pw-a"), "alice beside carol's connections")
+	if n := hs.labelled(t, signedSeries); n != 5 {
+		t.Errorf("%v signed-in connections after alice's call, want 5", n)
+	}
+}
+
+// postWith posts one 2026-07-28 message with token over hc.
+func (hs *httpStack) postWith(t *testing.T, hc *http.Client, token, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
+	var m struct {
+		Method string `json:"method"`
+	}
+	_ = json.Unmarshal([]byte(body), &m)
+	for k, v := range map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json",
+		"Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": m.Method} {
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp, string(b)
 }
 
 // TestHTTPRefusedBodyIsNotWaitedFor: a request refused before its body is

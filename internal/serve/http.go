@@ -333,7 +333,7 @@ func runHTTP(ctx context.Context, o Options) error {
 		MaxHeaderBytes:    MaxHeaderBytes,
 		TLSConfig:         tlspolicy.Server(pair),
 		ConnContext:       tracker.connContext,
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		ErrorLog:          newHTTPErrorLog(o.Logger, time.Now),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
