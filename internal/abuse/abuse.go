@@ -53,6 +53,16 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
+// ParseKind reads a Kind by its name (String's).
+func ParseKind(name string) (Kind, error) {
+	for _, k := range []Kind{StalledBody, StalledHeaders, StalledHandshake} {
+		if k.String() == name {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("abuse: no kind %q (stalled-body, stalled-headers, stalled-handshake)", name)
+}
+
 // Limits of one Start.
 const (
 	MaxCount          = 4096
@@ -78,6 +88,15 @@ type Config struct {
 	// attack gives it up itself (DefaultHold when 0, at most MaxHold).
 	Hold time.Duration
 }
+
+// openTimeout bounds opening one connection (connect, handshake, first
+// write); after maxFailuresInARow connections in a row could not be
+// opened, the server is taken to accept no more and the rest are not
+// tried (they count as failed).
+const (
+	openTimeout       = 10 * time.Second
+	maxFailuresInARow = 3
+)
 
 // Attack is the connections of one Start.
 type Attack struct {
@@ -137,9 +156,11 @@ func Start(ctx context.Context, cfg Config) (*Attack, error) {
 		return nil, fmt.Errorf("abuse: unknown kind %v", cfg.Kind)
 	}
 	var wg sync.WaitGroup
-	d := &net.Dialer{Timeout: 10 * time.Second}
+	d := &net.Dialer{Timeout: openTimeout}
+	inARow := 0
 	for i := range cfg.Count {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || inARow >= maxFailuresInARow {
+			a.failed += cfg.Count - i
 			break
 		}
 		c, err := a.open(ctx, d, u, cfg.RootCAs, request, hold)
@@ -149,8 +170,10 @@ func Start(ctx context.Context, cfg Config) (*Attack, error) {
 				return nil, fmt.Errorf("abuse: %w", err)
 			}
 			a.failed++
+			inARow++
 			continue
 		}
+		inARow = 0
 		h := &held{c: c}
 		a.conns = append(a.conns, h)
 		wg.Add(1)
@@ -177,11 +200,13 @@ func (a *Attack) open(ctx context.Context, d *net.Dialer, u *url.URL, roots *x50
 	if err != nil {
 		return nil, err
 	}
-	// Every read and write ends by this deadline: nothing is held longer.
-	_ = c.SetDeadline(time.Now().Add(hold))
 	if a.kind == StalledHandshake {
+		// Every read and write ends by this deadline: nothing is held
+		// longer.
+		_ = c.SetDeadline(time.Now().Add(hold))
 		return c, nil
 	}
+	_ = c.SetDeadline(time.Now().Add(min(openTimeout, hold)))
 	tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: u.Hostname(), MinVersion: tls.VersionTLS12})
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
@@ -191,6 +216,7 @@ func (a *Attack) open(ctx context.Context, d *net.Dialer, u *url.URL, roots *x50
 		tc.Close()
 		return nil, err
 	}
+	_ = c.SetDeadline(time.Now().Add(hold))
 	return tc, nil
 }
 
@@ -210,8 +236,9 @@ func (a *Attack) watch(h *held) {
 // Opened is how many connections were opened and held.
 func (a *Attack) Opened() int { return len(a.conns) }
 
-// Failed is how many could not be opened (refused, reset or closed by the
-// server during the handshake or the first write).
+// Failed is how many could not be opened (refused, reset, closed by the
+// server or timed out during the handshake or the first write, or not
+// tried after maxFailuresInARow such failures).
 func (a *Attack) Failed() int { return a.failed }
 
 // ServerClosed is how many of the opened connections the server has

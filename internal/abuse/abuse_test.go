@@ -34,3 +34,14 @@ func TestStartStaysBounded(t *testing.T) {
 		})
 	}
 }
+
+func TestParseKind(t *testing.T) {
+	for _, k := range []Kind{StalledBody, StalledHeaders, StalledHandshake} {
+		if got, err := ParseKind(k.String()); err != nil || got != k {
+			t.Errorf("ParseKind(%q) = %v, %v", k, got, err)
+		}
+	}
+	if _, err := ParseKind("slowloris"); err == nil || !strings.Contains(err.Error(), `no kind "slowloris"`) {
+		t.Errorf("ParseKind(slowloris): %v", err)
+	}
+}
