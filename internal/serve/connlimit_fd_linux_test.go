@@ -28,7 +28,7 @@ func TestHTTPStalledConnectionsCannotTakeEveryDescriptor(t *testing.T) {
 	hs := newHTTPStack(t, 8, withHTTPConfig(`,"connections":{"max":64,"signedIn":16,"signedInPerUser":4,"headerTimeoutSeconds":10,"bodyTimeoutSeconds":2}`))
 	tok := hs.token(t, "alice", "pw-a")
 	kept, dials := hs.countingClient()
-	hs.read(t, kept, tok, "alice before the attack")
+	hs.readAurora(t, kept, tok, "alice before the attack")
 	fresh, _ := hs.countingClient()
 
 	attacker := testutil.StartChild(t, fmt.Sprintf("%s=%s %s stalled-body:300 stalled-handshake:300", attackerEnv, hs.url, hs.caFile))
@@ -58,8 +58,8 @@ func TestHTTPStalledConnectionsCannotTakeEveryDescriptor(t *testing.T) {
 	if opened < 300 {
 		t.Errorf("the attacker held only %d connections (%d failed): the attack did not happen as meant", opened, failed)
 	}
-	hs.read(t, kept, tok, "alice on her kept connection during the attack")
-	hs.read(t, fresh, tok, "alice on a fresh connection during the attack")
+	hs.readAurora(t, kept, tok, "alice on her kept connection during the attack")
+	hs.readAurora(t, fresh, tok, "alice on a fresh connection during the attack")
 	if n := dials.Load(); n != 1 {
 		t.Errorf("alice's kept client opened %d connections", n)
 	}
@@ -73,13 +73,13 @@ func TestHTTPStalledConnectionsCannotTakeEveryDescriptor(t *testing.T) {
 		t.Errorf("the server closed %d of the %d stalled connections", closed, all)
 	}
 	attacker.Wait(t)
-	hs.read(t, kept, tok, "alice after the attack")
+	hs.readAurora(t, kept, tok, "alice after the attack")
 	if log := hs.stderr.String(); strings.Contains(log, "too many open files") {
-		t.Errorf("the server ran out of descriptors:\n%s", tail(log, 2000))
+		t.Errorf("the server ran out of descriptors:\n%s", lastBytes(log, 2000))
 	}
 }
 
-func tail(s string, n int) string {
+func lastBytes(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
 	}

@@ -71,9 +71,9 @@ func (hs *httpStack) countingClient() (*http.Client, *atomic.Int64) {
 	return &http.Client{Transport: tr, Timeout: time.Minute}, &dials
 }
 
-// read has hc read a document as a 2026-07-28 host does and fails the
+// readAurora has hc read a document as a 2026-07-28 host does and fails the
 // test unless the document's text comes back.
-func (hs *httpStack) read(t *testing.T, hc *http.Client, token, what string) {
+func (hs *httpStack) readAurora(t *testing.T, hc *http.Client, token, what string) {
 	t.Helper()
 	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_protected_document","arguments":{"documentId":"proposal-aurora"},` + newMeta + `}}`
 	req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
@@ -101,9 +101,9 @@ func (hs *httpStack) read(t *testing.T, hc *http.Client, token, what string) {
 	}
 }
 
-// labelled reads one labelled value from /metrics (-1, and the test
+// metricSeries reads one labelled value from /metrics (-1, and the test
 // marked failed, when absent).
-func (hs *httpStack) labelled(t *testing.T, series string) float64 {
+func (hs *httpStack) metricSeries(t *testing.T, series string) float64 {
 	t.Helper()
 	resp, err := http.Get(hs.opsURL + "/metrics")
 	if err != nil {
@@ -144,32 +144,32 @@ func TestHTTPStalledConnectionsDoNotKeepUsersOut(t *testing.T) {
 	hs := newHTTPStack(t, 8, withHTTPConfig(smallConnections))
 	tok := hs.token(t, "alice", "pw-a")
 	kept, dials := hs.countingClient()
-	hs.read(t, kept, tok, "alice before the attack")
+	hs.readAurora(t, kept, tok, "alice before the attack")
 
 	bodies := hs.attack(t, abuse.StalledBody, 3*anonCap, "")
 	headers := hs.attack(t, abuse.StalledHeaders, 2*anonCap, "")
 	handshakes := hs.attack(t, abuse.StalledHandshake, anonCap, "")
-	if n := hs.labelled(t, anonSeries); n > anonCap {
+	if n := hs.metricSeries(t, anonSeries); n > anonCap {
 		t.Errorf("%v unauthenticated connections open, over the cap of %d", n, anonCap)
 	}
-	if hs.labelled(t, evictedSeries) < 1 {
+	if hs.metricSeries(t, evictedSeries) < 1 {
 		t.Error("no stalled connection was closed to admit a newer one")
 	}
 
 	// Top the stalled connections up to the cap, then call: the fresh
 	// connection takes the oldest stalled one's place.
 	top := hs.attack(t, abuse.StalledHeaders, anonCap, "")
-	evicted := hs.labelled(t, evictedSeries)
-	hs.read(t, kept, tok, "alice on her kept connection while stalled connections fill the cap")
+	evicted := hs.metricSeries(t, evictedSeries)
+	hs.readAurora(t, kept, tok, "alice on her kept connection while stalled connections fill the cap")
 	if n := dials.Load(); n != 1 {
 		t.Errorf("alice's client opened %d connections; her first was closed", n)
 	}
 	fresh, _ := hs.countingClient()
-	hs.read(t, fresh, tok, "alice on a fresh connection while stalled connections fill the cap")
-	if after := hs.labelled(t, evictedSeries); after <= evicted {
+	hs.readAurora(t, fresh, tok, "alice on a fresh connection while stalled connections fill the cap")
+	if after := hs.metricSeries(t, evictedSeries); after <= evicted {
 		t.Errorf("evictions %v then %v: alice's fresh connection did not take a stalled one's place", evicted, after)
 	}
-	if n := hs.labelled(t, signedSeries); n != 2 {
+	if n := hs.metricSeries(t, signedSeries); n != 2 {
 		t.Errorf("%v signed-in connections, want alice's 2", n)
 	}
 
@@ -185,7 +185,7 @@ func TestHTTPStalledConnectionsDoNotKeepUsersOut(t *testing.T) {
 			t.Errorf("%s: %d opened, %d could not be, %d closed by the server", a.name, a.a.Opened(), a.a.Failed(), a.a.ServerClosed())
 		}
 	}
-	hs.read(t, kept, tok, "alice after the attack")
+	hs.readAurora(t, kept, tok, "alice after the attack")
 	// The stalled and evicted handshakes are counted, not logged one by
 	// one: a flood of them must not bury the log.
 	log := hs.stderr.String()
@@ -207,26 +207,26 @@ func TestHTTPSignedInReservePerUser(t *testing.T) {
 	for i := range 6 {
 		hc, _ := hs.countingClient()
 		defer hc.CloseIdleConnections()
-		resp, body := hs.postWith(t, hc, carol, `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{`+newMeta+`}}`)
+		resp, body := hs.postNewWith(t, hc, carol, `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{`+newMeta+`}}`)
 		if resp.StatusCode != 200 {
 			t.Fatalf("carol's connection %d: %d %.200s", i+1, resp.StatusCode, body)
 		}
 	}
-	if n := hs.labelled(t, signedSeries); n != 4 {
+	if n := hs.metricSeries(t, signedSeries); n != 4 {
 		t.Errorf("%v signed-in connections, want carol's 4 (signedInPerUser)", n)
 	}
-	if n := hs.labelled(t, anonSeries); n != 2 {
+	if n := hs.metricSeries(t, anonSeries); n != 2 {
 		t.Errorf("%v unauthenticated connections, want carol's other 2", n)
 	}
 	alice, _ := hs.countingClient()
-	hs.read(t, alice, hs.token(t, "alice", "pw-a"), "alice beside carol's connections")
-	if n := hs.labelled(t, signedSeries); n != 5 {
+	hs.readAurora(t, alice, hs.token(t, "alice", "pw-a"), "alice beside carol's connections")
+	if n := hs.metricSeries(t, signedSeries); n != 5 {
 		t.Errorf("%v signed-in connections after alice's call, want 5", n)
 	}
 }
 
-// postWith posts one 2026-07-28 message with token over hc.
-func (hs *httpStack) postWith(t *testing.T, hc *http.Client, token, body string) (*http.Response, string) {
+// postNewWith posts one 2026-07-28 message with token over hc.
+func (hs *httpStack) postNewWith(t *testing.T, hc *http.Client, token, body string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", hs.url, strings.NewReader(body))
 	var m struct {
