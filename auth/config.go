@@ -81,9 +81,6 @@ type ConnectionsConfig struct {
 	// HeaderTimeoutSeconds bounds the TLS handshake and a request's
 	// headers (DefaultHeaderTimeout).
 	HeaderTimeoutSeconds int `json:"headerTimeoutSeconds,omitempty"`
-	// BodyTimeoutSeconds bounds reading a request's body once its headers
-	// are in (DefaultBodyTimeout).
-	BodyTimeoutSeconds int `json:"bodyTimeoutSeconds,omitempty"`
 	// AnswerTimeoutSeconds bounds writing a single answer, from its first
 	// byte, so a client that does not read it is cut off
 	// (DefaultAnswerTimeout); an event stream's writes are bounded one by
@@ -100,7 +97,6 @@ const (
 	DefaultSignedInConnections = 128
 	DefaultSignedInPerUser     = 16
 	DefaultHeaderTimeout       = 5 * time.Second
-	DefaultBodyTimeout         = 30 * time.Second
 	// An answer is at most a few hundred KiB, written on loopback.
 	DefaultAnswerTimeout = time.Minute
 )
@@ -115,8 +111,7 @@ func (c *ConnectionsConfig) resolve() error {
 		v    int
 	}{
 		{"max", c.Max}, {"signedIn", c.SignedIn}, {"signedInPerUser", c.SignedInPerUser},
-		{"headerTimeoutSeconds", c.HeaderTimeoutSeconds}, {"bodyTimeoutSeconds", c.BodyTimeoutSeconds},
-		{"answerTimeoutSeconds", c.AnswerTimeoutSeconds},
+		{"headerTimeoutSeconds", c.HeaderTimeoutSeconds}, {"answerTimeoutSeconds", c.AnswerTimeoutSeconds},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("connections.%s is %d; it must be 0 (the default) or more", f.name, f.v)
@@ -126,8 +121,7 @@ func (c *ConnectionsConfig) resolve() error {
 		name string
 		v    int
 	}{
-		{"headerTimeoutSeconds", c.HeaderTimeoutSeconds}, {"bodyTimeoutSeconds", c.BodyTimeoutSeconds},
-		{"answerTimeoutSeconds", c.AnswerTimeoutSeconds},
+		{"headerTimeoutSeconds", c.HeaderTimeoutSeconds}, {"answerTimeoutSeconds", c.AnswerTimeoutSeconds},
 	} {
 		if f.v > maxTimeoutSeconds {
 			return fmt.Errorf("connections.%s is %d; at most %d", f.name, f.v, maxTimeoutSeconds)
@@ -142,7 +136,6 @@ func (c *ConnectionsConfig) resolve() error {
 	setDefault(&c.SignedIn, min(DefaultSignedInConnections, c.Max/2))
 	setDefault(&c.SignedInPerUser, min(DefaultSignedInPerUser, c.SignedIn))
 	setDefault(&c.HeaderTimeoutSeconds, int(DefaultHeaderTimeout/time.Second))
-	setDefault(&c.BodyTimeoutSeconds, int(DefaultBodyTimeout/time.Second))
 	setDefault(&c.AnswerTimeoutSeconds, int(DefaultAnswerTimeout/time.Second))
 	// At least one connection must be left for those not yet signed in:
 	// every connection starts that way.
@@ -156,14 +149,10 @@ func (c *ConnectionsConfig) resolve() error {
 	return nil
 }
 
-// HeaderTimeout, BodyTimeout and AnswerTimeout are the resolved timeouts.
+// HeaderTimeout and AnswerTimeout are the resolved timeouts. (A body's
+// timeout is the per-user limits' bodyTimeoutSeconds.)
 func (c ConnectionsConfig) HeaderTimeout() time.Duration {
 	return time.Duration(c.HeaderTimeoutSeconds) * time.Second
-}
-
-// BodyTimeout: see HeaderTimeout.
-func (c ConnectionsConfig) BodyTimeout() time.Duration {
-	return time.Duration(c.BodyTimeoutSeconds) * time.Second
 }
 
 // AnswerTimeout: see HeaderTimeout.

@@ -16,15 +16,15 @@ func TestLoadHTTPConfigConnections(t *testing.T) {
 		want    ConnectionsConfig
 	}{
 		{"absent", nil, ConnectionsConfig{Max: 512, SignedIn: 128, SignedInPerUser: 16,
-			HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 60}},
+			HeaderTimeoutSeconds: 5, AnswerTimeoutSeconds: 60}},
 		{"empty", map[string]any{}, ConnectionsConfig{Max: 512, SignedIn: 128, SignedInPerUser: 16,
-			HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 60}},
+			HeaderTimeoutSeconds: 5, AnswerTimeoutSeconds: 60}},
 		{"all given", map[string]any{"max": 100, "signedIn": 40, "signedInPerUser": 5, "headerTimeoutSeconds": 2,
-			"bodyTimeoutSeconds": 7, "answerTimeoutSeconds": 300},
-			ConnectionsConfig{Max: 100, SignedIn: 40, SignedInPerUser: 5, HeaderTimeoutSeconds: 2, BodyTimeoutSeconds: 7, AnswerTimeoutSeconds: 300}},
+			"answerTimeoutSeconds": 300},
+			ConnectionsConfig{Max: 100, SignedIn: 40, SignedInPerUser: 5, HeaderTimeoutSeconds: 2, AnswerTimeoutSeconds: 300}},
 		// A small max takes half of itself as the reserve by default.
 		{"small max", map[string]any{"max": 20}, ConnectionsConfig{Max: 20, SignedIn: 10, SignedInPerUser: 10,
-			HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 60}},
+			HeaderTimeoutSeconds: 5, AnswerTimeoutSeconds: 60}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := LoadHTTPConfig(configDir(t, func(m map[string]any) {
@@ -44,9 +44,8 @@ func TestLoadHTTPConfigConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Connections.HeaderTimeout() != 5*time.Second || c.Connections.BodyTimeout() != 30*time.Second ||
-		c.Connections.AnswerTimeout() != time.Minute {
-		t.Errorf("timeouts %s %s %s", c.Connections.HeaderTimeout(), c.Connections.BodyTimeout(), c.Connections.AnswerTimeout())
+	if c.Connections.HeaderTimeout() != 5*time.Second || c.Connections.AnswerTimeout() != time.Minute {
+		t.Errorf("timeouts %s %s", c.Connections.HeaderTimeout(), c.Connections.AnswerTimeout())
 	}
 
 	for _, tc := range []struct {
@@ -56,7 +55,8 @@ func TestLoadHTTPConfigConnections(t *testing.T) {
 	}{
 		{"unknown member", map[string]any{"maxConns": 5}, `unknown field "maxConns"`},
 		{"negative max", map[string]any{"max": -1}, "connections.max is -1"},
-		{"negative body timeout", map[string]any{"bodyTimeoutSeconds": -5}, "connections.bodyTimeoutSeconds is -5"},
+		{"negative answer timeout", map[string]any{"answerTimeoutSeconds": -5}, "connections.answerTimeoutSeconds is -5"},
+		{"the body timeout is the per-user limits'", map[string]any{"bodyTimeoutSeconds": 5}, `unknown field "bodyTimeoutSeconds"`},
 		{"reserve as large as max", map[string]any{"max": 10, "signedIn": 10}, "connections.signedIn (10) must be less than connections.max (10)"},
 		{"per user over the reserve", map[string]any{"signedIn": 10, "signedInPerUser": 11}, "connections.signedInPerUser (11) is more than connections.signedIn (10)"},
 		{"header timeout of days", map[string]any{"headerTimeoutSeconds": 86400}, "connections.headerTimeoutSeconds is 86400; at most 3600"},

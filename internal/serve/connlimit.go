@@ -218,8 +218,13 @@ type requestLimits struct {
 	stream time.Duration // each write of an event stream (streamWriteTimeout when 0)
 }
 
-func limitsOf(c auth.ConnectionsConfig) requestLimits {
-	return requestLimits{body: c.BodyTimeout(), answer: c.AnswerTimeout(), stream: streamWriteTimeout}
+// limitsOf takes the answer deadline from mcp-http.json's connections and
+// the body deadline from the per-user limits' (bodyTimeoutSeconds): one
+// number for an operator to set. Here it runs from the end of the headers,
+// for whatever reads a body; the per-user limiter gives a signed-in
+// user's body the same time again after the token check.
+func limitsOf(c auth.ConnectionsConfig, body time.Duration) requestLimits {
+	return requestLimits{body: body, answer: c.AnswerTimeout(), stream: streamWriteTimeout}
 }
 
 // unreadBodyGrace is how long an answer waits for the rest of a body its

@@ -25,7 +25,7 @@ import (
 // (the stack runs in it); the attacker is started before that, so its
 // own limit is the usual one.
 func TestHTTPStalledConnectionsCannotTakeEveryDescriptor(t *testing.T) {
-	hs := newHTTPStack(t, 8, withHTTPConfig(`,"connections":{"max":64,"signedIn":16,"signedInPerUser":4,"headerTimeoutSeconds":10,"bodyTimeoutSeconds":2}`))
+	hs := newHTTPStack(t, 8, withHTTPConfig(`,"connections":{"max":64,"signedIn":16,"signedInPerUser":4,"headerTimeoutSeconds":10},"bodyTimeoutSeconds":2`))
 	tok := hs.token(t, "alice", "pw-a")
 	kept, dials := hs.countingClient()
 	hs.readAurora(t, kept, tok, "alice before the attack")

@@ -25,7 +25,7 @@ import (
 // connections, 8 signed in, 4 per user; a header timeout long enough that
 // the stalled connections are still held when alice calls, and a short
 // body timeout.
-const smallConnections = `,"connections":{"max":24,"signedIn":8,"signedInPerUser":4,"headerTimeoutSeconds":10,"bodyTimeoutSeconds":2}`
+const smallConnections = `,"connections":{"max":24,"signedIn":8,"signedInPerUser":4,"headerTimeoutSeconds":10},"bodyTimeoutSeconds":2`
 
 const anonCap = 16
 

@@ -93,7 +93,7 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 	mux.Handle("/mcp", traced(mw(markSignedIn(limits.Wrap(jsonRPCShape(mcp.SupportedProtocolVersions(), mcpHandler))))))
 	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))
 	return &HTTPHandler{Resource: resource,
-		Handler: boundRequests(limitsOf(cfg.Connections), recoverHTTP(log, m, hygiene(newOwnAddrs(resource), mux)))}
+		Handler: boundRequests(limitsOf(cfg.Connections, limits.Limits().BodyTimeout), recoverHTTP(log, m, hygiene(newOwnAddrs(resource), mux)))}
 }
 
 // hygiene applies what the MCP transport rules ask of a local server before

@@ -67,7 +67,7 @@ func TestWriteHTTPConfig(t *testing.T) {
 	want.Provider.MaxTokenLifetimeSeconds = int(auth.DefaultMaxTokenLifetime.Seconds())
 	// The connection limits' defaults.
 	want.Connections = auth.ConnectionsConfig{Max: auth.DefaultMaxConnections, SignedIn: auth.DefaultSignedInConnections,
-		SignedInPerUser: auth.DefaultSignedInPerUser, HeaderTimeoutSeconds: 5, BodyTimeoutSeconds: 30, AnswerTimeoutSeconds: 60}
+		SignedInPerUser: auth.DefaultSignedInPerUser, HeaderTimeoutSeconds: 5, AnswerTimeoutSeconds: 60}
 	gb, _ := json.Marshal(got)
 	wb, _ := json.Marshal(want)
 	if string(gb) != string(wb) {
