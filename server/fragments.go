@@ -400,7 +400,7 @@ func (s *Server) saveFragment(ctx context.Context, c *call, in saveFragmentInput
 		defer release()
 	}
 	sum := sha256.Sum256([]byte(in.Text))
-	key := journal.FragmentKey{Caller: c.caller.ID, DocumentID: in.DocumentID, FragmentID: f.ID, IdempotencyKey: in.IdempotencyKey}
+	key := journal.FragmentKey{Caller: s.saveCaller(c), DocumentID: in.DocumentID, FragmentID: f.ID, IdempotencyKey: in.IdempotencyKey}
 	rc, replayed, err := s.runSave(ctx, c, saveJob{
 		key:       key,
 		idemLock:  "fragment\x00" + key.Caller + "\x00" + key.DocumentID + "\x00" + key.FragmentID + "\x00" + key.IdempotencyKey,

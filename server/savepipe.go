@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/internal/filelock"
@@ -40,13 +41,18 @@ import (
 //	commit    the version into the record and the save's receipt, one
 //	          journal transaction
 //
-// What differs between a result and a section is a placer. No lock is
-// held across another user's call or another target: the in-process lock
-// of one target keeps its saves from placing against each other for
-// nothing, the journal's write lock is what makes allocation safe
-// between processes, and the save's own cross-process lock (lockSave),
-// held over the file steps alone, keeps two processes running one save
-// off each other's temporary file.
+// What differs between a result and a section is a placer. The locks are
+// taken in one order, and each wait is bounded: first the save's own
+// cross-process lock (lockSave), before any in-process lock and before
+// the Gateway is asked, held to the end, so two processes running one
+// save never both encrypt it nor touch each other's temporary file; a
+// holder that hangs (a stopped process) costs a waiter at most
+// Config.SaveLockWait, then DESTINATION_BUSY with nothing sent. Then the
+// in-process lock of the idempotency key, then the target's: the target's
+// keeps its saves from placing against each other for nothing, and the
+// journal's write lock is what makes allocation safe between processes.
+// No in-process lock is held while waiting for a cross-process one, so a
+// stopped process never wedges a target for the other saves of a server.
 
 // crashPoints names one kind of save's step boundaries, for
 // Config.CrashPoint.
@@ -86,9 +92,17 @@ const maxPlacements = 64
 // runSave runs the pipeline. It returns the receipt and whether it was a
 // replay of a committed save.
 func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Receipt, bool, error) {
+	// The cross-process lock first (see the order above): a retry of this
+	// save running in another process is finished, or refused, before
+	// this one reserves or asks the Gateway anything.
+	release, err := s.lockSave(ctx, job)
+	if err != nil {
+		return journal.Receipt{}, false, err
+	}
+	defer release()
 	// Only a retry of this very save waits here: another user's save, or
 	// this user's save under another key, goes on while this one waits
-	// for the Gateway.
+	// for the Gateway (unless it shares the cross-process lock file).
 	unlock, err := s.idemLocks.lock(ctx, job.idemLock)
 	if err != nil {
 		return journal.Receipt{}, false, err
@@ -105,12 +119,9 @@ func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Rec
 	}
 	if res.State == journal.SaveCommitted && res.Receipt != nil {
 		// A crash after the commit may have left this save's temporary
-		// name; it is removed under the save's lock, as another process may
-		// be between the same save's steps.
-		if release, err := s.lockSave(ctx, job); err == nil {
-			s.removeTemp(job, res.Receipt.Path)
-			release()
-		}
+		// name; the save's lock is held, so no other process is between
+		// the same save's steps.
+		s.removeTemp(job, res.Receipt.Path)
 		return *res.Receipt, true, nil
 	}
 	s.cfg.CrashPoint(pts.reserved)
@@ -131,7 +142,10 @@ func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Rec
 // its file durable at that version's name, and commits it into the record.
 // Every step can be repeated after a crash: a file at the placed name with
 // this save's bytes (they hold its fresh IV, so no other save's match) is
-// this save's own.
+// this save's own. The caller holds the save's cross-process lock
+// (lockSave), which makes the temporary name, and every file step below,
+// this attempt's alone: the in-process locks do not reach another process
+// running this very save (a retry that landed on a second server).
 //
 // answer, when not nil, is the Gateway's answer this attempt got: it is
 // journaled with the first placement. The second result says whether the
@@ -142,19 +156,8 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 		return journal.Receipt{}, false, err
 	}
 	defer unlock()
-	// The in-process locks do not reach another process running this very
-	// save (a retry that landed on a second server), which would share the
-	// temporary name: one could remove the other's file and link its own
-	// half-written one. The save's cross-process lock makes the name, and
-	// every file step below, this attempt's alone.
-	release, err := s.lockSave(ctx, job)
-	if err != nil {
-		return journal.Receipt{}, false, err
-	}
-	defer release()
-	// Read the row again under the lock: another process may have taken
-	// this save further, or finished it, while this one asked the Gateway
-	// or waited.
+	// Read the row again under the target's lock: another save of this
+	// process may have placed meanwhile.
 	res, err := s.cfg.Journal.Get(ctx, job.key)
 	if err != nil {
 		return journal.Receipt{}, false, fmt.Errorf("read the save's journal row: %w", err)
@@ -265,12 +268,21 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 	return journal.Receipt{}, false, fmt.Errorf("save: %d versions in a row are taken by files that are not this save's; tell the operator", maxPlacements)
 }
 
+// DefaultSaveLockWait is how long a save waits for its cross-process lock
+// (Config.SaveLockWait) before it is refused DESTINATION_BUSY. A holder
+// keeps the lock for one Gateway encrypt and a few local file steps, well
+// under a second as a rule; 10 s rides out a slow Gateway answer while a
+// stopped holder costs each caller one bounded wait, not a wedge.
+const DefaultSaveLockWait = 10 * time.Second
+
 // lockSave takes the save's cross-process lock, waiting for another holder
-// until ctx ends. Saves share one of 256 lock files (by the first byte of
-// the digest the temporary name is made of), beside the encrypt locks: a
-// file per save would pile up, and a lock file may never be removed while
-// another may wait on it. No holder waits on anything but local files, so
-// two saves sharing a file only take turns. Where no lock can be taken (a
+// at most Config.SaveLockWait; past that the save is refused
+// DESTINATION_BUSY, before anything is reserved or sent. Saves share one
+// of 256 lock files (by the first byte of the digest the temporary name is
+// made of), beside the encrypt locks: a file per save would pile up, and a
+// lock file may never be removed while another may wait on it. A holder
+// waits on the Gateway's encrypt and local files only, both bounded, so
+// two saves sharing a file take turns. Where no lock can be taken (a
 // folder that cannot be made, a system without file locks) the save goes
 // on, logged, as before the lock: only two processes running the very same
 // save at the very same time need it.
@@ -280,16 +292,34 @@ func (s *Server) lockSave(ctx context.Context, job saveJob) (release func(), err
 		s.log.Warn("save lock folder not made; going on without the cross-process lock", "err", err)
 		return func() {}, nil
 	}
-	sum := sha256.Sum256([]byte(job.idemLock))
-	l, err := filelock.Acquire(ctx, filepath.Join(dir, "save-"+hex.EncodeToString(sum[:1])+".lock"))
+	wait, cancel := context.WithTimeoutCause(ctx, s.cfg.SaveLockWait, errSaveLockWait)
+	defer cancel()
+	l, err := filelock.Acquire(wait, saveLockPath(dir, job.idemLock))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
+		}
+		if errors.Is(context.Cause(wait), errSaveLockWait) {
+			s.log.Warn("a save's cross-process lock stayed held by another server; refused DESTINATION_BUSY",
+				"waited", s.cfg.SaveLockWait.String())
+			return nil, refuseCode(refusal.DestinationBusy,
+				"another server has held this save's lock for %s (it may be stopped); nothing was sent; call again with the same idempotencyKey shortly",
+				s.cfg.SaveLockWait)
 		}
 		s.log.Warn("save lock not taken; going on without the cross-process lock", "err", err)
 		return func() {}, nil
 	}
 	return func() { _ = l.Release() }, nil
+}
+
+// errSaveLockWait is the cause of a save's lock wait that ran out.
+var errSaveLockWait = errors.New("save lock wait ran out")
+
+// saveLockPath is the lock file, in dir, of the save whose in-process
+// idempotency lock is named idemLock.
+func saveLockPath(dir, idemLock string) string {
+	sum := sha256.Sum256([]byte(idemLock))
+	return filepath.Join(dir, "save-"+hex.EncodeToString(sum[:1])+".lock")
 }
 
 // holds reports whether the file rel exists with exactly data in it; an

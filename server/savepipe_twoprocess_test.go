@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,12 +17,15 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
+	"github.com/pdmcp/pdmcp/internal/filelock"
 	"github.com/pdmcp/pdmcp/internal/mcptest"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 	"github.com/pdmcp/pdmcp/server/sidecar"
 )
 
@@ -149,7 +153,7 @@ func TestSameSaveInTwoProcessesTakesTurns(t *testing.T) {
 			}
 			// The committed file is the save's ciphertext as the journal
 			// recorded it, whole; nothing else is left in the folder.
-			row, err := j2.Get(ctx, journal.SaveKey{Destination: "summary", IdempotencyKey: "k1"})
+			row, err := j2.Get(ctx, journal.SaveKey{Caller: journal.LocalCaller(cfgA.Grant.LocalUser), Destination: "summary", IdempotencyKey: "k1"})
 			if err != nil || row.Encrypted == nil {
 				t.Fatalf("the save's row: %+v, %v", row, err)
 			}
@@ -189,4 +193,91 @@ func (f *fixture) root(t *testing.T) *os.Root {
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// TestStoppedLockHolderDoesNotWedgeTheDestination: another server stopped
+// in the middle of a save (played by a second handle holding that save's
+// cross-process lock). Before, the same save sent here waited without end,
+// after its encrypt had gone to the Gateway and while it held the
+// destination's in-process lock, so every later save to the destination
+// waited too. Now it waits at most SaveLockWait and is refused
+// DESTINATION_BUSY with nothing sent; the destination's other saves go on
+// meanwhile; and once the holder is gone the same call saves.
+func TestStoppedLockHolderDoesNotWedgeTheDestination(t *testing.T) {
+	ctx := context.Background()
+	const bound = 2 * time.Second
+	var cfg server.Config
+	f := newFixture(t, basicDocs, nil, func(c *server.Config) {
+		c.SaveLockWait = bound
+		cfg = *c
+	})
+	lockFile := server.SaveLockFile(cfg, "summary", "k-held")
+	if err := os.MkdirAll(filepath.Dir(lockFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	held, err := filelock.Acquire(ctx, lockFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Released before the fixture's cleanup, so a wedged save (the defect)
+	// unwinds instead of holding the test up.
+	t.Cleanup(func() { held.Release() })
+	// A save whose lock shares no file with k-held's: the lock files are
+	// 256, chosen by digest.
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprintf("k-other-%d", i); server.SaveLockFile(cfg, "summary", k) != lockFile {
+			other = k
+		}
+	}
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	save := func(key, text string) outcome {
+		// Generous, to fail rather than hang on a wedge.
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		res, err := f.cs.CallTool(ctx, &mcp.CallToolParams{Name: grant.ToolSaveProtectedResult,
+			Arguments: map[string]any{"destinationId": "summary", "text": text, "idempotencyKey": key}})
+		if err != nil {
+			err = fmt.Errorf("save %s: %w (wedged?)", key, err)
+		}
+		return outcome{res, err}
+	}
+	// result is a save's answer, on the test's goroutine.
+	result := func(o outcome) (map[string]any, bool) {
+		t.Helper()
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		return mcptest.Result(t, o.res), o.res.IsError
+	}
+
+	encrypts := f.env.Gateway.Count(api.RouteEncrypt)
+	busy := make(chan outcome, 1)
+	go func() { busy <- save("k-held", "the held save") }()
+	// Meanwhile the destination is not wedged: a save under another lock
+	// goes through.
+	if res, isErr := result(save(other, "another save to the same destination")); isErr || res["version"] != float64(1) {
+		t.Fatalf("a save to the destination while another's lock is held: %v", res)
+	}
+	res, isErr := result(<-busy)
+	if !isErr || res["code"] != string(refusal.DestinationBusy) || res["layer"] != "adapter" {
+		t.Fatalf("the save under a held lock: %v, want DESTINATION_BUSY", res)
+	}
+	if detail, _ := res["detail"].(string); !strings.Contains(detail, "nothing was sent") {
+		t.Errorf("detail %q does not say nothing was sent", detail)
+	}
+	// Exactly one encrypt: the other save's.
+	if n := f.env.Gateway.Count(api.RouteEncrypt) - encrypts; n != 1 {
+		t.Fatalf("%d encrypts reached the Gateway; want 1 (the refused save sends none)", n)
+	}
+	// Nothing of the refused save was journaled: its retry is a first try.
+	if err := held.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if res, isErr := result(save("k-held", "the held save")); isErr || res["version"] != float64(2) || res["replayed"] != false {
+		t.Fatalf("the same save once the holder is gone: %v", res)
+	}
 }

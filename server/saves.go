@@ -97,10 +97,10 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 			len(in.Text), MaxTextBytes)
 	}
 	sum := sha256.Sum256([]byte(in.Text))
-	key := journal.SaveKey{Caller: c.caller.ID, Destination: in.DestinationID, IdempotencyKey: in.IdempotencyKey}
+	key := journal.SaveKey{Caller: s.saveCaller(c), Destination: in.DestinationID, IdempotencyKey: in.IdempotencyKey}
 	rc, replayed, err := s.runSave(ctx, c, saveJob{
 		key:       key,
-		idemLock:  key.Caller + "\x00" + key.Destination + "\x00" + key.IdempotencyKey,
+		idemLock:  resultIdemLock(key),
 		placeLock: "result\x00" + key.Destination,
 		idem:      in.IdempotencyKey,
 		ttag:      dest.TTag, text: in.Text, textSHA: hex.EncodeToString(sum[:]),
@@ -111,6 +111,24 @@ func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, 
 	}
 	c.line.Version = rc.Version
 	return receiptOf(in.IdempotencyKey, rc, replayed), nil
+}
+
+// saveCaller is the namespace a call's idempotency keys live in: the
+// verified user over HTTP, the grant's local user over stdio
+// (journal.LocalCaller), so two stdio servers on one folder acting for
+// two users never replay or refuse each other's keys. A grant naming
+// neither (only tests build one) keeps the stdio caller "".
+func (s *Server) saveCaller(c *call) string {
+	if c.caller.ID != "" || s.cfg.Grant.LocalUser == "" {
+		return c.caller.ID
+	}
+	return journal.LocalCaller(s.cfg.Grant.LocalUser)
+}
+
+// resultIdemLock names a result save for the in-process idempotency lock
+// and, by its digest, the cross-process save lock and temporary name.
+func resultIdemLock(key journal.SaveKey) string {
+	return key.Caller + "\x00" + key.Destination + "\x00" + key.IdempotencyKey
 }
 
 // check refuses an idempotencyKey that is not 1 to 128 characters of

@@ -53,8 +53,8 @@ type GatewaySession interface {
 // Caller is who a tool call acts for: over stdio the grant's one user (an
 // empty Caller), over HTTP the verified user of the request.
 type Caller struct {
-	// ID is the verified user id ("" over stdio). Saves and files are kept
-	// apart by it.
+	// ID is the verified user id ("" over stdio). Files and hand-offs are
+	// kept apart by it; saves by saveCaller, which names the stdio user.
 	ID string
 	// Credential is the verified caller and their access token (HTTP only),
 	// for the token exchange.
@@ -126,6 +126,10 @@ type Config struct {
 	// hand-offs acting as each step's user when the grant ends or the
 	// server stops.
 	Revoker handoff.Minter
+	// SaveLockWait bounds how long a save waits for its cross-process
+	// lock before it is refused DESTINATION_BUSY with nothing sent;
+	// DefaultSaveLockWait when zero. Tests shorten it.
+	SaveLockWait time.Duration
 }
 
 // Server is the MCP server for one grant.
@@ -185,6 +189,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.SDKLogger == nil {
 		cfg.SDKLogger = cfg.Logger
+	}
+	if cfg.SaveLockWait <= 0 {
+		cfg.SaveLockWait = DefaultSaveLockWait
 	}
 	if err := grant.Validate(cfg.Grant, cfg.Manifest); err != nil {
 		return nil, err

@@ -43,6 +43,10 @@ type fixture struct {
 	texts    map[string][]byte
 	audit    *audit.Log
 	logs     *testutil.LogBuffer // the server's log
+	// client is the registered service, and owner the principal that made
+	// the keys, for a test's second server acting for another user.
+	client *gateway.Client
+	owner  string
 }
 
 type doc struct {
@@ -69,6 +73,7 @@ func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manif
 	owner := reftest.Principal(t, c, svc.Prefix+"owner")
 	agent := reftest.Principal(t, c, svc.Prefix+"agent")
 	owner_ := mustSession(t, c, owner.Name)
+	f.client, f.owner = c, owner.Name
 	m := &grant.Manifest{Version: grant.ManifestVersion, Documents: map[string]grant.Document{}, Destinations: map[string]grant.Destination{}}
 	g := &grant.Grant{ID: "0123456789abcdef", Version: grant.GrantVersion, LocalUser: agent.Name,
 		AllowedTools: grant.DocumentTools(), IssuedAt: time.Now().Add(-time.Minute).Truncate(time.Second),

@@ -4,9 +4,10 @@
 // which folder), and the hand-offs a step opened.
 //
 // A journal is one SQLite file, by default beside the manifest
-// (DefaultPath). Every row is keyed by the caller ("" over stdio, the user id
-// over HTTP) as well as by what the caller named, so two users never share a
-// save or a file encryption. The journal holds ciphertext, IVs and t-Tags,
+// (DefaultPath). Every row is keyed by the caller (the user id over HTTP;
+// over stdio LocalCaller(the grant's user) for a save, "" for the rest) as
+// well as by what the caller named, so two users never share a save or a
+// file encryption. The journal holds ciphertext, IVs and t-Tags,
 // never plaintext, a token, a session handle or a proof.
 //
 // A *Journal is safe for concurrent use by many goroutines, and two processes

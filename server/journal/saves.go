@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -48,9 +49,19 @@ type SaveID interface {
 	ident() (saveIdent, error)
 }
 
+// LocalCaller is the caller a save over stdio is keyed by: the grant's
+// local user, so two stdio servers on one folder acting for two users keep
+// two idempotency namespaces, as two users over HTTP do (their callers are
+// "issuer|subject", which never begins "local:"). Saves journaled before
+// this (caller "") are adopted by the first local caller that retries one
+// with the same text (Reserve).
+func LocalCaller(user string) string { return localPrefix + user }
+
+const localPrefix = "local:"
+
 // SaveKey names a save of a result to a destination (save_protected_result).
 type SaveKey struct {
-	Caller         string // "" over stdio, the user id over HTTP
+	Caller         string // LocalCaller(the grant's user) over stdio, the user id over HTTP
 	Destination    string
 	IdempotencyKey string
 }
@@ -144,6 +155,14 @@ type Reservation struct {
 //
 // Of many concurrent calls with one key, in any number of processes, exactly
 // one gets New.
+//
+// A local caller (LocalCaller) that has no row for the key but finds one
+// journaled over stdio before saves were keyed by user (caller "") with the
+// same key and text adopts it: the row, and its version in the record, are
+// its own from then on, so a save begun before an upgrade is finished, or
+// replayed, by its retry, and nothing is lost. A legacy row with other text
+// is left alone and the call starts its own save: no user is refused for a
+// key only another used.
 func (j *Journal) Reserve(ctx context.Context, key SaveID, textSHA256 string) (Reservation, error) {
 	id, err := key.ident()
 	if err != nil {
@@ -155,6 +174,9 @@ func (j *Journal) Reserve(ctx context.Context, key SaveID, textSHA256 string) (R
 	var r Reservation
 	// Without an fsync of its own (Journal.reserveDB says why).
 	err = inTxOn(ctx, j.reserveDB, func(tx *sql.Tx) error {
+		if err := adoptLegacy(ctx, tx, id, textSHA256); err != nil {
+			return err
+		}
 		now := nowText()
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO saves (kind, caller, target, fragment, idempotency_key, text_sha256, state, created_at, updated_at)
@@ -178,6 +200,34 @@ ON CONFLICT DO NOTHING`,
 		return nil
 	})
 	return r, err
+}
+
+// adoptLegacy gives a local caller's save the row of the same key and
+// text journaled under caller "" (see Reserve), with its record row, if
+// the caller has none of its own.
+func adoptLegacy(ctx context.Context, tx *sql.Tx, id saveIdent, textSHA256 string) error {
+	if !strings.HasPrefix(id.caller, localPrefix) {
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, `
+UPDATE saves SET caller = ?
+WHERE kind = ? AND caller = '' AND target = ? AND fragment = ? AND idempotency_key = ? AND text_sha256 = ?
+AND NOT EXISTS (SELECT 1 FROM saves WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?)`,
+		id.caller, id.kind, id.target, id.fragment, id.idem, textSHA256,
+		id.kind, id.caller, id.target, id.fragment, id.idem)
+	if err != nil {
+		return fmt.Errorf("journal: adopt a save journaled before saves were keyed by user: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `
+UPDATE versions SET caller = ?
+WHERE kind = ? AND caller = '' AND target = ? AND fragment = ? AND idempotency_key = ?`,
+		id.caller, id.kind, id.target, id.fragment, id.idem); err != nil {
+		return fmt.Errorf("journal: adopt the record of a save journaled before saves were keyed by user: %w", err)
+	}
+	return nil
 }
 
 // RecordEncrypted stores the Gateway's answer before anything is written, so

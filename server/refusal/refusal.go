@@ -45,6 +45,13 @@ const (
 	EncryptAnswerLost     Code = "ENCRYPT_ANSWER_LOST"
 	GrantTooWide          Code = "GRANT_TOO_WIDE"
 	StorageUnavailable    Code = "STORAGE_UNAVAILABLE"
+	// DestinationBusy: a save's cross-process lock stayed held by another
+	// server past the bound (server.DefaultSaveLockWait); nothing was sent.
+	DestinationBusy Code = "DESTINATION_BUSY"
+	// RecordUnavailable: the journal the server opened was removed or
+	// replaced under it; saves are refused until the operator restarts
+	// the server on a good one.
+	RecordUnavailable Code = "RECORD_UNAVAILABLE"
 )
 
 // The file tools' codes (server/files; docs/files.md). Each is decided
@@ -127,6 +134,8 @@ func Catalogue() []Entry {
 		{InvalidFragmentText, 422, "keep the section's text within its own section's structure", operating},
 		{EncryptAnswerLost, 502, "the earlier encrypt's answer was lost; it is never sent again; ask the operator", files},
 		{GrantTooWide, 403, "the session would cover more than 64 keys; ask the operator", files},
+		{DestinationBusy, 409, "another server holds this save's lock; nothing was sent; try again shortly", operating},
+		{RecordUnavailable, 503, "the server's record was removed or replaced; nothing was sent; ask the operator to restart it", operating},
 
 		{PathEmpty, 400, "name a file inside the task's folder", files},
 		{PathForm, 400, "use a plain relative path with / or \\ separators", files},
