@@ -127,6 +127,9 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	key := journal.FileKey{Caller: c.caller.ID, Root: s.files.Root(), RelPath: f.Rel, ContentSHA256: sha}
 	out := encryptFileResult{Envelope: envRel, Path: f.Rel, Bytes: size, SHA256: sha}
 
+	if err := s.checkJournal(); err != nil {
+		return zero, err
+	}
 	unlock, err := s.fileLocks.lock(ctx, key.String())
 	if err != nil {
 		return zero, err

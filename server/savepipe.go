@@ -92,6 +92,9 @@ const maxPlacements = 64
 // runSave runs the pipeline. It returns the receipt and whether it was a
 // replay of a committed save.
 func (s *Server) runSave(ctx context.Context, c *call, job saveJob) (journal.Receipt, bool, error) {
+	if err := s.checkJournal(); err != nil {
+		return journal.Receipt{}, false, err
+	}
 	// The cross-process lock first (see the order above): a retry of this
 	// save running in another process is finished, or refused, before
 	// this one reserves or asks the Gateway anything.

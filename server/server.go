@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -170,6 +171,9 @@ type Server struct {
 	// encrypt_file of one content at one path.
 	files     *files.Resolver
 	fileLocks keyLocks
+	// journalGone is set once checkJournal found the journal file removed
+	// or replaced (logged once).
+	journalGone atomic.Bool
 }
 
 // New validates the grant against the manifest and builds the server with

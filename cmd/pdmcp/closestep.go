@@ -27,9 +27,14 @@ func newCloseStepCmd() *cobra.Command {
 		if journalPath == "" {
 			journalPath = journal.DefaultPath(manifestPath)
 		}
-		j, err := journal.Open(ctx, journalPath)
+		// Never created here: a journal that is not there holds no
+		// hand-off to close.
+		j, err := record.OpenJournal(ctx, manifestPath, m, journalPath)
 		if err != nil {
 			return err
+		}
+		if j == nil {
+			return fmt.Errorf("no journal at %s: it holds the hand-offs to close; name it with --journal", journalPath)
 		}
 		defer j.Close()
 		// Another task's journal holds another task's hand-offs.

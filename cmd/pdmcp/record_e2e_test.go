@@ -179,11 +179,13 @@ func TestStrayFileDoesNotWedgeADestination(t *testing.T) {
 	// A stray at a section's next version is stepped over the same way.
 	sc := newCompoundStack(t)
 	sc.giveAgent(t, "results")
+	// Left while the server runs: a server does not start beside an
+	// unrecorded version file and no journal (record.CheckJournal).
+	ccs := sc.connect(t)
 	dir := filepath.Join(filepath.Dir(sc.manifest), "documents", "oru-0001")
 	if err := os.WriteFile(filepath.Join(dir, "OBX.2.v2.bin"), []byte("partial"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ccs := sc.connect(t)
 	m, isErr := call(t, ccs, "save_protected_fragment", map[string]any{"documentId": "oru-0001", "fragmentId": "OBX.2",
 		"text": "OBX|2|NM|2085-9^HDL cholesterol^LN||58|mg/dL|>40|N|||F", "idempotencyKey": "f-1"})
 	if isErr || m["version"] != float64(3) || m["documentVersion"] != float64(2) {

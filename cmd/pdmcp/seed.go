@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -20,7 +21,10 @@ func newSeedCmd() *cobra.Command {
 		}
 		out := cmd.OutOrStdout()
 		if cleanup != "" {
-			saved := savedUnderSeedKeys(cmd, cleanup)
+			saved, err := savedUnderSeedKeys(cmd, cleanup)
+			if err != nil {
+				return err
+			}
 			if err := operator.Cleanup(cmd.Context(), sc, cleanup); err != nil {
 				return err
 			}
@@ -53,16 +57,21 @@ func newSeedCmd() *cobra.Command {
 // savedUnderSeedKeys reads, before cleanup removes them, which saved
 // versions (the manifest's history and the journal's record) are under the
 // seed's keys. What cannot be read is reported on stderr and is no reason
-// to keep the keys.
-func savedUnderSeedKeys(cmd *cobra.Command, recordPath string) []record.Entry {
+// to keep the keys, except a lost record (record.ErrRecordLost): saved
+// versions whose journal is missing or empty are refused, as removing
+// their keys would leave nothing to repair the record for.
+func savedUnderSeedKeys(cmd *cobra.Command, recordPath string) ([]record.Entry, error) {
 	rec, err := grant.LoadSeedRecord(recordPath)
 	if err != nil || rec.Manifest == "" {
-		return nil
+		return nil, nil
 	}
 	m, vs, err := record.Load(cmd.Context(), rec.Manifest, "")
+	if errors.Is(err, record.ErrRecordLost) {
+		return nil, fmt.Errorf("seed --cleanup removed nothing: %w", err)
+	}
 	if err != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "pdmcp: the saved versions of %s were not read: %v\n", rec.Manifest, err)
-		return nil
+		return nil, nil
 	}
-	return record.UnderKeys(m, vs, rec.Keys)
+	return record.UnderKeys(m, vs, rec.Keys), nil
 }

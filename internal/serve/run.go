@@ -19,8 +19,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,6 +33,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/record"
 )
 
 // Options are `pdmcp serve`'s inputs.
@@ -129,12 +132,24 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	if jpath == "" {
 		jpath = journal.DefaultPath(o.ManifestPath)
 	}
+	// A journal is created only where no saved version needs one: a
+	// missing journal beside saved versions is refused (record.CheckJournal),
+	// as is an empty one, naming `pdmcp check --repair`.
 	openJournal := journal.Open
 	if o.NonDurableJournalForBenchmarks {
 		openJournal = journal.OpenNonDurableForBenchmarks
 	}
+	if _, err := os.Stat(jpath); errors.Is(err, fs.ErrNotExist) {
+		if err := record.CheckJournal(ctx, o.ManifestPath, m, jpath, nil); err != nil {
+			return nil, err
+		}
+	}
 	j, err := openJournal(ctx, jpath)
 	if err != nil {
+		return nil, err
+	}
+	if err := record.CheckJournal(ctx, o.ManifestPath, m, jpath, j); err != nil {
+		j.Close()
 		return nil, err
 	}
 	// The journal is this task's: it takes the manifest's task on first

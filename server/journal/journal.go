@@ -20,6 +20,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +54,12 @@ var (
 	ErrOutOfOrder = errors.New("journal step out of order")
 	// ErrInvalid: an argument is missing or malformed.
 	ErrInvalid = errors.New("invalid journal argument")
+	// ErrMissing: OpenExisting found no file at the path. It matches
+	// fs.ErrNotExist too.
+	ErrMissing = errors.New("no journal file")
+	// ErrReplaced: the file at the journal's path is no longer the one
+	// this handle opened (removed, or another renamed or copied over it).
+	ErrReplaced = errors.New("the journal file was removed or replaced since it was opened")
 )
 
 // Journal is an open journal file.
@@ -68,6 +75,9 @@ type Journal struct {
 	// off every save.
 	reserveDB *sql.DB
 	path      string
+	// opened is the file as it was opened: CheckFile compares the path's
+	// file with it.
+	opened os.FileInfo
 	// owner names this handle in the file rows it reserves or claims
 	// (see ReleaseFile): random, one per Open, so two processes, or two
 	// handles in one, never share it.
@@ -84,7 +94,16 @@ func DefaultPath(manifestPath string) string {
 // exist, and brings its schema up to SchemaVersion. It refuses a file that
 // group or others can access, and one from a newer schema.
 func Open(ctx context.Context, path string) (*Journal, error) {
-	return open(ctx, path, "FULL")
+	return open(ctx, path, "FULL", true)
+}
+
+// OpenExisting opens the journal at path as Open does, but never creates
+// it: a missing file is an error matching ErrMissing (and fs.ErrNotExist).
+// Readers of the record, and a server over a folder that has saved
+// versions, use it, so a lost journal is never silently replaced by a new,
+// empty one.
+func OpenExisting(ctx context.Context, path string) (*Journal, error) {
+	return open(ctx, path, "FULL", false)
 }
 
 // OpenNonDurableForBenchmarks opens the journal as Open does but with
@@ -93,10 +112,10 @@ func Open(ctx context.Context, path string) (*Journal, error) {
 // `pdmcp bench` can price the durable journal against the same work
 // without fsync; no flag, config file or grant reaches it.
 func OpenNonDurableForBenchmarks(ctx context.Context, path string) (*Journal, error) {
-	return open(ctx, path, "OFF")
+	return open(ctx, path, "OFF", true)
 }
 
-func open(ctx context.Context, path, synchronous string) (*Journal, error) {
+func open(ctx context.Context, path, synchronous string, create bool) (*Journal, error) {
 	if path == "" {
 		return nil, fmt.Errorf("journal: %w: no path given", ErrInvalid)
 	}
@@ -109,7 +128,8 @@ func open(ctx context.Context, path, synchronous string) (*Journal, error) {
 	if strings.ContainsAny(abs, "?#") {
 		return nil, fmt.Errorf("journal: %w: path %q contains '?' or '#'", ErrInvalid, abs)
 	}
-	if err := preparePrivateFile(abs); err != nil {
+	opened, err := preparePrivateFile(abs, create)
+	if err != nil {
 		return nil, err
 	}
 	// _txlock=immediate makes every transaction take the write lock at
@@ -137,7 +157,7 @@ func open(ctx context.Context, path, synchronous string) (*Journal, error) {
 		db.Close()
 		return nil, fmt.Errorf("journal: open %s: %w", abs, err)
 	}
-	j := &Journal{db: db, reserveDB: rdb, path: abs, owner: owner}
+	j := &Journal{db: db, reserveDB: rdb, path: abs, opened: opened, owner: owner}
 	if err := j.checkRetryingBusy(ctx); err != nil {
 		j.Close()
 		return nil, err
@@ -167,26 +187,64 @@ func (j *Journal) Close() error {
 	return nil
 }
 
-// preparePrivateFile creates the file with mode 0600 if it is missing (SQLite
-// would use 0644), and refuses an existing one that is not private. SQLite
-// gives the -wal and -shm files the same mode as the database.
-func preparePrivateFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// preparePrivateFile creates the file with mode 0600 if it is missing and
+// create is set (SQLite would use 0644), and refuses an existing one that is
+// not private. SQLite gives the -wal and -shm files the same mode as the
+// database. It returns the file's identity, for CheckFile.
+func preparePrivateFile(path string, create bool) (os.FileInfo, error) {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if errors.Is(err, fs.ErrNotExist) && !create {
+		return nil, fmt.Errorf("journal: %s: %w: %w", path, ErrMissing, err)
+	}
 	if err != nil {
-		return fmt.Errorf("journal: open %s: %w", path, err)
+		return nil, fmt.Errorf("journal: open %s: %w", path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("journal: stat %s: %w", path, err)
+		return nil, fmt.Errorf("journal: stat %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("journal: %w: %s is not a regular file", ErrInvalid, path)
+		return nil, fmt.Errorf("journal: %w: %s is not a regular file", ErrInvalid, path)
 	}
 	if err := checkPrivate(fi); err != nil {
-		return fmt.Errorf("journal: %s: %w (mode %#o; run chmod 600 on it)", path, err, fi.Mode().Perm())
+		return nil, fmt.Errorf("journal: %s: %w (mode %#o; run chmod 600 on it)", path, err, fi.Mode().Perm())
+	}
+	return fi, nil
+}
+
+// CheckFile reports, as an error matching ErrReplaced, when the file at
+// the journal's path is no longer the one this handle opened: removed, or
+// replaced by another (a restore copied or renamed over it). SQLite keeps
+// writing to the file it has open, so what is written after that would be
+// lost with it; a caller about to record something checks first.
+func (j *Journal) CheckFile() error {
+	fi, err := os.Stat(j.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("journal: %s: %w (it is gone)", j.path, ErrReplaced)
+	case err != nil:
+		return fmt.Errorf("journal: stat %s: %w", j.path, err)
+	case j.opened != nil && !os.SameFile(fi, j.opened):
+		return fmt.Errorf("journal: %s: %w (another file is at its name)", j.path, ErrReplaced)
 	}
 	return nil
+}
+
+// HoldsSaves reports whether the journal records any save, finished or
+// not, or any saved version. One that holds none cannot vouch for version
+// files in the folder: it is new, or not the one they were saved with.
+func (j *Journal) HoldsSaves(ctx context.Context) (bool, error) {
+	var holds bool
+	err := j.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM saves) OR EXISTS (SELECT 1 FROM versions)").Scan(&holds)
+	if err != nil {
+		return false, fmt.Errorf("journal: read %s: %w", j.path, err)
+	}
+	return holds, nil
 }
 
 // checkRetryingBusy runs check, retrying while SQLite answers SQLITE_BUSY.

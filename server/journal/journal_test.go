@@ -68,7 +68,7 @@ func openTemp(t *testing.T) (*Journal, string) {
 func journalAtSchema(t *testing.T, n int, insert string, args ...any) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "old.journal.sqlite")
-	if err := preparePrivateFile(path); err != nil {
+	if _, err := preparePrivateFile(path, true); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := sql.Open("sqlite", path+"?_journal_mode=WAL")

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -254,23 +253,21 @@ func List(m *grant.Manifest, vs []journal.Version) []Entry {
 
 // Load reads the manifest and the record beside it: the journal at
 // journalPath ("" for the default beside the manifest). A journal that does
-// not exist yet is an empty record and is not created. A journal of
-// another task than the manifest's is refused by name
-// (journal.ErrOtherTask): its versions are not this task's.
+// not exist yet is an empty record and is not created, unless the folder
+// holds saved versions: then a missing or empty journal is ErrRecordLost
+// (CheckJournal). A journal of another task than the manifest's is refused
+// by name (journal.ErrOtherTask): its versions are not this task's.
 func Load(ctx context.Context, manifestPath, journalPath string) (*grant.Manifest, []journal.Version, error) {
 	m, err := grant.LoadManifest(manifestPath)
 	if err != nil {
 		return nil, nil, err
 	}
-	if journalPath == "" {
-		journalPath = journal.DefaultPath(manifestPath)
-	}
-	if _, err := os.Stat(journalPath); errors.Is(err, fs.ErrNotExist) {
-		return m, nil, nil
-	}
-	j, err := journal.Open(ctx, journalPath)
+	j, err := OpenJournal(ctx, manifestPath, m, journalPath)
 	if err != nil {
 		return nil, nil, err
+	}
+	if j == nil {
+		return m, nil, nil
 	}
 	defer j.Close()
 	if err := j.CheckTask(ctx, m.Task); err != nil {
