@@ -274,13 +274,19 @@ func WriteFileAtomic(path string, data []byte) error { return writeFileAtomic(pa
 // writeFileAtomic replaces path with data: a temporary file beside it,
 // given the mode and owner path has (0600 and the writer's when new),
 // written and synced, then renamed over path. On any failure the
-// temporary file is removed and path is untouched.
+// temporary file is removed and path is untouched. A symbolic link at path
+// is kept: its target is what is replaced (RealPath).
 //
 // Why keep them: an operator edits a manifest or grant as root, or as
 // themselves, for a server that runs as a service account and reads the
 // file through its group; a rewrite that reset the file to 0600 owned by
 // whoever ran the command would leave that server refused at its next read.
 func writeFileAtomic(path string, data []byte) (err error) {
+	real, err := RealPath(path)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	path = real
 	dir := filepath.Dir(path)
 	mode := os.FileMode(0o600)
 	prev, err := os.Stat(path)
@@ -347,9 +353,10 @@ func syncDir(dir string) {
 
 // loadChecked reads the file of kind ("grant", "manifest", "seed record")
 // at path as [readSecureFile] does, decodes it strictly and checks it. It
-// returns the absolute path read too.
+// returns the real path read too (RealPath: a symbolic link resolved), which
+// a manifest keeps as its File.
 func loadChecked[T any](kind, path string, limit int64, check func(*T) error) (*T, string, error) {
-	abs, err := filepath.Abs(path)
+	abs, err := RealPath(path)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s %s: %w", kind, path, err)
 	}

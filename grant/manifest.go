@@ -201,7 +201,7 @@ func (m *Manifest) Save(path string) error { return m.save(context.Background(),
 // save writes m to path under the manifest's lock; when fresh is not nil it
 // runs under the lock first and can refuse the write.
 func (m *Manifest) save(ctx context.Context, path string, fresh func(abs string) error) error {
-	abs, err := filepath.Abs(path)
+	abs, err := RealPath(path)
 	if err != nil {
 		return fmt.Errorf("manifest %s: %w", path, err)
 	}

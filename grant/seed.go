@@ -3,7 +3,6 @@ package grant
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -51,7 +50,7 @@ func (r *SeedRecord) write(ctx context.Context, path string, fresh func(abs stri
 	if err != nil {
 		return err
 	}
-	abs, err := filepath.Abs(path)
+	abs, err := RealPath(path)
 	if err != nil {
 		return fmt.Errorf("seed record %s: %w", path, err)
 	}

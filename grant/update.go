@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"github.com/pdmcp/pdmcp/internal/filelock"
 )
@@ -74,7 +73,7 @@ func UpdateSeedRecord(ctx context.Context, path string, change func(*SeedRecord)
 // load the file as it is now, change it, check it, and rename it into place
 // unless its bytes came out the same. It returns the absolute path too.
 func updateShared[T any](ctx context.Context, kind, path string, load func(string) (*T, error), check, change func(*T) error) (*T, string, error) {
-	abs, err := filepath.Abs(path)
+	abs, err := RealPath(path)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s %s: %w", kind, path, err)
 	}

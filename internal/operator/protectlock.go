@@ -32,7 +32,7 @@ func lockProtect(ctx context.Context, path, docID string, progress io.Writer) (f
 // manifest's lock, so an operator sees why the run is waiting. The write
 // itself takes the lock; this only looks.
 func announceManifestWait(manifestPath, docID string, progress io.Writer) {
-	abs, err := filepath.Abs(manifestPath)
+	abs, err := grant.RealPath(manifestPath)
 	if err != nil {
 		return
 	}

@@ -115,6 +115,15 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 		return nil, errors.New("this grant names no local user (it was written with --caller-identity for HTTP); " +
 			"over stdio write the grant with --local-user")
 	}
+	// The manifest's path is resolved once, here: the server reads, and
+	// keeps its journal and locks beside, the file a symbolic link names,
+	// as every command does, and follows that file (not a later retarget
+	// of the link) until it restarts.
+	real, err := grant.RealPath(o.ManifestPath)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", o.ManifestPath, err)
+	}
+	o.ManifestPath = real
 	m, err := grant.LoadManifest(o.ManifestPath)
 	if err != nil {
 		return nil, err

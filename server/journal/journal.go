@@ -85,8 +85,14 @@ type Journal struct {
 }
 
 // DefaultPath is the journal beside a manifest: "task-data/manifest.json"
-// gives "task-data/manifest.journal.sqlite".
+// gives "task-data/manifest.journal.sqlite". A manifest that is a symbolic
+// link has the journal of the file it names (manifest.json ->
+// manifest-2026.json gives manifest-2026.journal.sqlite), so a server or
+// command given the link and one given the target keep one record.
 func DefaultPath(manifestPath string) string {
+	if real, err := filepath.EvalSymlinks(manifestPath); err == nil {
+		manifestPath = real
+	}
 	return strings.TrimSuffix(manifestPath, filepath.Ext(manifestPath)) + ".journal.sqlite"
 }
 
@@ -122,6 +128,11 @@ func open(ctx context.Context, path, synchronous string, create bool) (*Journal,
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("journal: resolve %q: %w", path, err)
+	}
+	// A journal named by a symbolic link is opened, locked (its .locks
+	// folder) and checked (CheckFile) as the file the link names.
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
 	}
 	// The driver splits its name at the first '?' to find options, so such
 	// a path would silently open another file.

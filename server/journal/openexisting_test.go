@@ -80,3 +80,28 @@ func TestHoldsSaves(t *testing.T) {
 		t.Fatalf("after a reservation: %v, %v", holds, err)
 	}
 }
+
+// TestJournalFollowsLinks: a manifest that is a symbolic link has the
+// journal of the file it names, and a journal opened through a link is
+// the target (its Path, and so its lock folder beside it).
+func TestJournalFollowsLinks(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "manifest-2026.json"), filepath.Join(dir, "manifest.json")
+	if err := os.WriteFile(target, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("manifest-2026.json", link); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := DefaultPath(link), filepath.Join(dir, "manifest-2026.journal.sqlite"); got != want {
+		t.Errorf("DefaultPath(link) = %s, want %s", got, want)
+	}
+	real := openAt(t, filepath.Join(dir, "real.sqlite"))
+	if err := os.Symlink("real.sqlite", filepath.Join(dir, "alias.sqlite")); err != nil {
+		t.Fatal(err)
+	}
+	j := openAt(t, filepath.Join(dir, "alias.sqlite"))
+	if j.Path() != real.Path() {
+		t.Errorf("a journal opened through a link: %s, want %s", j.Path(), real.Path())
+	}
+}

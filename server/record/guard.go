@@ -114,7 +114,11 @@ func CheckJournal(ctx context.Context, manifestPath string, m *grant.Manifest, j
 		}
 		state = "empty (it records no save)"
 	}
-	saved, err := SavedFiles(filepath.Dir(manifestPath), m)
+	dir := m.Dir() // the real folder, when m was loaded from a file
+	if dir == "" {
+		dir = filepath.Dir(manifestPath)
+	}
+	saved, err := SavedFiles(dir, m)
 	if err != nil || len(saved) == 0 {
 		return err
 	}
@@ -126,7 +130,7 @@ func CheckJournal(ctx context.Context, manifestPath string, m *grant.Manifest, j
 	return fmt.Errorf("%w: the journal %s is %s, yet %d saved version files are in %s (%s%s); "+
 		"only the journal says which version each is and what opens it, so nothing reads or saves on a new one: "+
 		"restore the journal from a backup, or run `%s --manifest %s`",
-		ErrRecordLost, journalPath, state, len(saved), filepath.Dir(manifestPath), strings.Join(shown, ", "), more,
+		ErrRecordLost, journalPath, state, len(saved), dir, strings.Join(shown, ", "), more,
 		RepairCommand, manifestPath)
 }
 
