@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 
 	"github.com/pdmcp/pdmcp/internal/filelock"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
 // Two pdmcp processes on one journal can be asked to encrypt the same
@@ -27,24 +29,41 @@ import (
 func (s *Server) encryptLockDir() string { return s.cfg.Journal.Path() + ".locks" }
 
 // lockEncrypt takes key's cross-process encrypt lock, waiting for another
-// holder until ctx ends. Without it (a folder that cannot be made, a system
-// with no file lock) the call goes on as before, logged: the journal still
-// makes sure only one process sends, and the lock only spares the other a
-// misleading ENCRYPT_ANSWER_LOST.
+// holder at most Config.LockWait; past that the call is refused FILE_BUSY
+// before anything is reserved or sent, so a stopped holder never wedges
+// a caller. It is taken before the in-process lock of the key, so no
+// in-process lock is held while waiting for another process. Without it (a
+// folder that cannot be made, a system with no file lock) the call goes on
+// as before, logged: the journal still makes sure only one process sends,
+// and the lock only spares the other a misleading ENCRYPT_ANSWER_LOST.
 func (s *Server) lockEncrypt(ctx context.Context, key journal.FileKey) (release func(), err error) {
 	dir := s.encryptLockDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		s.log.Warn("encrypt lock folder not made; going on without the cross-process lock", "err", err)
 		return func() {}, nil
 	}
-	sum := sha256.Sum256([]byte(key.String()))
-	l, err := filelock.Acquire(ctx, filepath.Join(dir, hex.EncodeToString(sum[:1])+".lock"))
+	wait, cancel := context.WithTimeoutCause(ctx, s.cfg.LockWait, errLockWait)
+	defer cancel()
+	l, err := filelock.Acquire(wait, encryptLockPath(dir, key))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
+		}
+		if errors.Is(context.Cause(wait), errLockWait) {
+			s.log.Warn("an encrypt_file's cross-process lock stayed held by another server; refused FILE_BUSY",
+				"waited", s.cfg.LockWait.String())
+			return nil, refuseCode(refusal.FileBusy,
+				"another server has held this file's encrypt lock for %s (it may be stopped); nothing was sent; call again shortly",
+				s.cfg.LockWait)
 		}
 		s.log.Warn("encrypt lock not taken; going on without the cross-process lock", "err", err)
 		return func() {}, nil
 	}
 	return func() { _ = l.Release() }, nil
+}
+
+// encryptLockPath is key's encrypt lock file in dir.
+func encryptLockPath(dir string, key journal.FileKey) string {
+	sum := sha256.Sum256([]byte(key.String()))
+	return filepath.Join(dir, hex.EncodeToString(sum[:1])+".lock")
 }

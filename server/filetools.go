@@ -130,16 +130,18 @@ func (s *Server) encryptFile(ctx context.Context, c *call, in fileInput) (encryp
 	if err := s.checkJournal(); err != nil {
 		return zero, err
 	}
-	unlock, err := s.fileLocks.lock(ctx, key.String())
-	if err != nil {
-		return zero, err
-	}
-	defer unlock()
+	// The cross-process lock first, then the in-process one: no lock of
+	// this process is held while waiting for another process.
 	release, err := s.lockEncrypt(ctx, key)
 	if err != nil {
 		return zero, err
 	}
 	defer release()
+	unlock, err := s.fileLocks.lock(ctx, key.String())
+	if err != nil {
+		return zero, err
+	}
+	defer unlock()
 	_, statErr := f.Dir.Lstat(filepath.FromSlash(envRel))
 	envExists := statErr == nil
 	row, err := s.cfg.Journal.ReserveFile(ctx, key)

@@ -47,7 +47,7 @@ import (
 // the Gateway is asked, held to the end, so two processes running one
 // save never both encrypt it nor touch each other's temporary file; a
 // holder that hangs (a stopped process) costs a waiter at most
-// Config.SaveLockWait, then DESTINATION_BUSY with nothing sent. Then the
+// Config.LockWait, then DESTINATION_BUSY with nothing sent. Then the
 // in-process lock of the idempotency key, then the target's: the target's
 // keeps its saves from placing against each other for nothing, and the
 // journal's write lock is what makes allocation safe between processes.
@@ -271,15 +271,16 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 	return journal.Receipt{}, false, fmt.Errorf("save: %d versions in a row are taken by files that are not this save's; tell the operator", maxPlacements)
 }
 
-// DefaultSaveLockWait is how long a save waits for its cross-process lock
-// (Config.SaveLockWait) before it is refused DESTINATION_BUSY. A holder
-// keeps the lock for one Gateway encrypt and a few local file steps, well
-// under a second as a rule; 10 s rides out a slow Gateway answer while a
-// stopped holder costs each caller one bounded wait, not a wedge.
-const DefaultSaveLockWait = 10 * time.Second
+// DefaultLockWait is how long a save or an encrypt_file waits for its
+// cross-process lock (Config.LockWait) before it is refused
+// DESTINATION_BUSY or FILE_BUSY. A holder keeps the lock for one Gateway
+// encrypt and a few local file steps, well under a second as a rule; 10 s
+// rides out a slow Gateway answer while a stopped holder costs each caller
+// one bounded wait, not a wedge.
+const DefaultLockWait = 10 * time.Second
 
 // lockSave takes the save's cross-process lock, waiting for another holder
-// at most Config.SaveLockWait; past that the save is refused
+// at most Config.LockWait; past that the save is refused
 // DESTINATION_BUSY, before anything is reserved or sent. Saves share one
 // of 256 lock files (by the first byte of the digest the temporary name is
 // made of), beside the encrypt locks: a file per save would pile up, and a
@@ -295,19 +296,19 @@ func (s *Server) lockSave(ctx context.Context, job saveJob) (release func(), err
 		s.log.Warn("save lock folder not made; going on without the cross-process lock", "err", err)
 		return func() {}, nil
 	}
-	wait, cancel := context.WithTimeoutCause(ctx, s.cfg.SaveLockWait, errSaveLockWait)
+	wait, cancel := context.WithTimeoutCause(ctx, s.cfg.LockWait, errLockWait)
 	defer cancel()
 	l, err := filelock.Acquire(wait, saveLockPath(dir, job.idemLock))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		if errors.Is(context.Cause(wait), errSaveLockWait) {
+		if errors.Is(context.Cause(wait), errLockWait) {
 			s.log.Warn("a save's cross-process lock stayed held by another server; refused DESTINATION_BUSY",
-				"waited", s.cfg.SaveLockWait.String())
+				"waited", s.cfg.LockWait.String())
 			return nil, refuseCode(refusal.DestinationBusy,
 				"another server has held this save's lock for %s (it may be stopped); nothing was sent; call again with the same idempotencyKey shortly",
-				s.cfg.SaveLockWait)
+				s.cfg.LockWait)
 		}
 		s.log.Warn("save lock not taken; going on without the cross-process lock", "err", err)
 		return func() {}, nil
@@ -315,8 +316,8 @@ func (s *Server) lockSave(ctx context.Context, job saveJob) (release func(), err
 	return func() { _ = l.Release() }, nil
 }
 
-// errSaveLockWait is the cause of a save's lock wait that ran out.
-var errSaveLockWait = errors.New("save lock wait ran out")
+// errLockWait is the cause of a cross-process lock wait that ran out.
+var errLockWait = errors.New("cross-process lock wait ran out")
 
 // saveLockPath is the lock file, in dir, of the save whose in-process
 // idempotency lock is named idemLock.

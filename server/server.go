@@ -127,10 +127,11 @@ type Config struct {
 	// hand-offs acting as each step's user when the grant ends or the
 	// server stops.
 	Revoker handoff.Minter
-	// SaveLockWait bounds how long a save waits for its cross-process
-	// lock before it is refused DESTINATION_BUSY with nothing sent;
-	// DefaultSaveLockWait when zero. Tests shorten it.
-	SaveLockWait time.Duration
+	// LockWait bounds how long a save or an encrypt_file waits for its
+	// cross-process lock before it is refused (DESTINATION_BUSY,
+	// FILE_BUSY) with nothing sent; DefaultLockWait when zero. Tests
+	// shorten it.
+	LockWait time.Duration
 }
 
 // Server is the MCP server for one grant.
@@ -194,8 +195,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SDKLogger == nil {
 		cfg.SDKLogger = cfg.Logger
 	}
-	if cfg.SaveLockWait <= 0 {
-		cfg.SaveLockWait = DefaultSaveLockWait
+	if cfg.LockWait <= 0 {
+		cfg.LockWait = DefaultLockWait
 	}
 	if err := grant.Validate(cfg.Grant, cfg.Manifest); err != nil {
 		return nil, err

@@ -46,7 +46,7 @@ const (
 	GrantTooWide          Code = "GRANT_TOO_WIDE"
 	StorageUnavailable    Code = "STORAGE_UNAVAILABLE"
 	// DestinationBusy: a save's cross-process lock stayed held by another
-	// server past the bound (server.DefaultSaveLockWait); nothing was sent.
+	// server past the bound (server.DefaultLockWait); nothing was sent.
 	DestinationBusy Code = "DESTINATION_BUSY"
 	// RecordUnavailable: the journal the server opened was removed or
 	// replaced under it; saves are refused until the operator restarts
@@ -76,6 +76,9 @@ const (
 	KeyNotMintedHere  Code = "KEY_NOT_MINTED_HERE"
 	NameTooLong       Code = "NAME_TOO_LONG"
 	OutputNotWritable Code = "OUTPUT_NOT_WRITABLE"
+	// FileBusy: encrypt_file's cross-process lock stayed held by another
+	// server past the bound; nothing was sent.
+	FileBusy Code = "FILE_BUSY"
 )
 
 // The hand-off's codes (server/handoff; docs/handoff.md).
@@ -156,6 +159,7 @@ func Catalogue() []Entry {
 		{KeyNotMintedHere, 403, "only envelopes encrypt_file made in this folder can be opened here", files},
 		{NameTooLong, 400, "shorten the file's name", files},
 		{OutputNotWritable, 400, "the folder takes no new file; ask the operator", files},
+		{FileBusy, 409, "another server holds this file's encrypt lock; nothing was sent; try again shortly", files},
 
 		{StepNotInGrant, 403, "hand off only a step the grant names", handoff},
 		{UnknownStep, 404, "the operator's manifest lacks the step; do not retry", handoff},
