@@ -97,6 +97,11 @@ func (s *Server) delegatorPlan(ctx context.Context, c *call, stepID string) (*ha
 
 func (s *Server) handOff(ctx context.Context, c *call, in stepInput) (handoff.Receipt, error) {
 	var zero handoff.Receipt
+	// An entry opened now would be recorded only in a journal no one will
+	// read again: close_step and the shutdown could not revoke it.
+	if err := s.checkJournal(); err != nil {
+		return zero, err
+	}
 	p, sess, err := s.delegatorPlan(ctx, c, in.StepID)
 	if err != nil {
 		return zero, err

@@ -208,34 +208,47 @@ func TestHandOffAdapterRefusalsSendNothing(t *testing.T) {
 		tool string
 		args map[string]any
 		code string
+		// prepare, when set, runs once the server is up.
+		prepare func(t *testing.T, f *stepFixture)
 	}{
-		{"step not in grant", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
-		{"close of a step not in grant", stepOptions{}, grant.ToolCloseStep, map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant)},
-		{"undeclared argument", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral, "to": "x"}, string(refusal.UnexpectedArgument)},
+		{"step not in grant", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant), nil},
+		{"close of a step not in grant", stepOptions{}, grant.ToolCloseStep, map[string]any{"stepId": "elsewhere"}, string(refusal.StepNotInGrant), nil},
+		{"undeclared argument", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral, "to": "x"}, string(refusal.UnexpectedArgument), nil},
 		{"not the delegator (stdio)", stepOptions{user: func(w *handofftest.World) string { return w.Doctor.Name }},
-			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator)},
+			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator), nil},
 		{"close by another user", stepOptions{user: func(w *handofftest.World) string { return w.Doctor.Name }},
-			grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator)},
+			grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NotStepDelegator), nil},
 		{"nothing to hand off", stepOptions{mutate: func(g *grant.Grant) { g.Documents = []string{handofftest.PlainDocID} }},
-			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NothingToHandOff)},
+			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.NothingToHandOff), nil},
 		{"window too short", stepOptions{mutate: func(g *grant.Grant) { g.NotAfter = time.Now().Add(time.Hour).Truncate(time.Second) },
 			now: func() time.Time { return time.Now().Truncate(time.Second).Add(time.Hour - 3*time.Second) }},
-			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.WindowTooShort)},
-		{"step not open", stepOptions{}, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.StepNotOpen)},
+			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.WindowTooShort), nil},
+		{"step not open", stepOptions{}, grant.ToolCloseStep, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.StepNotOpen), nil},
 		{"confirmation unavailable", stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit}, noElict: true},
-			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationUnavailable)},
+			grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationUnavailable), nil},
 		{"confirmation declined", stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit},
 			elicit: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 				return &mcp.ElicitResult{Action: "decline"}, nil
-			}}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined)},
+			}}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined), nil},
 		{"confirmation unticked", stepOptions{world: handofftest.Options{Confirm: grant.ConfirmElicit},
 			elicit: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirm": false}}, nil
-			}}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined)},
+			}}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral}, string(refusal.ConfirmationDeclined), nil},
+		// The journal would hold the entries close_step revokes by: one
+		// removed under the server would lose them.
+		{"the journal removed while serving", stepOptions{}, grant.ToolHandOff, map[string]any{"stepId": handofftest.StepReferral},
+			string(refusal.RecordUnavailable), func(t *testing.T, f *stepFixture) {
+				if err := os.Remove(journal.DefaultPath(f.w.Manifest)); err != nil {
+					t.Fatal(err)
+				}
+			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newStepFixture(t, tc.o)
+			if tc.prepare != nil {
+				tc.prepare(t, f)
+			}
 			before := mcptest.KeyRouteCounts(f.env.Gateway)
 			m, isErr := f.call(t, tc.tool, tc.args)
 			if !isErr || m["layer"] != "adapter" || m["code"] != tc.code || m["refused"] != true {

@@ -12,9 +12,10 @@ import (
 // currentManifest notices a changed manifest, by the file's identity).
 // SQLite would go on writing to the file it holds open, which no one else
 // reads and which goes when the server stops: every save from then on
-// would get a receipt and be lost. So saves, and encrypt_file (whose key
-// only the journal records), are refused until the operator restarts the
-// server on a good journal. The first refusal is logged.
+// would get a receipt and be lost. So saves, encrypt_file (whose key only
+// the journal records) and hand_off (whose entries close_step revokes by
+// the journal) are refused until the operator restarts the server on a
+// good journal. The first refusal is logged.
 func (s *Server) checkJournal() error {
 	err := s.cfg.Journal.CheckFile()
 	if err == nil {
