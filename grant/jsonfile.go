@@ -282,11 +282,11 @@ func WriteFileAtomic(path string, data []byte) error { return writeFileAtomic(pa
 // file through its group; a rewrite that reset the file to 0600 owned by
 // whoever ran the command would leave that server refused at its next read.
 func writeFileAtomic(path string, data []byte) (err error) {
-	real, err := RealPath(path)
+	resolved, err := RealPath(path)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	path = real
+	path = resolved
 	dir := filepath.Dir(path)
 	mode := os.FileMode(0o600)
 	prev, err := os.Stat(path)

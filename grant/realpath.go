@@ -21,9 +21,9 @@ func RealPath(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	real, err := filepath.EvalSymlinks(abs)
+	resolved, err := filepath.EvalSymlinks(abs)
 	if err == nil {
-		return real, nil
+		return resolved, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return "", err

@@ -119,11 +119,11 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	// keeps its journal and locks beside, the file a symbolic link names,
 	// as every command does, and follows that file (not a later retarget
 	// of the link) until it restarts.
-	real, err := grant.RealPath(o.ManifestPath)
+	resolved, err := grant.RealPath(o.ManifestPath)
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", o.ManifestPath, err)
 	}
-	o.ManifestPath = real
+	o.ManifestPath = resolved
 	m, err := grant.LoadManifest(o.ManifestPath)
 	if err != nil {
 		return nil, err

@@ -90,8 +90,8 @@ type Journal struct {
 // manifest-2026.json gives manifest-2026.journal.sqlite), so a server or
 // command given the link and one given the target keep one record.
 func DefaultPath(manifestPath string) string {
-	if real, err := filepath.EvalSymlinks(manifestPath); err == nil {
-		manifestPath = real
+	if resolved, err := filepath.EvalSymlinks(manifestPath); err == nil {
+		manifestPath = resolved
 	}
 	return strings.TrimSuffix(manifestPath, filepath.Ext(manifestPath)) + ".journal.sqlite"
 }
@@ -131,8 +131,8 @@ func open(ctx context.Context, path, synchronous string, create bool) (*Journal,
 	}
 	// A journal named by a symbolic link is opened, locked (its .locks
 	// folder) and checked (CheckFile) as the file the link names.
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
+	if resolved, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = resolved
 	}
 	// The driver splits its name at the first '?' to find options, so such
 	// a path would silently open another file.

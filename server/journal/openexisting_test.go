@@ -96,12 +96,12 @@ func TestJournalFollowsLinks(t *testing.T) {
 	if got, want := DefaultPath(link), filepath.Join(dir, "manifest-2026.journal.sqlite"); got != want {
 		t.Errorf("DefaultPath(link) = %s, want %s", got, want)
 	}
-	real := openAt(t, filepath.Join(dir, "real.sqlite"))
+	viaName := openAt(t, filepath.Join(dir, "real.sqlite"))
 	if err := os.Symlink("real.sqlite", filepath.Join(dir, "alias.sqlite")); err != nil {
 		t.Fatal(err)
 	}
 	j := openAt(t, filepath.Join(dir, "alias.sqlite"))
-	if j.Path() != real.Path() {
-		t.Errorf("a journal opened through a link: %s, want %s", j.Path(), real.Path())
+	if j.Path() != viaName.Path() {
+		t.Errorf("a journal opened through a link: %s, want %s", j.Path(), viaName.Path())
 	}
 }
