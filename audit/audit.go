@@ -91,27 +91,37 @@ func OpenWith(path string, o Options) (*Log, error) {
 	if path == "" {
 		return nil, errors.New("audit: no path given (use audit.Discard() to run without an audit file)")
 	}
-	f, err := openAppend(path)
+	f, fi, err := openChecked(path)
 	if err != nil {
-		return nil, fmt.Errorf("audit: open %s: %w", path, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("audit: stat %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("audit: %s is not a regular file", path)
-	}
-	if err := checkPrivate(fi); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("audit: %s: %w (mode %#o; run chmod 600 on it)", path, err, fi.Mode().Perm())
+		return nil, err
 	}
 	l := newLog(o)
 	l.f, l.path = f, path
 	l.fenceTornTail(fi.Size())
 	return l, nil
+}
+
+// openChecked opens path for appending and checks it is a private
+// regular file, closing it when it is not.
+func openChecked(path string) (*os.File, os.FileInfo, error) {
+	f, err := openAppend(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit: open %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("audit: stat %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("audit: %s is not a regular file", path)
+	}
+	if err := checkPrivate(fi); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("audit: %s: %w (mode %#o; run chmod 600 on it)", path, err, fi.Mode().Perm())
+	}
+	return f, fi, nil
 }
 
 func newLog(o Options) *Log {
