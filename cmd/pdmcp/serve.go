@@ -4,6 +4,8 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -30,6 +32,12 @@ func newServeCmd() *cobra.Command {
 		o.Environ = os.Environ()
 		o.Logger = newLogger()
 		o.CrashPoint = killAtHook()
+		// SIGHUP (logrotate's kill -HUP, a closed terminal) reopens the
+		// audit file instead of ending the process without the revoke.
+		hangup := make(chan os.Signal, 1)
+		signal.Notify(hangup, syscall.SIGHUP)
+		defer signal.Stop(hangup)
+		o.Hangup = hangup
 		return serve.Run(cmd.Context(), o)
 	})
 	f := cmd.Flags()

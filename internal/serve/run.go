@@ -69,6 +69,9 @@ type Options struct {
 	// GatewayTimeout bounds each Gateway request (gateway.DefaultTimeout
 	// when zero). serve leaves it at the default; tests shorten it.
 	GatewayTimeout time.Duration
+	// Hangup, when set, delivers SIGHUP: each one reopens the audit file
+	// (log rotation); it never ends the run (see watchHangup).
+	Hangup <-chan os.Signal
 }
 
 // deps is what both transports open before serving.
@@ -80,9 +83,12 @@ type deps struct {
 	audit    *audit.Log
 	client   *gateway.Client
 	runID    string
+	// stopHangup ends the audit file's reopen-on-SIGHUP watch.
+	stopHangup func()
 }
 
 func (d *deps) close() {
+	d.stopHangup()
 	d.journal.Close()
 	d.audit.Close()
 }
@@ -175,7 +181,8 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 		j.Close()
 		return nil, err
 	}
-	d := &deps{service: sc, grant: g, manifest: m, journal: j, audit: a}
+	d := &deps{service: sc, grant: g, manifest: m, journal: j, audit: a,
+		stopHangup: watchHangup(o.Hangup, a, o.Logger)}
 	cc := sc.ClientConfig()
 	cc.Logger = o.Logger
 	cc.Timeout = o.GatewayTimeout
