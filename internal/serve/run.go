@@ -51,7 +51,8 @@ type Options struct {
 	Logger         *slog.Logger
 	Now            func() time.Time
 	CrashPoint     func(crashpoint.Point)
-	// StdioTransport defaults to the process's stdin and stdout.
+	// StdioTransport defaults to the process's stdin and stdout, with the
+	// requests read before the end of input answered (drainingStdio).
 	StdioTransport mcp.Transport
 	// Ready, when set, is called with the served URL once HTTP listens.
 	Ready func(url string)
@@ -279,7 +280,7 @@ func Run(ctx context.Context, o Options) error {
 	defer stop()
 	t := o.StdioTransport
 	if t == nil {
-		t = &mcp.StdioTransport{}
+		t = &drainingStdio{in: os.Stdin, out: os.Stdout, wait: stdinDrainWait, logger: o.Logger}
 	}
 	o.Logger.Info("serving over stdio", "grant", d.grant.ID, "tools", len(d.grant.AllowedTools),
 		"notAfter", d.grant.NotAfter.UTC().Format(time.RFC3339))
