@@ -96,8 +96,8 @@ func (s *Server) list(ctx context.Context, c *call, in listInput) (listOutput, e
 	}
 	m := s.currentManifest()
 	out := listOutput{Documents: []listedDocument{}, Destinations: []listedDestination{},
-		GrantExpiresAt: s.cfg.Grant.NotAfter.UTC().Format("2006-01-02T15:04:05Z")}
-	for _, id := range s.cfg.Grant.Documents {
+		GrantExpiresAt: s.grantNow().NotAfter.UTC().Format("2006-01-02T15:04:05Z")}
+	for _, id := range s.grantNow().Documents {
 		d, ok, err := s.document(ctx, m, id)
 		if err != nil {
 			return listOutput{}, err
@@ -120,7 +120,7 @@ func (s *Server) list(ctx context.Context, c *call, in listInput) (listOutput, e
 		}
 		out.Documents = append(out.Documents, ld)
 	}
-	for _, id := range s.cfg.Grant.Destinations {
+	for _, id := range s.grantNow().Destinations {
 		d, ok := m.Destinations[id]
 		if !ok {
 			continue
@@ -289,7 +289,7 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 // audit line once the grant names it: the argument is the model's text
 // until then.
 func (s *Server) approvedDocument(ctx context.Context, c *call, docID string) (*grant.Manifest, grant.Document, error) {
-	if !slices.Contains(s.cfg.Grant.Documents, docID) {
+	if !slices.Contains(s.grantNow().Documents, docID) {
 		return nil, grant.Document{}, refuseCode(refusal.DocumentNotInGrant,
 			"document %q is not in this task's grant; nothing was sent; use an id from list_approved_documents", docID)
 	}

@@ -205,3 +205,25 @@ func (g *GrantSessions) endLocked(ctx context.Context) {
 	}
 	g.cur = nil
 }
+
+// Regrant follows a changed grant: the task's session covers objects from
+// now on and lives no later than notAfter. The live session is ended when
+// the keys changed (a narrowed grant must not keep a wider session; a
+// widened one needs the new keys) or it lives past the new end.
+func (g *GrantSessions) Regrant(ctx context.Context, objects []string, notAfter time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	changed := !sameKeys(g.objects, objects)
+	g.objects, g.notAfter = slices.Clone(objects), notAfter
+	if g.cur != nil && (changed || g.cur.ExpiresAt().After(notAfter)) {
+		g.endLocked(ctx)
+	}
+	return nil
+}
+
+func sameKeys(a, b []string) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(slices.Compact(x), slices.Compact(y))
+}

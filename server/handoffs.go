@@ -71,7 +71,7 @@ func (s *Server) stepPlan(c *call, stepID string) (*handoff.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if u := s.cfg.Grant.LocalUser; u != "" && !p.IsDelegator(u) {
+	if u := s.grantNow().LocalUser; u != "" && !p.IsDelegator(u) {
 		return nil, handoff.NotDelegator(stepID)
 	}
 	return p, nil
@@ -208,7 +208,7 @@ func (s *Server) confirm(ctx context.Context, c *call, p *handoff.Plan, end time
 	answer, answered := c.inputs[confirmRequest]
 	if answered {
 		st, ok := s.confirms.open(c.state)
-		ok = ok && st.Caller == c.caller.ID && st.Grant == s.cfg.Grant.ID && st.Step == p.StepID &&
+		ok = ok && st.Caller == c.caller.ID && st.Grant == s.grantNow().ID && st.Step == p.StepID &&
 			st.Plan == planDigest(p) && now.Unix() <= st.Expiry
 		asked := time.Unix(st.End, 0).UTC()
 		// The end the user saw must still leave the shortest window.
@@ -220,7 +220,7 @@ func (s *Server) confirm(ctx context.Context, c *call, p *handoff.Plan, end time
 		s.log.Warn("a confirmation answer that is not for the question this server asked was ignored; asking again",
 			"step", p.StepID)
 	}
-	state, err := s.confirms.ask(confirmState{Caller: c.caller.ID, Grant: s.cfg.Grant.ID, Step: p.StepID,
+	state, err := s.confirms.ask(confirmState{Caller: c.caller.ID, Grant: s.grantNow().ID, Step: p.StepID,
 		Plan: planDigest(p), End: end.Unix(), Expiry: now.Add(confirmTTL).Unix()}, now)
 	var over *errTooManyConfirms
 	if errors.As(err, &over) {
@@ -345,12 +345,12 @@ type listedStep struct {
 // listSteps is the grant's steps as list_approved_documents shows them to
 // this caller.
 func (s *Server) listSteps(ctx context.Context, c *call) ([]listedStep, error) {
-	if len(s.cfg.Grant.Steps) == 0 {
+	if len(s.grantNow().Steps) == 0 {
 		return nil, nil
 	}
 	m := s.currentManifest()
 	out := []listedStep{}
-	for _, id := range s.cfg.Grant.Steps {
+	for _, id := range s.grantNow().Steps {
 		st, ok := m.Steps[id]
 		if !ok {
 			continue
@@ -388,7 +388,7 @@ func (s *Server) revokeGrantHandOffs(ctx context.Context) {
 }
 
 func (s *Server) revokeHandOffs(ctx context.Context, revoke func(context.Context, handoff.Minter, *grant.Manifest) ([]handoff.Revoked, error)) {
-	if s.cfg.Revoker == nil || len(s.cfg.Grant.Steps) == 0 {
+	if s.cfg.Revoker == nil || len(s.grantNow().Steps) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)

@@ -142,3 +142,12 @@ func (p *PooledSessions) Current(c Caller) GatewaySession {
 // End revokes the caller's session; EndAll everyone's.
 func (p *PooledSessions) End(ctx context.Context, c Caller) { p.pool.End(ctx, c.ID) }
 func (p *PooledSessions) EndAll(ctx context.Context)        { p.pool.EndAll(ctx) }
+
+// EndSessions ends every caller's session and keeps the pool open (a
+// grant that ended may be renewed).
+func (p *PooledSessions) EndSessions(ctx context.Context) { p.pool.EndSessions(ctx) }
+
+// Regrant follows a changed grant (see gateway.Pool.Regrant).
+func (p *PooledSessions) Regrant(ctx context.Context, objects []string, notAfter time.Time) error {
+	return p.pool.Regrant(ctx, objects, notAfter)
+}

@@ -87,8 +87,8 @@ func (l *retryingSession) do(ctx context.Context, op func(GatewaySession) error)
 	}
 	l.replaced = true
 	l.mu.Unlock()
-	if l.s.cfg.Grant.Expired(l.s.cfg.Now()) {
-		return refusal.GrantEnded(l.s.cfg.Grant.NotAfter, false)
+	if g := l.s.grantNow(); g.Expired(l.s.cfg.Now()) {
+		return refusal.GrantEnded(g.NotAfter, false)
 	}
 	l.s.cfg.Sessions.Drop(ctx, l.c.caller, sess)
 	l.s.log.Info("gateway session gone; replacing it and sending the request once more",

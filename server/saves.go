@@ -74,7 +74,7 @@ func (s *Server) saveTool() tool {
 
 func (s *Server) save(ctx context.Context, c *call, in saveInput) (saveReceipt, error) {
 	var zero saveReceipt
-	if !slices.Contains(s.cfg.Grant.Destinations, in.DestinationID) {
+	if !slices.Contains(s.grantNow().Destinations, in.DestinationID) {
 		return zero, refuseCode(refusal.DestinationNotInGrant,
 			"destination %q is not in this task's grant; nothing was sent; use a destinationId from list_approved_documents",
 			in.DestinationID)

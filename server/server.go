@@ -97,6 +97,11 @@ type Config struct {
 	Grant        *grant.Grant
 	Manifest     *grant.Manifest
 	ManifestPath string
+	// GrantPath, when set, is the grant.json Grant was read from: the
+	// server follows it before each call (FollowGrant).
+	GrantPath string
+	// OnGrant, when set, is told of each changed grant put in force.
+	OnGrant func(*grant.Grant)
 	Journal      *journal.Journal
 	Audit        *audit.Log
 	Sessions     GatewaySessions
@@ -146,6 +151,11 @@ type Server struct {
 	// writes it.
 	mu       sync.Mutex
 	manifest *grant.Manifest
+	// grant is the grant in force: cfg.Grant, or the last valid grant.json
+	// read since (FollowGrant); grantFile and badGrantFile as for the
+	// manifest.
+	grant                   *grant.Grant
+	grantFile, badGrantFile os.FileInfo
 	// startKeys are the keys the grant reached in the manifest the server
 	// started with: what its Gateway sessions are minted over.
 	startKeys map[string]bool
@@ -216,6 +226,12 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root, confirms: confirms}
 	if fi, err := os.Stat(cfg.ManifestPath); err == nil {
 		s.manifestFile = fi
+	}
+	s.grant = cfg.Grant
+	if cfg.GrantPath != "" {
+		if fi, err := os.Stat(cfg.GrantPath); err == nil {
+			s.grantFile = fi
+		}
 	}
 	s.startKeys = map[string]bool{}
 	for _, k := range grant.Keys(cfg.Grant, cfg.Manifest) {
@@ -428,7 +444,7 @@ func sameFile(fi, seen os.FileInfo) bool {
 // did not start with (the grant names the document; the manifest, read
 // again, names its key).
 func (s *Server) sessionFor(ctx context.Context, c *call, ttag string) (GatewaySession, error) {
-	if s.startKeys[ttag] {
+	if s.startKey(ttag) {
 		return s.session(ctx, c)
 	}
 	return s.widenedSession(ctx, c, ttag)

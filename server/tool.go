@@ -175,10 +175,15 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Time, raw json.RawMessage,
 	schema *jsonschema.Schema, h func(context.Context, *call, In) (Out, error)) (Out, error) {
 	var zero Out
-	if s.cfg.Grant.Expired(start) {
+	g := s.FollowGrant(ctx)
+	if g.Expired(start) {
 		s.revokeGrantHandOffs(ctx)
-		s.cfg.Sessions.EndAll(context.WithoutCancel(ctx))
-		return zero, refusal.GrantEnded(s.cfg.Grant.NotAfter, true)
+		s.endSessions(ctx)
+		return zero, refusal.GrantEnded(g.NotAfter, true)
+	}
+	if !s.toolGranted(g, c.line.Tool) {
+		return zero, refusal.New(refusal.ToolNotInGrant,
+			"the operator's new grant no longer allows %s; nothing was sent", c.line.Tool)
 	}
 	in, r := decodeArgs[In](raw, schema)
 	if r != nil {
@@ -191,7 +196,7 @@ func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Ti
 func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time, r *Refusal, rec *gateway.Recorder, sess GatewaySession) {
 	defer trace.StartRegion(context.Background(), TraceAuditRegion).End()
 	line.RunID = s.cfg.RunID
-	line.GrantID = s.cfg.Grant.ID
+	line.GrantID = s.grantNow().ID
 	line.Caller = caller
 	line.StartedAt = start.UTC()
 	line.LatencyMs = s.cfg.Now().Sub(start).Milliseconds()

@@ -70,6 +70,18 @@ func NewMetrics(sessions func() int) *Metrics {
 	return m
 }
 
+// GrantSecondsLeft reports through left how long the grant in force has
+// left (0 once it ended), as pdmcp_grant_seconds_remaining.
+func (m *Metrics) GrantSecondsLeft(left func() float64) {
+	if m == nil {
+		return
+	}
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pdmcp_grant_seconds_remaining",
+		Help: "Seconds until the grant in force ends (0 once it ended: every tool call is then refused GRANT_EXPIRED).",
+	}, left))
+}
+
 // MCPSessions reports live MCP sessions (HTTP) through n.
 func (m *Metrics) MCPSessions(n func() int) {
 	if m == nil {
@@ -126,12 +138,29 @@ func statusClass(s int) string {
 
 // OpsHandler serves /healthz (no authentication, no secrets) and /metrics.
 func OpsHandler(m *Metrics, version, transport string) http.Handler {
+	return opsHandler(m, version, transport, nil)
+}
+
+// opsHandler is OpsHandler with the server's health: health, when set,
+// adds its members to /healthz's answer, and a false ok makes it 503 with
+// status "unavailable" (nothing can be served).
+func opsHandler(m *Metrics, version, transport string, health func() (map[string]any, bool)) http.Handler {
 	mux := http.NewServeMux()
 	started := time.Now()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": server.Name, "version": version,
-			"transport": transport, "uptimeSeconds": int(time.Since(started).Seconds())})
+		body := map[string]any{}
+		ok := true
+		if health != nil {
+			body, ok = health()
+		}
+		body["status"], body["name"], body["version"] = "ok", server.Name, version
+		body["transport"], body["uptimeSeconds"] = transport, int(time.Since(started).Seconds())
+		if !ok {
+			body["status"] = "unavailable"
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(body)
 	})
 	if m != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))

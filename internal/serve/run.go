@@ -70,6 +70,10 @@ type Options struct {
 	// GatewayTimeout bounds each Gateway request (gateway.DefaultTimeout
 	// when zero). serve leaves it at the default; tests shorten it.
 	GatewayTimeout time.Duration
+	// GrantCheckInterval is how often the grant is followed, its end
+	// warned of and the Gateway's reachability checked between calls
+	// (grantCheckInterval when zero); tests shorten it.
+	GrantCheckInterval time.Duration
 	// Hangup, when set, delivers SIGHUP: each one reopens the audit file
 	// (log rotation); it never ends the run (see watchHangup).
 	Hangup <-chan os.Signal
@@ -216,9 +220,11 @@ func (d *deps) server(ctx context.Context, o *Options, sessions endingSessions, 
 			sessions.EndAll(context.WithoutCancel(ctx))
 		}
 	}()
+	ops := newOpsState(d.grant, o.Now)
 	if o.OpsAddr != "" {
 		m = NewMetrics(live)
-		url, err := serveOps(ctx, o.OpsAddr, OpsHandler(m, o.Version, transport), o.Logger)
+		m.GrantSecondsLeft(ops.secondsLeft)
+		url, err := serveOps(ctx, o.OpsAddr, opsHandler(m, o.Version, transport, ops.health), o.Logger)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -229,10 +235,11 @@ func (d *deps) server(ctx context.Context, o *Options, sessions endingSessions, 
 	}
 	d.runID = newRunID()
 	cfg := server.Config{
-		Grant: d.grant, Manifest: d.manifest, ManifestPath: o.ManifestPath, Journal: d.journal, Audit: d.audit,
+		Grant: d.grant, Manifest: d.manifest, ManifestPath: o.ManifestPath, GrantPath: o.GrantPath,
+		Journal: d.journal, Audit: d.audit,
 		Sessions: sessions, Version: o.Version, RunID: d.runID, Now: o.Now, Logger: o.Logger, CrashPoint: o.CrashPoint,
 		SDKLogger: sdkLogger(o.Logger), ClockOffset: d.client.ClockOffset, Revoker: d.client,
-		NonDurableForBenchmarks: o.NonDurableJournalForBenchmarks,
+		NonDurableForBenchmarks: o.NonDurableJournalForBenchmarks, OnGrant: ops.setGrant,
 	}
 	if m != nil {
 		cfg.Metrics = m
@@ -242,7 +249,13 @@ func (d *deps) server(ctx context.Context, o *Options, sessions endingSessions, 
 	}
 	d.writeAudit(o, audit.Startup{RunID: d.runID, ProgramVersion: o.Version, Transport: transport, GrantID: d.grant.ID,
 		TS: o.Now().UTC()})
+	interval := o.GrantCheckInterval
+	if interval <= 0 {
+		interval = grantCheckInterval
+	}
+	stopWatch := watchGrant(ctx, srv, ops, d.client, interval, o.Logger)
 	stop = func() {
+		stopWatch()
 		srv.RevokeHandOffs(context.WithoutCancel(ctx))
 		srv.Close()
 		sessions.EndAll(context.WithoutCancel(ctx))

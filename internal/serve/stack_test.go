@@ -58,6 +58,8 @@ type httpStack struct {
 	gatewayTimeout time.Duration
 	// crashPoint, when set, is serve.Options.CrashPoint.
 	crashPoint func(crashpoint.Point)
+	// grantCheck, when set, is serve.Options.GrantCheckInterval.
+	grantCheck time.Duration
 }
 
 // stackOption changes what newHTTPStack serves: it may replace the
@@ -107,6 +109,7 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 			o.GatewayTimeout, o.Logger = hs.gatewayTimeout, slog.New(slog.NewTextHandler(hs.stderr, nil))
 			o.OpsAddr, o.OpsReady = "127.0.0.1:0", func(u string) { hs.opsURL = u }
 			o.CrashPoint = hs.crashPoint
+			o.GrantCheckInterval = hs.grantCheck
 		},
 	})
 	if err != nil {

@@ -1,0 +1,178 @@
+package serve
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pdmcp/pdmcp/grant"
+)
+
+// Defaults of the grant watch.
+const (
+	// grantCheckInterval is how often the grant file is looked at (and the
+	// Gateway's reachability checked) between calls: a renewal is in force
+	// at the next call anyway; this is for the logs, the metric and
+	// /healthz of a server nobody calls.
+	grantCheckInterval = 30 * time.Second
+	// reachTimeout bounds one reachability check.
+	reachTimeout = 5 * time.Second
+)
+
+// grantWarnings are how long before its end a grant is logged at WARN
+// (once each per grant); its end is logged too.
+var grantWarnings = [...]time.Duration{24 * time.Hour, time.Hour}
+
+// grantFollower is the server: it reads grant.json again when it changed
+// and returns the grant in force (server.Server.FollowGrant).
+type grantFollower interface {
+	FollowGrant(ctx context.Context) *grant.Grant
+}
+
+// opsState is what the operations endpoints and the grant metric report:
+// the grant in force and the last reachability checks, all cached, so a
+// health request never waits on the network.
+type opsState struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	grant   *grant.Grant
+	gateway reach
+	// warned are the warnings logged, by grant id, end and threshold.
+	warned map[string]bool
+}
+
+// reach is the outcome of the last reachability check.
+type reach struct {
+	checked   bool
+	ok        bool
+	err       string
+	checkedAt time.Time
+}
+
+func newOpsState(g *grant.Grant, now func() time.Time) *opsState {
+	return &opsState{now: now, grant: g, warned: map[string]bool{}}
+}
+
+func (st *opsState) setGrant(g *grant.Grant) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.grant = g
+}
+
+// secondsLeft is how long the grant in force has left, 0 once it ended.
+func (st *opsState) secondsLeft() float64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return max(0, st.grant.NotAfter.Sub(st.now()).Seconds())
+}
+
+// warnExpiry logs the grant's coming end at each threshold it has passed,
+// and its end, once per grant.
+func (st *opsState) warnExpiry(log *slog.Logger) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	g := st.grant
+	left := g.NotAfter.Sub(st.now())
+	key := func(what string) string { return g.ID + "|" + g.NotAfter.String() + "|" + what }
+	attrs := []any{"grant", g.ID, "notAfter", g.NotAfter.UTC().Format(time.RFC3339)}
+	if left <= 0 {
+		if !st.warned[key("ended")] {
+			st.warned[key("ended")] = true
+			log.Warn("the grant has ended: every tool call is refused GRANT_EXPIRED until a new grant is written "+
+				"over the served one (pdmcp grant ... --out)", attrs...)
+		}
+		return
+	}
+	for _, before := range grantWarnings {
+		k := key(before.String())
+		if left <= before && !st.warned[k] {
+			// The nearer thresholds already passed are marked too: one
+			// line says how long is left.
+			for _, b := range grantWarnings {
+				if left <= b {
+					st.warned[key(b.String())] = true
+				}
+			}
+			log.Warn("the grant ends soon; write a renewed one over the served file (pdmcp grant ... --out)",
+				append(attrs, "secondsLeft", int64(left.Seconds()))...)
+			return
+		}
+	}
+}
+
+// pinger is the Gateway client: one unauthenticated request that
+// proves the Gateway answers (gateway.Client.Reachable).
+type pinger interface {
+	Reachable(ctx context.Context) error
+}
+
+// checkReach asks p once, bounded by reachTimeout, and records the
+// outcome.
+func (st *opsState) checkReach(ctx context.Context, p pinger) {
+	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	err := p.Reachable(ctx)
+	r := reach{checked: true, ok: err == nil, checkedAt: st.now()}
+	if err != nil {
+		r.err = err.Error()
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.gateway = r
+}
+
+// health is /healthz's answer: ok says whether anything can be served
+// (the grant in force has not ended, and the Gateway's address took the
+// last connection tried).
+func (st *opsState) health() (body map[string]any, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := st.now()
+	g := st.grant
+	left := int64(max(0, g.NotAfter.Sub(now).Seconds()))
+	ok = now.Before(g.NotAfter)
+	body = map[string]any{"grant": map[string]any{"id": g.ID, "notAfter": g.NotAfter.UTC().Format(time.RFC3339),
+		"secondsLeft": left, "expired": !ok}}
+	gw := map[string]any{"checked": st.gateway.checked}
+	if st.gateway.checked {
+		gw["reachable"] = st.gateway.ok
+		gw["checkedAt"] = st.gateway.checkedAt.UTC().Format(time.RFC3339)
+		if !st.gateway.ok {
+			gw["error"] = st.gateway.err
+			ok = false
+		}
+	}
+	body["gateway"] = gw
+	return body, ok
+}
+
+// watchGrant follows the grant between calls, logs its coming end and
+// checks the Gateway's reachability, every interval until stop; the first
+// round runs at once.
+func watchGrant(ctx context.Context, f grantFollower, st *opsState, gw pinger, interval time.Duration,
+	log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			st.setGrant(f.FollowGrant(ctx))
+			st.warnExpiry(log)
+			st.checkReach(ctx, gw)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
