@@ -159,4 +159,3 @@ func (s *Server) loadGrant(old *grant.Grant, m *grant.Manifest) (*grant.Grant, e
 func (s *Server) toolGranted(g *grant.Grant, tool string) bool {
 	return slices.Contains(g.AllowedTools, tool)
 }
-

@@ -101,14 +101,14 @@ type Config struct {
 	// server follows it before each call (FollowGrant).
 	GrantPath string
 	// OnGrant, when set, is told of each changed grant put in force.
-	OnGrant func(*grant.Grant)
-	Journal      *journal.Journal
-	Audit        *audit.Log
-	Sessions     GatewaySessions
-	Version      string
-	RunID        string
-	Now          func() time.Time
-	Logger       *slog.Logger
+	OnGrant  func(*grant.Grant)
+	Journal  *journal.Journal
+	Audit    *audit.Log
+	Sessions GatewaySessions
+	Version  string
+	RunID    string
+	Now      func() time.Time
+	Logger   *slog.Logger
 	// SDKLogger, when set, is the go-sdk's logger (the serving edge lowers
 	// its records of client protocol mistakes); Logger otherwise.
 	SDKLogger *slog.Logger
