@@ -34,13 +34,16 @@ var (
 	ErrUnknownDataType    = errors.New("unknown data type")
 	ErrNotCompound        = errors.New("not a compound document")
 
-	ErrNoTools           = errors.New("allowedTools is empty")
-	ErrUnknownTool       = errors.New("unknown tool")
-	ErrIdentity          = errors.New("exactly one of localUser and callerIdentity must be set")
-	ErrStepsRequired     = errors.New("hand_off and close_step need steps")
-	ErrFileRootRequired  = errors.New("encrypt_file and decrypt_file need a file root")
-	ErrManifestMismatch  = errors.New("grant was written for another manifest")
-	ErrNoKeys            = errors.New("grant covers no key, and a scoped session needs at least one")
+	ErrNoTools          = errors.New("allowedTools is empty")
+	ErrUnknownTool      = errors.New("unknown tool")
+	ErrIdentity         = errors.New("exactly one of localUser and callerIdentity must be set")
+	ErrStepsRequired    = errors.New("hand_off and close_step need steps")
+	ErrFileRootRequired = errors.New("encrypt_file and decrypt_file need a file root")
+	ErrManifestMismatch = errors.New("grant was written for another manifest")
+	ErrNoKeys           = errors.New("grant covers no key, and a scoped session needs at least one")
+	// ErrNothingGranted: a grant that names no document, no destination
+	// and no file root: nothing for any tool to do.
+	ErrNothingGranted    = errors.New("grant names nothing")
 	ErrGrantTooWide      = errors.New(CodeGrantTooWide)
 	ErrNotApproved       = errors.New("document is not approved in the manifest")
 	ErrBadOption         = errors.New("bad launch option")

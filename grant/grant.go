@@ -71,7 +71,12 @@ type Grant struct {
 	Destinations   []string `json:"destinations"`
 	// FileRoot is the one folder the file tools work in, absolute and
 	// resolved.
-	FileRoot string    `json:"fileRoot,omitempty"`
+	FileRoot string `json:"fileRoot,omitempty"`
+	// Anchor is the destination whose key a file task's Gateway session
+	// is minted over when its documents and destinations give none (a
+	// scoped session needs one object). It is the session's only: no tool
+	// saves to it, lists it or reads it.
+	Anchor   string    `json:"anchor,omitempty"`
 	Steps    []string  `json:"steps,omitempty"`
 	NotAfter time.Time `json:"notAfter"`
 	IssuedAt time.Time `json:"issuedAt"`
@@ -151,6 +156,14 @@ func (g *Grant) Check() error {
 			return err
 		}
 	}
+	if g.Anchor != "" {
+		if err := checkID(g.Anchor); err != nil {
+			return &FieldError{Field: "anchor", Err: err}
+		}
+		if g.FileRoot == "" {
+			return fieldErr("anchor", ErrInvalid, "only a file task (a grant with a file root) is anchored")
+		}
+	}
 	if g.IssuedAt.IsZero() {
 		return &FieldError{Field: "issuedAt", Err: ErrMissing}
 	}
@@ -208,6 +221,11 @@ func Validate(g *Grant, m *Manifest) error {
 			return fieldErr(fmt.Sprintf("destinations[%d]", i), ErrUnknownDestination, "%q", id)
 		}
 	}
+	if g.Anchor != "" {
+		if d, ok := m.Destinations[g.Anchor]; !ok || d.TTag == "" {
+			return fieldErr("anchor", ErrUnknownDestination, "%q (a destination with a key)", g.Anchor)
+		}
+	}
 	for i, id := range g.Steps {
 		if _, ok := m.Steps[id]; !ok {
 			return fieldErr(fmt.Sprintf("steps[%d]", i), ErrUnknownStep, "%q", id)
@@ -262,7 +280,7 @@ func Keys(g *Grant, m *Manifest) []string {
 			seen[k] = true
 		}
 	}
-	for _, id := range g.Destinations {
+	for _, id := range append(slices.Clone(g.Destinations), g.Anchor) {
 		if d, ok := m.Destinations[id]; ok && d.TTag != "" {
 			seen[d.TTag] = true
 		}

@@ -140,15 +140,22 @@ func Launch(opts LaunchOptions) (*Grant, error) {
 		NotAfter:       issued.Add(opts.TTL),
 		Manifest:       m.File(),
 	}
-	// A scoped session needs at least one object. A task whose documents
-	// and destinations give none (a file task) is anchored on an
-	// operator-seeded destination key, never one the model could name.
-	if len(g.Destinations) == 0 && len(Keys(g, m)) == 0 {
+	// A grant for nothing is an operator's slip: refused, never widened
+	// on their behalf.
+	if len(g.Documents) == 0 && len(g.Destinations) == 0 && root == "" {
+		return nil, fmt.Errorf("%w: this grant names no document, no destination and no file root; "+
+			"name --documents or --destinations (or --all-approved), or --file-root for a file task", ErrNothingGranted)
+	}
+	// A scoped session needs at least one object. A file task whose
+	// documents and destinations give none is anchored on an
+	// operator-seeded destination key: the session's own, not a
+	// destination the model may save to (Grant.Anchor).
+	if root != "" && len(Keys(g, m)) == 0 {
 		anchor, ok := firstKeyedDestination(m)
 		if !ok {
 			return nil, fmt.Errorf("%w: name a document or a destination with a key, or give the manifest a destination with a key to anchor the session on", ErrNoKeys)
 		}
-		g.Destinations = []string{anchor}
+		g.Anchor = anchor
 	}
 	if err := g.Check(); err != nil {
 		return nil, err

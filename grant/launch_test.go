@@ -252,9 +252,18 @@ func TestLaunchFileRoot(t *testing.T) {
 		t.Fatalf("tools = %v, want the file tools", g.AllowedTools)
 	}
 	// No documents and no destinations: the session is anchored on the
-	// first destination with a key ("archive" has none).
-	if !slices.Equal(g.Destinations, []string{"evaluation-summary"}) || len(g.Documents) != 0 {
-		t.Fatalf("documents %v, destinations %v; want none and the anchor", g.Documents, g.Destinations)
+	// first destination with a key ("archive" has none), as the grant's
+	// internal anchor, never as a destination a tool may save to.
+	if len(g.Destinations) != 0 || len(g.Documents) != 0 || g.Anchor != "evaluation-summary" {
+		t.Fatalf("documents %v, destinations %v, anchor %q; want none, none and the anchor",
+			g.Documents, g.Destinations, g.Anchor)
+	}
+	m, err := LoadManifest(opts.ManifestPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys := Keys(g, m); !slices.Equal(keys, []string{m.Destinations["evaluation-summary"].TTag}) {
+		t.Fatalf("the anchored grant's keys %v; want the anchor's key", keys)
 	}
 
 	// A refused file root writes nothing.
@@ -267,6 +276,52 @@ func TestLaunchFileRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(opts.Out); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("a refused launch wrote a grant")
+	}
+}
+
+// Why 6: a grant that names nothing (no document, no destination, no
+// file root) is refused and nothing is written; before, it was silently
+// anchored on a destination the model could then save to.
+func TestLaunchRefusesAGrantForNothing(t *testing.T) {
+	opts := launchSetup(t)
+	opts.AllApproved, opts.Documents, opts.Destinations = false, nil, nil
+	opts.LocalUser = "svc.agent"
+	if _, err := Launch(opts); !errors.Is(err, ErrNothingGranted) {
+		t.Fatalf("Launch of a grant for nothing: %v, want ErrNothingGranted", err)
+	}
+	if _, err := os.Stat(opts.Out); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a refused launch wrote a grant")
+	}
+}
+
+// The anchor is checked like the grant's other ids.
+func TestGrantAnchorChecks(t *testing.T) {
+	m := loadValidManifest(t)
+	for _, tc := range []struct {
+		name     string
+		anchor   string
+		fileRoot string
+		want     error
+	}{
+		{"without a file root", "evaluation-summary", "", ErrInvalid},
+		{"a destination without a key", "archive", "/tmp/task", ErrUnknownDestination},
+		{"no such destination", "nope", "/tmp/task", ErrUnknownDestination},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &Grant{ID: "g1", Version: GrantVersion, AllowedTools: FileTools(), LocalUser: "svc.agent",
+				Documents: []string{}, Destinations: []string{}, FileRoot: tc.fileRoot, Anchor: tc.anchor,
+				IssuedAt: time.Now(), NotAfter: time.Now().Add(time.Hour), Manifest: m.File()}
+			if tc.fileRoot == "" {
+				g.AllowedTools = DocumentTools()
+			}
+			err := g.Check()
+			if err == nil {
+				err = Validate(g, m)
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("%v, want %v", err, tc.want)
+			}
+		})
 	}
 }
 
