@@ -3,17 +3,26 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
+	"github.com/pdmcp/pdmcp/internal/serve"
 )
 
 func newHostConfigCmd() *cobra.Command {
 	var h operator.HostConfig
 	var format, out string
 	cmd := command("host-config", "Write an MCP host's configuration that starts this server over stdio", func(cmd *cobra.Command) error {
+		// The checks serve makes at its start: a configuration that would
+		// only start a server that refuses to run is refused here, where
+		// the operator is (a host shows only "Connection closed").
+		if err := serve.CheckStart(serve.StartFiles{ConfigPath: h.Config, ManifestPath: h.Manifest, GrantPath: h.Grant},
+			false, time.Now()); err != nil {
+			return fmt.Errorf("the server would refuse to start: %w", err)
+		}
 		g, err := grant.Load(h.Grant)
 		if err != nil {
 			return err

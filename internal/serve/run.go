@@ -110,44 +110,14 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	if err := CheckEnvironment(o.Environ); err != nil {
 		return nil, err
 	}
-	sc, err := gateway.LoadServiceConfig(o.ConfigPath)
+	c, err := checkStart(StartFiles{ConfigPath: o.ConfigPath, ManifestPath: o.ManifestPath, GrantPath: o.GrantPath},
+		httpMode, o.Now())
 	if err != nil {
 		return nil, err
 	}
-	g, err := grant.Load(o.GrantPath)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case httpMode && !g.CallerIdentity:
-		return nil, fmt.Errorf("this grant names the local user %q; over HTTP each caller acts as themselves: "+
-			"write the grant with --caller-identity", g.LocalUser)
-	case !httpMode && g.LocalUser == "":
-		return nil, errors.New("this grant names no local user (it was written with --caller-identity for HTTP); " +
-			"over stdio write the grant with --local-user")
-	}
-	// The manifest's path is resolved once, here: the server reads, and
-	// keeps its journal and locks beside, the file a symbolic link names,
-	// as every command does, and follows that file (not a later retarget
-	// of the link) until it restarts.
-	resolved, err := grant.RealPath(o.ManifestPath)
-	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", o.ManifestPath, err)
-	}
-	o.ManifestPath = resolved
-	m, err := grant.LoadManifest(o.ManifestPath)
-	if err != nil {
-		return nil, err
-	}
-	if err := grant.Validate(g, m); err != nil {
-		return nil, err
-	}
-	if err := grant.CheckApproved(g, m); err != nil {
-		return nil, err
-	}
-	if g.Expired(o.Now()) {
-		return nil, fmt.Errorf("the grant ended at %s; write a new one with `pdmcp grant`", g.NotAfter.UTC().Format(time.RFC3339))
-	}
+	sc, g, m := c.service, c.grant, c.manifest
+	// checkStart resolved the manifest's path (see there).
+	o.ManifestPath = c.manifestPath
 	jpath := o.JournalPath
 	if jpath == "" {
 		jpath = journal.DefaultPath(o.ManifestPath)
