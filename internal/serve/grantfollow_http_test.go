@@ -157,3 +157,33 @@ func (hs *httpStack) handleDigests(t *testing.T) []string {
 	}
 	return out
 }
+
+// /healthz answers 503 while the Gateway does not answer (the check is the
+// watch's, cached: a health request sends nothing), and 200 once it is
+// back.
+func TestHTTPHealthGatewayUnreachable(t *testing.T) {
+	hs := newHTTPStack(t, 8, func(_ *testing.T, hs *httpStack, _ string, _ *grant.LaunchOptions) {
+		hs.grantCheck = 50 * time.Millisecond
+	})
+	testutil.WaitFor(t, "a reachable Gateway in /healthz", func() bool {
+		code, h := hs.healthz(t)
+		gw, _ := h["gateway"].(map[string]any)
+		return code == 200 && gw["reachable"] == true
+	})
+	addr := hs.env.Server.Listener.Addr().String()
+	hs.env.Server.CloseClientConnections()
+	hs.env.Server.Listener.Close()
+	testutil.WaitFor(t, "/healthz 503 with the Gateway down", func() bool {
+		code, h := hs.healthz(t)
+		gw, _ := h["gateway"].(map[string]any)
+		return code == http.StatusServiceUnavailable && gw["reachable"] == false && h["status"] == "unavailable"
+	})
+	hs.env.RestartSamePort(t)
+	if got := hs.env.Server.Listener.Addr().String(); got != addr {
+		t.Fatalf("the Gateway came back on %s, not %s", got, addr)
+	}
+	testutil.WaitFor(t, "/healthz 200 with the Gateway back", func() bool {
+		code, _ := hs.healthz(t)
+		return code == 200
+	})
+}
