@@ -3,6 +3,7 @@ package auth
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 )
@@ -99,6 +100,12 @@ const (
 	ReasonVerifierFailed = "VERIFIER_FAILED"
 )
 
+// ProviderRetryAfter is the Retry-After of a request refused
+// provider-unavailable (503): long enough for a provider's restart, short
+// enough that a host retries soon; the keys are fetched again at most once
+// per the verifier's JWKSRefreshMin (5 s by default) meanwhile.
+const ProviderRetryAfter = 10 * time.Second
+
 // TokenError is a refused request: its class, the server's reason code, and
 // the HTTP status it is answered with. Its text names only the class and
 // reason. For provider-unavailable it wraps the failure that made the
@@ -137,9 +144,13 @@ func (e *TokenError) Is(target error) bool {
 
 // Status is the HTTP status a refusal of this kind is answered with: 403 for
 // a scope shortfall, 400 for a request that carries its token in a way this
-// server never accepts, 401 otherwise.
+// server never accepts, 503 when the provider cannot be reached (the token
+// may well be good: a 401 would send the user to sign in again for a
+// server's outage), 401 otherwise.
 func (e *TokenError) Status() int {
 	switch {
+	case e.Class == ClassProviderUnavailable:
+		return http.StatusServiceUnavailable
 	case e.Class == ClassInsufficientScope:
 		return http.StatusForbidden
 	case e.Reason == ReasonMultipleAuthHeaders || e.Reason == ReasonTokenInQuery:
@@ -153,7 +164,7 @@ func (e *TokenError) Status() int {
 // request that carried no token at all (RFC 6750 §3.1).
 func (e *TokenError) oauthError() string {
 	switch {
-	case e.Class == ClassNoToken:
+	case e.Class == ClassNoToken, e.Class == ClassProviderUnavailable:
 		return ""
 	case e.Class == ClassInsufficientScope:
 		return "insufficient_scope"

@@ -67,8 +67,10 @@ func TestVerifierWithdrawnKeyGrace(t *testing.T) {
 		}
 	}
 
-	// Through the middleware on a real TLS server: refused 401, audited
-	// as provider-unavailable.
+	// Through the middleware on a real TLS server: refused 503 with
+	// Retry-After and no challenge (the token is not at fault; a 401 would
+	// send the user to sign in again for an outage), audited as
+	// provider-unavailable.
 	var (
 		mu     sync.Mutex
 		audits []RefusalRecord
@@ -93,8 +95,10 @@ func TestVerifierWithdrawnKeyGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `"provider-unavailable"`) {
-		t.Fatalf("status %d, challenge %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "10" ||
+		resp.Header.Get("WWW-Authenticate") != "" {
+		t.Fatalf("status %d, Retry-After %q, challenge %q; want 503, 10 and none", resp.StatusCode,
+			resp.Header.Get("Retry-After"), resp.Header.Get("WWW-Authenticate"))
 	}
 	mu.Lock()
 	if len(audits) != 1 || audits[0].Class != ClassProviderUnavailable || audits[0].Reason != ReasonJWKSTooOld {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime/trace"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,7 +122,13 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 
 	refuseRequest := func(w http.ResponseWriter, r *http.Request, te *TokenError) {
 		status := te.Status()
-		w.Header().Set("WWW-Authenticate", challenge(te, opts.ResourceMetadataURL, scopes))
+		if status == http.StatusServiceUnavailable {
+			// No challenge: nothing about the token is wrong. Retry-After
+			// says when the provider's keys are tried again.
+			w.Header().Set("Retry-After", strconv.Itoa(int(ProviderRetryAfter/time.Second)))
+		} else {
+			w.Header().Set("WWW-Authenticate", challenge(te, opts.ResourceMetadataURL, scopes))
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(status)

@@ -193,3 +193,14 @@ func checkHTTPS(raw string) error {
 	}
 	return nil
 }
+
+// Reachable fetches the provider's discovery document once, with the
+// provider's client, and reports whether it came back; unlike Metadata it
+// never answers from what it holds. It sends no token.
+func (p *Provider) Reachable(ctx context.Context) error {
+	u := strings.TrimSuffix(p.issuer, "/") + "/.well-known/openid-configuration"
+	if _, err := p.get(ctx, u); err != nil {
+		return fmt.Errorf("provider discovery at %s: %w", u, err)
+	}
+	return nil
+}

@@ -302,8 +302,11 @@ func TestVerifyRefuses(t *testing.T) {
 				t.Error("errors.Is by class does not match")
 			}
 			wantStatus := http.StatusUnauthorized
-			if tc.class == ClassInsufficientScope {
+			switch tc.class {
+			case ClassInsufficientScope:
 				wantStatus = http.StatusForbidden
+			case ClassProviderUnavailable:
+				wantStatus = http.StatusServiceUnavailable
 			}
 			if te.Status() != wantStatus {
 				t.Errorf("status %d, want %d", te.Status(), wantStatus)
@@ -409,8 +412,8 @@ func TestVerifierProviderUnavailable(t *testing.T) {
 		if !errors.As(err, &te) || te.Class != ClassProviderUnavailable || te.Reason != ReasonDiscoveryFailed {
 			t.Fatalf("got %v, want provider-unavailable/%s", err, ReasonDiscoveryFailed)
 		}
-		if te.Status() != http.StatusUnauthorized {
-			t.Errorf("status %d", te.Status())
+		if te.Status() != http.StatusServiceUnavailable || errors.Is(err, sdkauth.ErrInvalidToken) {
+			t.Errorf("status %d; want 503, not an invalid token", te.Status())
 		}
 		if errors.Unwrap(err) == nil {
 			t.Error("no provider failure behind the refusal")

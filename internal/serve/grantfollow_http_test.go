@@ -187,3 +187,49 @@ func TestHTTPHealthGatewayUnreachable(t *testing.T) {
 		return code == 200
 	})
 }
+
+// Why 6: a provider that cannot be reached at start is logged at WARN
+// with the reason and the server serves anyway; a request whose token
+// cannot be checked because the provider is down is answered 503 with
+// Retry-After, not 401 invalid_token (which would send the user to sign in
+// again for an outage), and is audited; /healthz names the provider as
+// unreachable.
+func TestHTTPProviderUnreachable(t *testing.T) {
+	hs := newHTTPStack(t, 8, func(_ *testing.T, hs *httpStack, _ string, _ *grant.LaunchOptions) {
+		hs.grantCheck = 50 * time.Millisecond
+		hs.idpDown.Store(true)
+	})
+	if !strings.Contains(hs.stderr.String(), "the OpenID provider cannot be reached at start; serving anyway") {
+		t.Fatalf("no WARN for the provider at start:\n%s", hs.stderr.String())
+	}
+	testutil.WaitFor(t, "/healthz naming the provider unreachable", func() bool {
+		code, h := hs.healthz(t)
+		p, _ := h["provider"].(map[string]any)
+		return code == 200 && p["reachable"] == false
+	})
+	hs.idpDown.Store(false)
+	token := hs.token(t, "alice", "pw-a")
+	hs.idpDown.Store(true)
+	resp := hs.rpc(t, token, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		strings.Contains(resp.Header.Get("WWW-Authenticate"), "invalid_token") {
+		t.Fatalf("a request while the provider is down: %d, Retry-After %q, WWW-Authenticate %q",
+			resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("WWW-Authenticate"))
+	}
+	found := false
+	for _, l := range hs.auditLines(t) {
+		if l["event"] == "auth-refused" && l["class"] == "provider-unavailable" && l["status"] == float64(503) {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("the 503 refusal was not audited")
+	}
+	hs.idpDown.Store(false)
+	testutil.WaitFor(t, "the provider back in /healthz", func() bool {
+		_, h := hs.healthz(t)
+		p, _ := h["provider"].(map[string]any)
+		return p["reachable"] == true
+	})
+}

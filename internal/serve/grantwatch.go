@@ -37,8 +37,9 @@ type opsState struct {
 	now func() time.Time
 
 	mu      sync.Mutex
-	grant   *grant.Grant
-	gateway reach
+	grant    *grant.Grant
+	gateway  reach
+	provider reach
 	// warned are the warnings logged, by grant id, end and threshold.
 	warned map[string]bool
 }
@@ -109,8 +110,8 @@ type pinger interface {
 }
 
 // checkReach asks p once, bounded by reachTimeout, and records the
-// outcome.
-func (st *opsState) checkReach(ctx context.Context, p pinger) {
+// outcome in *into.
+func (st *opsState) checkReach(ctx context.Context, p pinger, into *reach) {
 	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
 	defer cancel()
 	err := p.Reachable(ctx)
@@ -120,12 +121,14 @@ func (st *opsState) checkReach(ctx context.Context, p pinger) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.gateway = r
+	*into = r
 }
 
 // health is /healthz's answer: ok says whether anything can be served
-// (the grant in force has not ended, and the Gateway's address took the
-// last connection tried).
+// (the grant in force has not ended, and the Gateway answered the last
+// check). The provider's reachability is reported but does not make it
+// fail: tokens are still verified under the keys held, for
+// provider.jwksGraceSeconds.
 func (st *opsState) health() (body map[string]any, ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -135,23 +138,48 @@ func (st *opsState) health() (body map[string]any, ok bool) {
 	ok = now.Before(g.NotAfter)
 	body = map[string]any{"grant": map[string]any{"id": g.ID, "notAfter": g.NotAfter.UTC().Format(time.RFC3339),
 		"secondsLeft": left, "expired": !ok}}
-	gw := map[string]any{"checked": st.gateway.checked}
-	if st.gateway.checked {
-		gw["reachable"] = st.gateway.ok
-		gw["checkedAt"] = st.gateway.checkedAt.UTC().Format(time.RFC3339)
-		if !st.gateway.ok {
-			gw["error"] = st.gateway.err
-			ok = false
+	body["gateway"] = st.gateway.report()
+	if st.gateway.checked && !st.gateway.ok {
+		ok = false
+	}
+	if st.provider.checked {
+		body["provider"] = st.provider.report()
+	}
+	return body, ok
+}
+
+// report is a reach as /healthz shows it.
+func (r reach) report() map[string]any {
+	out := map[string]any{"checked": r.checked}
+	if r.checked {
+		out["reachable"] = r.ok
+		out["checkedAt"] = r.checkedAt.UTC().Format(time.RFC3339)
+		if !r.ok {
+			out["error"] = r.err
 		}
 	}
-	body["gateway"] = gw
-	return body, ok
+	return out
+}
+
+// probeProvider tries the provider's discovery once at start, bounded: a
+// provider that cannot be reached is logged at WARN with the reason, and
+// the server serves anyway (requests are answered 503 with Retry-After
+// while their tokens cannot be checked).
+func probeProvider(ctx context.Context, p interface {
+	Reachable(ctx context.Context) error
+}, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	if err := p.Reachable(ctx); err != nil {
+		log.Warn("the OpenID provider cannot be reached at start; serving anyway, and requests are answered 503 "+
+			"with Retry-After while their tokens cannot be checked", "err", err)
+	}
 }
 
 // watchGrant follows the grant between calls, logs its coming end and
 // checks the Gateway's reachability, every interval until stop; the first
 // round runs at once.
-func watchGrant(ctx context.Context, f grantFollower, st *opsState, gw pinger, interval time.Duration,
+func watchGrant(ctx context.Context, f grantFollower, st *opsState, gw, provider pinger, interval time.Duration,
 	log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -163,7 +191,10 @@ func watchGrant(ctx context.Context, f grantFollower, st *opsState, gw pinger, i
 		for {
 			st.setGrant(f.FollowGrant(ctx))
 			st.warnExpiry(log)
-			st.checkReach(ctx, gw)
+			st.checkReach(ctx, gw, &st.gateway)
+			if provider != nil {
+				st.checkReach(ctx, provider, &st.provider)
+			}
 			select {
 			case <-ctx.Done():
 				return

@@ -284,6 +284,8 @@ func runHTTP(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	d.provider = provider
+	probeProvider(ctx, provider, o.Logger)
 	verifier, err := cfg.NewVerifier(provider)
 	if err != nil {
 		return err

@@ -90,6 +90,9 @@ type deps struct {
 	runID    string
 	// stopHangup ends the audit file's reopen-on-SIGHUP watch.
 	stopHangup func()
+	// provider is the OpenID provider over HTTP (its reachability is
+	// reported by /healthz); nil over stdio.
+	provider pinger
 }
 
 func (d *deps) close() {
@@ -223,7 +226,7 @@ func (d *deps) server(ctx context.Context, o *Options, sessions endingSessions, 
 	if interval <= 0 {
 		interval = grantCheckInterval
 	}
-	stopWatch := watchGrant(ctx, srv, ops, d.client, interval, o.Logger)
+	stopWatch := watchGrant(ctx, srv, ops, d.client, d.provider, interval, o.Logger)
 	stop = func() {
 		stopWatch()
 		srv.RevokeHandOffs(context.WithoutCancel(ctx))

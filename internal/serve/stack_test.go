@@ -60,6 +60,9 @@ type httpStack struct {
 	crashPoint func(crashpoint.Point)
 	// grantCheck, when set, is serve.Options.GrantCheckInterval.
 	grantCheck time.Duration
+	// idpDown makes the provider drop every connection unanswered, as a
+	// provider that cannot be reached.
+	idpDown atomic.Bool
 }
 
 // stackOption changes what newHTTPStack serves: it may replace the
@@ -124,6 +127,15 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 // countExchanges counts the token exchanges the provider is asked for.
 func (hs *httpStack) countExchanges(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hs.idpDown.Load() {
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					conn.Close()
+					return
+				}
+			}
+			panic(http.ErrAbortHandler)
+		}
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/token") {
 			_ = r.ParseForm()
 			if strings.HasSuffix(r.PostForm.Get("grant_type"), "token-exchange") {
