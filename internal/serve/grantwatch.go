@@ -36,7 +36,7 @@ type grantFollower interface {
 type opsState struct {
 	now func() time.Time
 
-	mu      sync.Mutex
+	mu       sync.Mutex
 	grant    *grant.Grant
 	gateway  reach
 	provider reach
