@@ -242,7 +242,7 @@ func New(cfg Config) (*Server, error) {
 		root.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, Journal: cfg.Journal, Now: cfg.Now,
+	s.handoffs = handoff.New(handoff.Config{Grant: cfg.Grant, GrantNow: s.grantNow, Journal: cfg.Journal, Now: cfg.Now,
 		ClockOffset: cfg.ClockOffset, Hook: cfg.CrashPoint, Logger: cfg.Logger, Maker: maker,
 		OnPanic: func(v any) { s.recovered(PanicBackground, "renewing a hand-off lock", v) }})
 	if cfg.Grant.FileRoot != "" {

@@ -102,9 +102,14 @@ func (e *LeftAloneError) Unwrap() error { return e.Err }
 
 // Config is what an Engine is built from.
 type Config struct {
-	Grant   *grant.Grant
-	Journal *journal.Journal
-	Now     func() time.Time
+	Grant *grant.Grant
+	// GrantNow, when set, is the grant in force (the server follows
+	// grant.json): a hand-off's documents and end are judged by it. The
+	// journal's rows keep Grant's id, the one the run started with, so
+	// that the stop revokes every hand-off the run opened.
+	GrantNow func() *grant.Grant
+	Journal  *journal.Journal
+	Now      func() time.Time
 	// ClockOffset is the Gateway's clock minus this one, as measured from
 	// its answers; nil means none.
 	ClockOffset func() time.Duration
@@ -147,6 +152,14 @@ func New(cfg Config) *Engine {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Engine{cfg: cfg, locks: map[string]*sync.Mutex{}}
+}
+
+// grantNow is the grant in force: Config.GrantNow's, or Config.Grant.
+func (e *Engine) grantNow() *grant.Grant {
+	if e.cfg.GrantNow != nil {
+		return e.cfg.GrantNow()
+	}
+	return e.cfg.Grant
 }
 
 // CheckSteps applies, at start, the rules every step the grant names must
@@ -200,7 +213,7 @@ func (e *Engine) Plan(m *grant.Manifest, stepID string) (*Plan, error) {
 	p := &Plan{StepID: stepID, Step: st, KeyDocument: map[string]string{}, TypeKey: map[string]string{}}
 	keys := map[string]bool{}
 	for _, docID := range slices.Sorted(maps.Keys(st.Documents)) {
-		if !slices.Contains(e.cfg.Grant.Documents, docID) {
+		if !slices.Contains(e.grantNow().Documents, docID) {
 			continue
 		}
 		d, ok := m.Documents[docID]
@@ -247,13 +260,14 @@ func NotDelegator(stepID string) error {
 func (e *Engine) EndTime(p *Plan) (time.Time, error) {
 	now := e.cfg.Now()
 	end := now.Add(time.Duration(p.Step.MaxWindowSeconds) * time.Second)
-	if e.cfg.Grant.NotAfter.Before(end) {
-		end = e.cfg.Grant.NotAfter
+	g := e.grantNow()
+	if g.NotAfter.Before(end) {
+		end = g.NotAfter
 	}
 	if left := end.Sub(now); left < MinWindow {
 		return time.Time{}, refusal.New(refusal.WindowTooShort,
 			"step %q would be handed for %s, less than the %s minimum (the grant ends at %s); nothing was sent; ask the operator for a new grant",
-			p.StepID, left.Round(time.Second), MinWindow, e.cfg.Grant.NotAfter.UTC().Format(time.RFC3339))
+			p.StepID, left.Round(time.Second), MinWindow, g.NotAfter.UTC().Format(time.RFC3339))
 	}
 	return end.Add(e.cfg.ClockOffset()).UTC().Truncate(time.Second), nil
 }

@@ -377,6 +377,16 @@ func TestPlanAndWindowRefusals(t *testing.T) {
 	if _, err := e.EndTime(p); codeOf(err) != "adapter/"+string(refusal.WindowTooShort) {
 		t.Fatalf("got %v, want WINDOW_TOO_SHORT", err)
 	}
+	// The grant in force (GrantNow: the server follows grant.json) decides
+	// the end, not the one the run started with: renewed, the same step is
+	// handed off, and its end is the window's.
+	renewed := g
+	renewed.NotAfter = now.Add(30 * 24 * time.Hour)
+	e = handoff.New(handoff.Config{Grant: &g, GrantNow: func() *grant.Grant { return &renewed }, Journal: r.j,
+		Now: func() time.Time { return now }})
+	if end, err := e.EndTime(p); err != nil || !end.After(g.NotAfter) {
+		t.Fatalf("under the renewed grant: end %v, %v; want past the start grant's end", end, err)
+	}
 	// The end is the grant's when it comes before the window's, moved by
 	// the Gateway clock's offset.
 	g.NotAfter = now.Add(10 * time.Minute)
