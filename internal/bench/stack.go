@@ -137,6 +137,13 @@ func UserName(i int) string { return fmt.Sprintf("u%04d", i) }
 
 func userPassword(i int) string { return fmt.Sprintf("pw-%04d", i) }
 
+// NoAccessUser is a development user besides the numbered ones, mapped to
+// the principal "none", who may read nothing: the signed-in attacker of
+// the abuse suite.
+const NoAccessUser = "carol"
+
+const noAccessPassword = "pw-carol"
+
 // StartStack starts the stack; Close stops it.
 func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 	if o.Logger == nil {
@@ -160,6 +167,8 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 		users = append(users, devidp.User{Username: UserName(i), Password: userPassword(i)})
 		identities[UserName(i)] = st.PrincipalOf(i)
 	}
+	users = append(users, devidp.User{Username: NoAccessUser, Password: noAccessPassword})
+	identities[NoAccessUser] = "none"
 	st.stack, err = stack.Start(ctx, stack.Options{Dir: o.Dir, CA: st.ca, Logger: o.Logger, Version: "bench",
 		ServiceName: "pdmcp-bench", SeedTag: "b", SeedUsers: []operator.SeedUser{
 			{Name: "reader", Documents: principalDocs["reader"], Save: true},
@@ -326,12 +335,36 @@ const (
 
 // Token gets user i's access token through the code flow, as a host would.
 func (st *Stack) Token(ctx context.Context, i int) (string, error) {
+	return st.login(ctx, UserName(i), userPassword(i), st.MCPURL)
+}
+
+// NoAccessToken is NoAccessUser's access token for the server at resource.
+func (st *Stack) NoAccessToken(ctx context.Context, resource string) (string, error) {
+	return st.login(ctx, NoAccessUser, noAccessPassword, resource)
+}
+
+// tokenFor is user i's access token for the server at resource.
+func (st *Stack) tokenFor(ctx context.Context, i int, resource string) (string, error) {
+	return st.login(ctx, UserName(i), userPassword(i), resource)
+}
+
+func (st *Stack) login(ctx context.Context, user, password, resource string) (string, error) {
 	tok, err := devidp.Login(ctx, st.HC, devidp.LoginParams{Issuer: st.Issuer, ClientID: devidp.DefaultHostClientID,
-		RedirectURL: "http://127.0.0.1:18124/callback", Username: UserName(i), Password: userPassword(i), Resource: st.MCPURL})
+		RedirectURL: "http://127.0.0.1:18124/callback", Username: user, Password: password, Resource: resource})
 	if err != nil {
-		return "", fmt.Errorf("login %s: %w", UserName(i), err)
+		return "", fmt.Errorf("login %s: %w", user, err)
 	}
 	return tok.AccessToken, nil
+}
+
+// AbuseTarget is the stack's pdmcp as the abuse suite's target, with
+// NoAccessUser's token.
+func (st *Stack) AbuseTarget(ctx context.Context) (AbuseTarget, error) {
+	tok, err := st.NoAccessToken(ctx, st.MCPURL)
+	if err != nil {
+		return AbuseTarget{}, err
+	}
+	return AbuseTarget{URL: st.MCPURL, TLS: st.HC.Transport.(*http.Transport).TLSClientConfig, Token: tok}, nil
 }
 
 // ConnectUser signs user i in and opens their MCP session with pdmcp,
