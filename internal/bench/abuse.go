@@ -414,27 +414,65 @@ func (h *holder) send(ctx context.Context, hc *http.Client, token, body string) 
 	h.run.status(resp.StatusCode)
 }
 
-// StartAll starts every attack of the suite at once; stop ends them all
-// and returns their stats in the suite's order.
-func StartAll(ctx context.Context, t AbuseTarget, n AbuseSizes) (stop func() []*AttackStats, err error) {
-	var running []*RunningAttack
-	stop = func() []*AttackStats {
-		out := make([]*AttackStats, len(running))
-		for _, a := range running {
-			a.cancel()
-		}
-		for i, a := range running {
-			out[i] = a.Stop()
-		}
-		return out
-	}
+// Suite is every attack of the suite running at once.
+type Suite struct{ attacks []*RunningAttack }
+
+// StartAll starts every attack of the suite at once.
+func StartAll(ctx context.Context, t AbuseTarget, n AbuseSizes) (*Suite, error) {
+	s := &Suite{}
 	for _, k := range Attacks {
 		a, err := StartAttack(ctx, t, k, n)
 		if err != nil {
-			stop()
+			s.Stop()
 			return nil, err
 		}
-		running = append(running, a)
+		s.attacks = append(s.attacks, a)
 	}
-	return stop, nil
+	return s, nil
+}
+
+// Stop ends every attack and returns their stats in the suite's order.
+func (s *Suite) Stop() []*AttackStats {
+	for _, a := range s.attacks {
+		a.cancel()
+	}
+	out := make([]*AttackStats, len(s.attacks))
+	for i, a := range s.attacks {
+		out[i] = a.Stop()
+	}
+	return out
+}
+
+// UnderWay waits until every attack is under way (see
+// RunningAttack.UnderWay), at most wait in all.
+func (s *Suite) UnderWay(ctx context.Context, n AbuseSizes, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for _, a := range s.attacks {
+		if !a.UnderWay(ctx, n, time.Until(deadline)) {
+			return false
+		}
+	}
+	return true
+}
+
+// UnderWay waits, at most wait (a bound against a hang), until a holding
+// attack has opened every connection its sizes ask for, or a flood has
+// sent a few requests; it reports whether it did.
+func (a *RunningAttack) UnderWay(ctx context.Context, n AbuseSizes, wait time.Duration) bool {
+	want := map[Attack]int64{AttackStalledAnon: int64(bound(n.StalledAnon)), AttackStalledAuthed: int64(bound(n.StalledAuthed)),
+		AttackListenFlood: int64(bound(n.Listen))}
+	deadline := time.Now().Add(wait)
+	for {
+		s := a.Stats()
+		if w, held := want[s.Attack]; (held && s.Opened >= w) || (!held && s.Requests >= 5) {
+			return true
+		}
+		if !time.Now().Before(deadline) || ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
 }

@@ -77,7 +77,7 @@ func TestAbuseSuite(t *testing.T) {
 				running = append(running, a)
 			}
 			for _, a := range running {
-				if !underWay(a, suiteSizes, 30*time.Second) {
+				if !a.UnderWay(ctx, suiteSizes, 30*time.Second) {
 					t.Fatalf("the attack never got under way: %v", a.Stats())
 				}
 			}
@@ -110,21 +110,4 @@ func TestAbuseSuite(t *testing.T) {
 	if err := callOK(ctx, alice, "read_protected_document", readArgs()); err != nil {
 		t.Errorf("alice's read after the suite: %v", err)
 	}
-}
-
-// underWay waits (at most wait, a bound against a hang) until a has opened
-// every connection its sizes ask for, or, for a flood, sent a few
-// requests.
-func underWay(a *RunningAttack, n AbuseSizes, wait time.Duration) bool {
-	want := map[Attack]int64{AttackStalledAnon: int64(n.StalledAnon), AttackStalledAuthed: int64(n.StalledAuthed),
-		AttackListenFlood: int64(n.Listen)}
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
-		s := a.Stats()
-		if w, held := want[s.Attack]; (held && s.Opened >= w) || (!held && s.Requests >= 5) {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
 }

@@ -46,19 +46,33 @@ type Options struct {
 	// Trace, when set, is a file where P1 writes a runtime/trace of one
 	// more paced round of pdmcp's reads in both modes, after its measured
 	// rounds; the report then breaks a read's time down from it.
-	Trace    string
-	Progress io.Writer // stderr
-	Logger   *slog.Logger
+	Trace string
+	// Binary is the pdmcp binary P7 runs as its own server process
+	// (`pdmcp bench` gives its own; a test builds one).
+	Binary string
+	// AbuseCalls and AbuseRate are P7's reads per phase and per second;
+	// AbuseConnections the connection cap of P7's server (mcp-http.json's
+	// connections.max); Abuse the attacks' sizes.
+	AbuseCalls       int
+	AbuseRate        float64
+	AbuseConnections int
+	Abuse            AbuseSizes
+	Progress         io.Writer // stderr
+	Logger           *slog.Logger
 }
 
 // Full is the default run; Quick keeps every figure but small.
 func Full() Options {
-	return Options{Rounds: 5, Calls: 60, Users: 8, Rate: 200, FileSize: api.MaxDataBytes, Churn: 1000, Saves: 40, NewUsers: 30, History: 50000}
+	return Options{Rounds: 5, Calls: 60, Users: 8, Rate: 200, FileSize: api.MaxDataBytes, Churn: 1000, Saves: 40, NewUsers: 30, History: 50000,
+		AbuseCalls: 150, AbuseRate: 25, AbuseConnections: 256,
+		Abuse: AbuseSizes{StalledAnon: 256 + 64, StalledAuthed: 64, Listen: 64, JunkRate: 20, RefusalConns: 4, RefusalRate: 500, OpenRate: 200}}
 }
 
 // Quick is small enough for a test.
 func Quick() Options {
-	return Options{Rounds: 1, Calls: 5, Users: 8, Rate: 400, FileSize: 1 << 20, Churn: 24, Saves: 4, NewUsers: 3, History: 500}
+	return Options{Rounds: 1, Calls: 5, Users: 8, Rate: 400, FileSize: 1 << 20, Churn: 24, Saves: 4, NewUsers: 3, History: 500,
+		AbuseCalls: 10, AbuseRate: 50, AbuseConnections: 32,
+		Abuse: AbuseSizes{StalledAnon: 32 + 8, StalledAuthed: 8, Listen: 8, JunkRate: 20, RefusalConns: 2, RefusalRate: 100, OpenRate: 400}}
 }
 
 // MarshalJSON leaves out the writers.
@@ -69,9 +83,14 @@ func (o Options) MarshalJSON() ([]byte, error) {
 		FileSize, Churn      int
 		Saves, NewUsers      int
 		History              int
+		AbuseCalls           int
+		AbuseRate            float64
+		AbuseConnections     int
+		Abuse                AbuseSizes
 		Only                 []string `json:",omitempty"`
 	}
-	return json.Marshal(plain{o.Rounds, o.Calls, o.Users, o.Rate, o.FileSize, o.Churn, o.Saves, o.NewUsers, o.History, o.Only})
+	return json.Marshal(plain{o.Rounds, o.Calls, o.Users, o.Rate, o.FileSize, o.Churn, o.Saves, o.NewUsers, o.History,
+		o.AbuseCalls, o.AbuseRate, o.AbuseConnections, o.Abuse, o.Only})
 }
 
 func (o Options) wants(id string) bool {
@@ -96,6 +115,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.Users < 1 || o.Rounds < 1 || o.Calls < 1 || o.Rate <= 0 {
 		return nil, errors.New("bench: users, rounds, calls and rate must be positive")
+	}
+	if o.wants(FigureAbuse) && (o.AbuseCalls < 1 || o.AbuseRate <= 0 || o.AbuseConnections < 2) {
+		return nil, errors.New("bench: P7's calls and rate must be positive and its connection cap at least 2")
 	}
 	dir := o.Dir
 	if dir == "" {
@@ -126,7 +148,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}{
 		{FigureSessionMemory, b.sessionMemoryPerCaller}, {FigureRead, b.readLatency}, {FigureFileEncrypt, b.fileEncrypt},
 		{FigureDurableSave, b.durableSave}, {FigureSaveHistory, b.saveHistory}, {FigureFirstRead, b.firstRead},
-		{FigureSessionMemory, b.sessionMemory},
+		{FigureSessionMemory, b.sessionMemory}, {FigureAbuse, b.abuseLatency},
 	}
 	for _, s := range steps {
 		if !o.wants(s.id) {

@@ -29,6 +29,10 @@ const (
 	// FigureSaveHistory: a save to a destination with a long history in
 	// the record against one with none.
 	FigureSaveHistory = "P6"
+	// FigureAbuse: a signed-in user's read p99 while the abuse suite runs
+	// against one with none, and the server process's memory and
+	// descriptors meanwhile.
+	FigureAbuse = "P7"
 )
 
 // Figure is one measured comparison.
