@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -46,6 +47,12 @@ same TLS, a bearer check) on 127.0.0.1, and measures, in alternating rounds in t
       carrying the same result
   P6  a save's median latency to a destination with 50,000 earlier versions in
       the record against one with none
+  P7  a signed-in user's read p99 while the abuse suite runs against pdmcp serve
+      (its own process, connection cap 256, the session pool full): stalled
+      bodies with and without a token past the cap, a subscriptions/listen
+      flood, junk requests, an unauthenticated refusal flood; against the same
+      reads with none; and the server's resident memory and open descriptors
+      during the abuse (Linux: /proc)
 
 Each figure is printed with its baselines and their ratio, and the ratio's
 least and greatest over the rounds; only ratios mean anything on a shared
@@ -61,6 +68,12 @@ for machines.`,
 				o = q
 			}
 			o.Only, o.Dir, o.HeapProfiles, o.Trace = only, dir, heapDir, traceFile
+			// P7 serves from this binary in its own process.
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("P7 runs this binary as the server: %w", err)
+			}
+			o.Binary = bin
 			o.Progress = cmd.ErrOrStderr()
 			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
 			if cpuProf != "" {
@@ -87,7 +100,7 @@ for machines.`,
 			}
 			r.WriteText(cmd.OutOrStdout())
 			if len(r.Figures) == 0 {
-				return errors.New("no figure was measured; --only takes P1 to P6")
+				return errors.New("no figure was measured; --only takes P1 to P7")
 			}
 			return nil
 		},
@@ -95,18 +108,19 @@ for machines.`,
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&quick, "quick", false, "small counts (seconds): checks that every figure runs, measures little")
-	f.StringSliceVar(&only, "only", nil, "measure only these figures (P1,...,P6)")
+	f.StringSliceVar(&only, "only", nil, "measure only these figures (P1,...,P7)")
 	f.StringVar(&dir, "dir", "", "state folder (default: a temporary one, removed afterwards)")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process)")
 	f.StringVar(&heapDir, "heapprofiles", "", "folder for P3's heap profiles after warm-up and at the end")
 	f.StringVar(&traceFile, "trace", "", "write a runtime/trace of one more paced round of P1's reads to this file "+
 		"(and of one more group of P5's new users to FILE.p5, or to FILE without P1), and break a read's time down "+
 		"from it (go tool trace reads the files too)")
-	f.IntVar(&opts.Rounds, "rounds", opts.Rounds, "alternating rounds of P1, P2, P4 and P6")
+	f.IntVar(&opts.Rounds, "rounds", opts.Rounds, "alternating rounds of P1, P2, P4, P6 and P7")
 	f.IntVar(&opts.Calls, "calls", opts.Calls, "P1 calls per user per target per round")
 	f.Float64Var(&opts.Rate, "rate", opts.Rate, "P1 total calls per second")
 	f.IntVar(&opts.Churn, "users", opts.Churn, "P3 distinct users")
 	f.IntVar(&opts.Saves, "saves", opts.Saves, "P4 saves per round, and P6's per round and destination")
 	f.IntVar(&opts.History, "history", opts.History, "P6 earlier versions in the record")
+	f.IntVar(&opts.AbuseCalls, "abuse-calls", opts.AbuseCalls, "P7 reads per phase (quiet, under abuse) per round")
 	return cmd
 }
