@@ -257,12 +257,8 @@ type holder struct {
 	run *attackRun
 }
 
-// heldRequest is what one held connection sends after its handshake, and
-// whether its answer is read (a listen stream's head).
-type heldRequest struct {
-	text       string
-	readStatus bool
-}
+// heldRequest is what one held connection sends after its handshake.
+type heldRequest struct{ text string }
 
 // stalledBody is a POST /mcp announcing AbuseBodyLength bytes; with a
 // token its first bytes follow, then nothing.
@@ -285,7 +281,7 @@ const listenMeta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-
 func (h *holder) listen(token string) heldRequest {
 	body := `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
 		listenMeta + `}}`
-	return heldRequest{readStatus: true, text: fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"+
+	return heldRequest{text: fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"+
 		"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: %s\r\n"+
 		"Mcp-Method: subscriptions/listen\r\nContent-Length: %d\r\n\r\n%s",
 		h.u.EscapedPath(), h.u.Host, token, StatelessProtocol, len(body), body)}
@@ -337,25 +333,22 @@ func (h *holder) holdOne(ctx context.Context, req heldRequest) {
 	h.run.requests.Add(1)
 	h.run.hold(1)
 	defer h.run.hold(-1)
+	// The answer, if any comes (a listen stream's head; a 408, 413 or 429
+	// for a stalled body), then whatever follows (a stream's events), until
+	// the server ends the connection.
 	br := bufio.NewReader(c)
-	if req.readStatus {
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			if ctx.Err() == nil {
-				h.run.status(0)
-				h.run.closed.Add(1)
-			}
-			return
-		}
-		h.run.status(resp.StatusCode)
+	resp, err := http.ReadResponse(br, nil)
+	if ctx.Err() != nil {
+		return
 	}
-	// Whatever comes (a 408 or 401 before the close, a stream's events) is
-	// read and dropped until the server ends the connection.
+	if err != nil {
+		h.run.status(0)
+		h.run.closed.Add(1)
+		return
+	}
+	h.run.status(resp.StatusCode)
 	_, _ = io.Copy(io.Discard, br)
 	if ctx.Err() == nil {
-		if !req.readStatus {
-			h.run.status(0)
-		}
 		h.run.closed.Add(1)
 	}
 }

@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -14,6 +17,46 @@ import (
 // big enough to be one, small enough for seconds.
 var suiteSizes = AbuseSizes{StalledAnon: 48, StalledAuthed: 24, Listen: 24, JunkRate: 50, RefusalConns: 2,
 	RefusalRate: 200, OpenRate: 400}
+
+// suiteChecks are what the server answers each attack in TestAbuseSuite,
+// at suiteSizes and the server's default per-user limits.
+var suiteChecks = map[Attack]func(*AttackStats) error{
+	// 24 bodies held by one user, over the 16 requests in flight a user
+	// may have: the rest are refused.
+	AttackStalledAuthed: func(s *AttackStats) error {
+		if s.Statuses[http.StatusTooManyRequests] == 0 {
+			return errors.New("no stalled body was refused 429 past the per-user requests in flight")
+		}
+		return nil
+	},
+	// 24 listen streams from one user, over the 8 a user may hold.
+	AttackListenFlood: func(s *AttackStats) error {
+		if s.Statuses[http.StatusTooManyRequests] == 0 {
+			return errors.New("no listen stream was refused 429 past the per-user streams")
+		}
+		return nil
+	},
+	// Junk is a clear error each time (or, while the same user's stalled
+	// bodies fill their requests in flight, 429); a request without a
+	// token, 401.
+	AttackJunk:         answeredOnly(1, http.StatusBadRequest, http.StatusTooManyRequests),
+	AttackRefusalFlood: answeredOnly(suiteSizes.RefusalConns, http.StatusUnauthorized),
+}
+
+// answeredOnly wants every request of a flood over conns connections
+// answered one of codes, but those in flight as the stats are read.
+func answeredOnly(conns int, codes ...int) func(*AttackStats) error {
+	return func(s *AttackStats) error {
+		var n int64
+		for _, c := range codes {
+			n += s.Statuses[c]
+		}
+		if n == 0 || n < s.Requests-int64(conns) {
+			return fmt.Errorf("%d of %d requests answered %v", n, s.Requests, codes)
+		}
+		return nil
+	}
+}
 
 // TestAbuseSuite is the abuse suite (issue 31, item 9): each attack, and
 // then all of them at once, runs briefly against a stack whose Gateway
@@ -100,8 +143,14 @@ func TestAbuseSuite(t *testing.T) {
 				t.Errorf("%d Gateway sessions minted and %d revoked while the attack ran: the pool's sessions were not kept", m, r)
 			}
 			for _, a := range running {
-				if s := a.Stats(); s.Requests == 0 || s.Opened == 0 {
+				s := a.Stats()
+				if s.Requests == 0 || s.Opened == 0 {
 					t.Errorf("the attack did nothing: %v", s)
+				}
+				if check := suiteChecks[s.Attack]; check != nil {
+					if err := check(s); err != nil {
+						t.Errorf("%v: %v", s, err)
+					}
 				}
 			}
 		})
