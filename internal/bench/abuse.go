@@ -1,6 +1,6 @@
 package bench
 
-// The abuse suite (issue 31): what any program on the machine can do to
+// The abuse suite (issue 31, item 9): what any program on the machine can do to
 // the HTTP transport, with or without a token, kept as bounded attacks
 // that P7 and TestAbuse run against a running server. Each attack goes to
 // a loopback IP address only, holds at most the connections its sizes
@@ -37,6 +37,12 @@ const (
 	// the headers of a POST /mcp announcing a body of AbuseBodyLength
 	// bytes, and then nothing; up to and past the connection cap.
 	AttackStalledAnon Attack = "stalled-unauthenticated-bodies"
+	// AttackStalledHeaders (a'): connections with no token sending TLS and
+	// the start of a request's headers, never their end. A server that
+	// answers a stalled body without a token at once (401, connection
+	// closed) cannot answer these before its header deadline: they are
+	// what fills the connection cap, so they go past it too.
+	AttackStalledHeaders Attack = "stalled-unauthenticated-headers"
 	// AttackStalledAuthed (b): the same from a signed-in user who may read
 	// nothing, with the first bytes of the body sent.
 	AttackStalledAuthed Attack = "stalled-authenticated-bodies"
@@ -52,7 +58,7 @@ const (
 )
 
 // Attacks are the suite's attacks in the issue's order.
-var Attacks = []Attack{AttackStalledAnon, AttackStalledAuthed, AttackListenFlood, AttackJunk, AttackRefusalFlood}
+var Attacks = []Attack{AttackStalledAnon, AttackStalledHeaders, AttackStalledAuthed, AttackListenFlood, AttackJunk, AttackRefusalFlood}
 
 // Bounds of every attack, whatever its sizes say.
 const (
@@ -80,6 +86,7 @@ type AbuseTarget struct {
 // AbuseSizes size the attacks.
 type AbuseSizes struct {
 	StalledAnon   int     // (a) connections held at once
+	StalledHeader int     // (a') connections held at once
 	StalledAuthed int     // (b) connections held at once
 	Listen        int     // (c) streams held at once
 	JunkRate      float64 // (d) requests per second
@@ -191,7 +198,7 @@ func StartAttack(ctx context.Context, t AbuseTarget, kind Attack, n AbuseSizes) 
 	if t.TLS == nil {
 		return nil, errors.New("abuse: no TLS configuration for the target")
 	}
-	if kind != AttackStalledAnon && kind != AttackRefusalFlood && t.Token == "" {
+	if (kind == AttackStalledAuthed || kind == AttackListenFlood || kind == AttackJunk) && t.Token == "" {
 		return nil, fmt.Errorf("abuse: %s needs a signed-in user's token", kind)
 	}
 	ctx, cancel := context.WithTimeout(ctx, MaxAttack)
@@ -201,6 +208,8 @@ func StartAttack(ctx context.Context, t AbuseTarget, kind Attack, n AbuseSizes) 
 	switch kind {
 	case AttackStalledAnon:
 		fn = h.holdMany(bound(n.StalledAnon), n.OpenRate, h.stalledBody(""))
+	case AttackStalledHeaders:
+		fn = h.holdMany(bound(n.StalledHeader), n.OpenRate, h.stalledHeaders())
 	case AttackStalledAuthed:
 		fn = h.holdMany(bound(n.StalledAuthed), n.OpenRate, h.stalledBody(t.Token))
 	case AttackListenFlood:
@@ -270,6 +279,12 @@ func (h *holder) stalledBody(token string) heldRequest {
 	return heldRequest{text: fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\n"+
 		"Accept: application/json, text/event-stream\r\nMcp-Protocol-Version: %s\r\nContent-Length: %d\r\n\r\n%s",
 		h.u.EscapedPath(), h.u.Host, auth, SessionProtocol, AbuseBodyLength, first)}
+}
+
+// stalledHeaders is the start of a POST /mcp's headers, never ended.
+func (h *holder) stalledHeaders() heldRequest {
+	return heldRequest{text: fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n",
+		h.u.EscapedPath(), h.u.Host)}
 }
 
 // listenMeta is a 2026-07-28 request's _meta.
@@ -452,8 +467,8 @@ func (s *Suite) UnderWay(ctx context.Context, n AbuseSizes, wait time.Duration) 
 // attack has opened every connection its sizes ask for, or a flood has
 // sent a few requests; it reports whether it did.
 func (a *RunningAttack) UnderWay(ctx context.Context, n AbuseSizes, wait time.Duration) bool {
-	want := map[Attack]int64{AttackStalledAnon: int64(bound(n.StalledAnon)), AttackStalledAuthed: int64(bound(n.StalledAuthed)),
-		AttackListenFlood: int64(bound(n.Listen))}
+	want := map[Attack]int64{AttackStalledAnon: int64(bound(n.StalledAnon)), AttackStalledHeaders: int64(bound(n.StalledHeader)),
+		AttackStalledAuthed: int64(bound(n.StalledAuthed)), AttackListenFlood: int64(bound(n.Listen))}
 	deadline := time.Now().Add(wait)
 	for {
 		s := a.Stats()

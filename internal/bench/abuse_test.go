@@ -15,7 +15,7 @@ import (
 
 // suiteSizes are the abuse suite's sizes in TestAbuseSuite: each attack
 // big enough to be one, small enough for seconds.
-var suiteSizes = AbuseSizes{StalledAnon: 48, StalledAuthed: 24, Listen: 24, JunkRate: 50, RefusalConns: 2,
+var suiteSizes = AbuseSizes{StalledAnon: 48, StalledHeader: 48, StalledAuthed: 24, Listen: 24, JunkRate: 50, RefusalConns: 2,
 	RefusalRate: 200, OpenRate: 400}
 
 // suiteChecks are what the server answers each attack in TestAbuseSuite,

@@ -65,14 +65,14 @@ type Options struct {
 func Full() Options {
 	return Options{Rounds: 5, Calls: 60, Users: 8, Rate: 200, FileSize: api.MaxDataBytes, Churn: 1000, Saves: 40, NewUsers: 30, History: 50000,
 		AbuseCalls: 150, AbuseRate: 25, AbuseConnections: 256,
-		Abuse: AbuseSizes{StalledAnon: 256 + 64, StalledAuthed: 64, Listen: 64, JunkRate: 20, RefusalConns: 4, RefusalRate: 500, OpenRate: 50}}
+		Abuse: AbuseSizes{StalledAnon: 256 + 64, StalledHeader: 256 + 64, StalledAuthed: 64, Listen: 64, JunkRate: 20, RefusalConns: 4, RefusalRate: 500, OpenRate: 50}}
 }
 
 // Quick is small enough for a test.
 func Quick() Options {
 	return Options{Rounds: 1, Calls: 5, Users: 8, Rate: 400, FileSize: 1 << 20, Churn: 24, Saves: 4, NewUsers: 3, History: 500,
 		AbuseCalls: 10, AbuseRate: 50, AbuseConnections: 32,
-		Abuse: AbuseSizes{StalledAnon: 32 + 8, StalledAuthed: 8, Listen: 8, JunkRate: 20, RefusalConns: 2, RefusalRate: 100, OpenRate: 50}}
+		Abuse: AbuseSizes{StalledAnon: 32 + 8, StalledHeader: 32 + 8, StalledAuthed: 8, Listen: 8, JunkRate: 20, RefusalConns: 2, RefusalRate: 100, OpenRate: 50}}
 }
 
 // MarshalJSON leaves out the writers.
