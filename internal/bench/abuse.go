@@ -9,8 +9,9 @@ package bench
 //
 // The sixth scenario, a panicking tool, needs a panic injected
 // into a tool, which only a test can add (there is no production switch
-// for it, on purpose): internal/serve's and server's panic tests
-// (TestPanic...) cover it over HTTP and stdio.
+// for it, on purpose): server's TestPanicInAToolEndsThatCallOnly and
+// internal/serve's TestHTTPPanicInAToolEndsThatCallOnly and
+// TestStdioPanicInAToolEndsThatCallOnly cover it.
 
 import (
 	"bufio"
