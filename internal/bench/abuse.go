@@ -1,8 +1,8 @@
 package bench
 
-// The abuse suite (issue 31, item 9): what any program on the machine can do to
-// the HTTP transport, with or without a token, kept as bounded attacks
-// that P7 and TestAbuse run against a running server. Each attack goes to
+// The abuse suite (issue 31, item 9): what any program on the machine can
+// do to the HTTP transport, with or without a token, kept as bounded
+// attacks that P7 and TestAbuseSuite run against a running server. Each attack goes to
 // a loopback IP address only, holds at most the connections its sizes
 // say, opens new ones at a bounded rate, stops by itself at MaxAttack at
 // the latest, and closes everything it opened before it returns.
@@ -59,7 +59,9 @@ const (
 )
 
 // Attacks are the suite's attacks in the issue's order.
-var Attacks = []Attack{AttackStalledAnon, AttackStalledHeaders, AttackStalledAuthed, AttackListenFlood, AttackJunk, AttackRefusalFlood}
+func Attacks() []Attack {
+	return []Attack{AttackStalledAnon, AttackStalledHeaders, AttackStalledAuthed, AttackListenFlood, AttackJunk, AttackRefusalFlood}
+}
 
 // Bounds of every attack, whatever its sizes say.
 const (
@@ -429,7 +431,7 @@ type Suite struct{ attacks []*RunningAttack }
 // StartAll starts every attack of the suite at once.
 func StartAll(ctx context.Context, t AbuseTarget, n AbuseSizes) (*Suite, error) {
 	s := &Suite{}
-	for _, k := range Attacks {
+	for _, k := range Attacks() {
 		a, err := StartAttack(ctx, t, k, n)
 		if err != nil {
 			s.Stop()

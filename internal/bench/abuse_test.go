@@ -94,11 +94,11 @@ func TestAbuseSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scenarios := make([][]Attack, 0, len(Attacks)+1)
-	for _, a := range Attacks {
+	var scenarios [][]Attack
+	for _, a := range Attacks() {
 		scenarios = append(scenarios, []Attack{a})
 	}
-	scenarios = append(scenarios, Attacks)
+	scenarios = append(scenarios, Attacks())
 	for _, attacks := range scenarios {
 		name := string(attacks[0])
 		if len(attacks) > 1 {
