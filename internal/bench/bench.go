@@ -64,7 +64,7 @@ type Options struct {
 // Full is the default run; Quick keeps every figure but small.
 func Full() Options {
 	return Options{Rounds: 5, Calls: 60, Users: 8, Rate: 200, FileSize: api.MaxDataBytes, Churn: 1000, Saves: 40, NewUsers: 30, History: 50000,
-		AbuseCalls: 150, AbuseRate: 25, AbuseConnections: 256,
+		AbuseCalls: 300, AbuseRate: 25, AbuseConnections: 256,
 		Abuse: AbuseSizes{StalledAnon: 256 + 64, StalledHeader: 256 + 64, StalledAuthed: 64, Listen: 64, JunkRate: 20, RefusalConns: 4, RefusalRate: 500, OpenRate: 50}}
 }
 

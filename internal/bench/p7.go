@@ -158,10 +158,12 @@ func (p *p7Server) stop() {
 }
 
 // usage is the most resident memory (bytes) and open descriptors seen
-// of a process, and the last error reading them.
+// of a process, the CPU it used (in cores: CPU time over wall time), and
+// the last error reading them.
 type usage struct {
 	rss     int64
 	fds     int
+	cores   float64
 	err     error
 	samples int
 }
@@ -175,6 +177,8 @@ func sampleUsage(pid int) func() usage {
 		wg   sync.WaitGroup
 		done = make(chan struct{})
 	)
+	start := time.Now()
+	cpu0, cpuErr := procCPU(pid)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -201,6 +205,9 @@ func sampleUsage(pid int) func() usage {
 		wg.Wait()
 		mu.Lock()
 		defer mu.Unlock()
+		if cpu1, err := procCPU(pid); err == nil && cpuErr == nil {
+			u.cores = (cpu1 - cpu0).Seconds() / time.Since(start).Seconds()
+		}
 		return u
 	}
 }
@@ -288,8 +295,9 @@ func (b *run) abuseLatency(ctx context.Context) error {
 		for _, s := range r.stats {
 			b.say("P7 round %d: %v", round+1, s)
 		}
-		b.say("P7 round %d: p99 %.2f ms quiet, %.2f ms under abuse; server %d -> %d KiB, %d -> %d descriptors", round+1,
-			r.quiet.Quantile(0.99), r.abused.Quantile(0.99), r.quietUse.rss>>10, r.abusedUse.rss>>10, r.quietUse.fds, r.abusedUse.fds)
+		b.say("P7 round %d: p99 %.2f ms quiet, %.2f ms under abuse; server %d -> %d KiB, %d -> %d descriptors, %.2f -> %.2f cores",
+			round+1, r.quiet.Quantile(0.99), r.abused.Quantile(0.99), r.quietUse.rss>>10, r.abusedUse.rss>>10,
+			r.quietUse.fds, r.abusedUse.fds, r.quietUse.cores, r.abusedUse.cores)
 		rounds = append(rounds, r)
 		b.settleAfterAbuse(ctx, pid, r.quietUse.fds)
 	}
@@ -331,11 +339,13 @@ func (b *run) p7Figures(rounds []p7Round) {
 	qUse := rounds[0].quietUse
 	var aUse usage
 	var after int64 // the most memory seen quiet after an abuse phase
+	var qCores, aCores float64
 	for i, r := range rounds {
 		quiet, abused = append(quiet, r.quiet...), append(abused, r.abused...)
 		latR = append(latR, r.abused.Quantile(0.99)/r.quiet.Quantile(0.99))
 		medR = append(medR, r.abused.Quantile(0.5)/r.quiet.Quantile(0.5))
 		aUse.rss, aUse.fds = max(aUse.rss, r.abusedUse.rss), max(aUse.fds, r.abusedUse.fds)
+		qCores, aCores = qCores+r.quietUse.cores/float64(len(rounds)), aCores+r.abusedUse.cores/float64(len(rounds))
 		aUse.err = errors.Join(aUse.err, r.quietUse.err, r.abusedUse.err)
 		if i > 0 {
 			after = max(after, r.quietUse.rss)
@@ -358,8 +368,9 @@ func (b *run) p7Figures(rounds []p7Round) {
 	f := Figure{ID: FigureAbuse, Name: "a signed-in user's read_protected_document p99 while the abuse suite runs (a-e), against none",
 		Unit: "ms", PDMCP: pa, Baselines: map[string]float64{"no abuse": pq}, Baseline: pq, Ratio: pa / pq,
 		Goal: "<= 2 x", Met: pa/pq <= 2,
-		Note: fmt.Sprintf("pdmcp serve in its own process, connection cap %d, maxCallers %d full; the last round's abuse: %s",
-			o.AbuseConnections, b.st.o.MaxCallers, strings.Join(held, "; "))}
+		Note: fmt.Sprintf("pdmcp serve in its own process, connection cap %d, maxCallers %d full; the server used %.2f cores quiet, "+
+			"%.2f under abuse (mean over the rounds; /proc, Linux only); the last round's abuse: %s",
+			o.AbuseConnections, b.st.o.MaxCallers, qCores, aCores, strings.Join(held, "; "))}
 	f.spread(latR)
 	// The median beside it: what the abuse costs every read, where the
 	// p99 of a few hundred reads on a shared machine is also the one read

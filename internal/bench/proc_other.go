@@ -2,7 +2,10 @@
 
 package bench
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // procMeasured says whether procUsage measures anything here: not on this
 // system (no /proc), so P7 reports the server's memory and descriptors as
@@ -11,4 +14,8 @@ const procMeasured = false
 
 func procUsage(int) (int64, int, error) {
 	return 0, 0, errors.New("the server's memory and descriptors are read from /proc, on Linux only")
+}
+
+func procCPU(int) (time.Duration, error) {
+	return 0, errors.New("the server's CPU time is read from /proc, on Linux only")
 }
