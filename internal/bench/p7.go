@@ -62,7 +62,12 @@ func (b *run) startP7Server(ctx context.Context, dir string) (*p7Server, error) 
 	// The resource URL, when written, names the stack's port; the default
 	// names this one.
 	delete(cfg, "resource")
-	cfg["connections"] = map[string]any{"max": b.o.AbuseConnections}
+	conns, _ := cfg["connections"].(map[string]any)
+	if conns == nil {
+		conns = map[string]any{}
+	}
+	conns["max"] = b.o.AbuseConnections
+	cfg["connections"] = conns
 	// Relative paths in mcp-http.json are the file's folder's: the copy
 	// lives beside the original.
 	cfgPath := filepath.Join(filepath.Dir(s.HTTPConfigPath), "mcp-http-p7.json")

@@ -67,8 +67,11 @@ type StackOptions struct {
 	BigFile bool
 	// Mixed maps the users to three principals in turn (see Principals)
 	// instead of all to the reader, for tests that check who reads what.
-	Mixed  bool
-	Logger *slog.Logger
+	Mixed bool
+	// Connections is mcp-http.json's connection cap (connections.max);
+	// the server's default when 0.
+	Connections int
+	Logger      *slog.Logger
 }
 
 // Stack is everything a figure measures, on 127.0.0.1: the reference
@@ -184,6 +187,7 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 		Grant:   func(lo *grant.LaunchOptions) { lo.TTL = 12 * time.Hour },
 		HTTP: func(c *auth.HTTPConfig) {
 			c.MaxCallers, c.MaxSessions, c.MaxSessionsPerUser = o.MaxCallers, max(64, 2*o.Users), 4
+			c.Connections.Max = o.Connections
 		},
 		Serve: func(so *serve.Options) { so.NonDurableJournalForBenchmarks = o.NonDurableJournal },
 	})
