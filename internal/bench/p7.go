@@ -27,7 +27,9 @@ import (
 )
 
 // p7Server is `pdmcp serve --transport http` on the bench stack's state,
-// on its own port, with its own journal and audit file.
+// on its own port, with its own audit file. It shares the stack's journal
+// (the manifest's), as two servers on one manifest do: a server refuses
+// a new, empty journal beside saved versions, and P7 only reads.
 type p7Server struct {
 	cmd  *exec.Cmd
 	url  string
@@ -86,7 +88,7 @@ func (b *run) startP7Server(ctx context.Context, dir string) (*p7Server, error) 
 	defer logFile.Close()
 	cmd := exec.Command(b.o.Binary, "serve", "--transport", "http", "--http-config", cfgPath,
 		"--config", s.ServicePath, "--manifest", s.ManifestPath, "--grant", s.GrantPath,
-		"--audit", filepath.Join(dir, "audit.jsonl"), "--journal", filepath.Join(dir, "journal.sqlite"))
+		"--audit", filepath.Join(dir, "audit.jsonl"))
 	// What a host passes through pdmcp clean-env.
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
