@@ -3,8 +3,9 @@
 // on the same machine can, with or without a token, then reports what the
 // server did with them. The HTTP transport's tests use it to show that
 // such connections neither keep a signed-in user out nor stay open past
-// the server's deadlines, and `pdmcp bench` to measure a user's calls
-// while it runs.
+// the server's deadlines. (`pdmcp bench`'s abuse suite, internal/bench,
+// has attacks of its own: they keep reopening what the server closes,
+// where this package holds each connection once.)
 //
 // It is bounded: at most MaxCount connections, each held at most
 // Config.Hold (MaxHold at the most), to loopback IP addresses only, and
