@@ -281,4 +281,3 @@ func TestStoppedLockHolderDoesNotWedgeTheDestination(t *testing.T) {
 		t.Fatalf("the same save once the holder is gone: %v", res)
 	}
 }
-
