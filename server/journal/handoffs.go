@@ -129,6 +129,12 @@ func (j *Journal) StepHandOffs(ctx context.Context, step, caller string) ([]Hand
 	return queryHandOffs(ctx, j.db, `WHERE step = ? AND caller = ?`, step, caller)
 }
 
+// AllOpenHandOffs lists every open hand-off, of every step, caller and
+// grant, oldest first.
+func (j *Journal) AllOpenHandOffs(ctx context.Context) ([]HandOff, error) {
+	return queryHandOffs(ctx, j.db, `WHERE state = 'open'`)
+}
+
 // OpenHandOffsOfGrant lists the open hand-offs made under one grant, for
 // every step and caller, oldest first.
 func (j *Journal) OpenHandOffsOfGrant(ctx context.Context, grantID string) ([]HandOff, error) {

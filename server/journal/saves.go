@@ -178,6 +178,9 @@ func (j *Journal) Reserve(ctx context.Context, key SaveID, textSHA256 string) (R
 			return err
 		}
 		now := nowText()
+		if err := adoptRestored(ctx, tx, id, textSHA256, now); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO saves (kind, caller, target, fragment, idempotency_key, text_sha256, state, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, 'reserved', ?, ?)
@@ -226,6 +229,75 @@ UPDATE versions SET caller = ?
 WHERE kind = ? AND caller = '' AND target = ? AND fragment = ? AND idempotency_key = ?`,
 		id.caller, id.kind, id.target, id.fragment, id.idem); err != nil {
 		return fmt.Errorf("journal: adopt the record of a save journaled before saves were keyed by user: %w", err)
+	}
+	return nil
+}
+
+// adoptRestored gives a save whose row is gone, but whose version the
+// record holds (a journal rebuilt from the sidecars, which keep the
+// version's caller and idempotency key but not the save's row), its
+// committed row back, with the receipt the version's save returned: its
+// retry replays that version instead of saving the text again as a new
+// one. Other text under that key is left to Reserve's conflict. A save
+// whose row exists is not touched.
+func adoptRestored(ctx context.Context, tx *sql.Tx, id saveIdent, textSHA256, now string) error {
+	var exists bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM saves
+WHERE kind = ? AND caller = ? AND target = ? AND fragment = ? AND idempotency_key = ?)`,
+		id.kind, id.caller, id.target, id.fragment, id.idem).Scan(&exists); err != nil {
+		return fmt.Errorf("journal: reserve save: %w", err)
+	}
+	if exists {
+		return nil
+	}
+	// The target's rows are read through the primary key's prefix; of
+	// them, one save saved at most one version under its key.
+	vs, err := scanVersions(ctx, tx, `SELECT `+versionColumns+` FROM versions
+WHERE kind = ? AND target = ? AND fragment = ? AND caller = ? AND idempotency_key = ? ORDER BY version LIMIT 1`,
+		id.kind, id.target, id.fragment, id.caller, id.idem)
+	if err != nil {
+		return err
+	}
+	if len(vs) == 0 && strings.HasPrefix(id.caller, localPrefix) {
+		// A version saved over stdio before saves were keyed by user
+		// (caller ""), its save row gone with the journal it was in: a
+		// local caller's retry with the same text adopts it, as
+		// adoptLegacy adopts one whose row is there; other text is left
+		// alone and starts a save of its own.
+		if vs, err = scanVersions(ctx, tx, `SELECT `+versionColumns+` FROM versions
+WHERE kind = ? AND target = ? AND fragment = ? AND caller = '' AND idempotency_key = ? AND sha256 = ? ORDER BY version LIMIT 1`,
+			id.kind, id.target, id.fragment, id.idem, textSHA256); err != nil || len(vs) == 0 {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE versions SET caller = ? WHERE path = ?`, id.caller, vs[0].Path); err != nil {
+			return fmt.Errorf("journal: reserve save: adopt the record's version: %w", err)
+		}
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	v := vs[0]
+	rc := Receipt{Version: v.Version, Path: v.Path, SHA256: v.SHA256, Size: v.Size, SavedAt: v.SavedAt}
+	if id.kind == "fragment" {
+		rc.DocumentID, rc.FragmentID, rc.DocumentVersion = id.target, id.fragment, v.DocumentVersion
+	} else {
+		rc.Destination = id.target
+	}
+	b, err := json.Marshal(rc)
+	if err != nil {
+		return fmt.Errorf("journal: encode receipt: %w", err)
+	}
+	// The row keeps the version's text sha256: a retry with other text is
+	// Reserve's ErrIdempotencyConflict, as it was before the loss. The
+	// ciphertext is the version's file, not kept again here: the row is
+	// committed, and a committed row's is never read.
+	if _, err := tx.ExecContext(ctx, `
+INSERT INTO saves (kind, caller, target, fragment, idempotency_key, text_sha256, state, ttag, iv, ciphertext, acting_as,
+	placed_version, placed_path, receipt, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, 'committed', ?, X'', X'', ?, ?, ?, ?, ?, ?)`,
+		id.kind, id.caller, id.target, id.fragment, id.idem, v.SHA256, v.TTag, v.ActingAs, v.Version, v.Path,
+		string(b), now, now); err != nil {
+		return fmt.Errorf("journal: reserve save: adopt the record's version: %w", err)
 	}
 	return nil
 }

@@ -311,8 +311,10 @@ VALUES ('result', ?, ?, ?, 'AAAAAAAAAAAAAAAAAAAAAA==', ?, 0, ?, 'bench', 'bench'
 // write transaction, and returns how many rows it added. A version the
 // record already holds at the same path, with the same IV, is skipped; a
 // version or path the record holds otherwise is ErrVersionTaken and
-// nothing is added. The save rows are not rebuilt: a retry of a save whose
-// row is gone encrypts and saves again, as a new version.
+// nothing is added. A version at the path an unfinished save holds placed
+// is skipped too: that save (its retry) commits it, and would find it
+// taken. The save rows are not rebuilt: Reserve gives a retry of a
+// restored version's save its receipt back (adoptRestored).
 func (j *Journal) RestoreVersions(ctx context.Context, vs []Version) (int, error) {
 	n := 0
 	err := j.inTx(ctx, func(tx *sql.Tx) error {
@@ -339,6 +341,14 @@ WHERE (kind = ? AND target = ? AND fragment = ? AND version = ?) OR path = ?`, k
 			if len(existing) > 0 {
 				return fmt.Errorf("journal: restore version %d at %q: the record holds another: %w", v.Version, v.Path, ErrVersionTaken)
 			}
+			var placed bool
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM saves WHERE placed_path = ? AND state <> 'committed')`,
+				v.Path).Scan(&placed); err != nil {
+				return fmt.Errorf("journal: restore version %d at %q: %w", v.Version, v.Path, err)
+			}
+			if placed {
+				continue
+			}
 			if _, err := tx.ExecContext(ctx, `
 INSERT INTO versions (kind, target, fragment, version, document_version, base_iv, path, iv, sha256, size, saved_at,
 	caller, acting_as, idempotency_key, ttag, ciphertext_sha256)
@@ -355,4 +365,15 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		return 0, err
 	}
 	return n, nil
+}
+
+// UnfinishedPlacements lists the paths that saves not yet committed hold
+// placed, sorted: a version file at one of them is a save in progress (or
+// stopped between its link and its commit), which its retry finishes.
+func (j *Journal) UnfinishedPlacements(ctx context.Context) ([]string, error) {
+	return queryRows(ctx, j.db, "placements", func(rows *sql.Rows) (string, error) {
+		var p string
+		err := rows.Scan(&p)
+		return p, err
+	}, `SELECT placed_path FROM saves WHERE state <> 'committed' AND placed_path IS NOT NULL ORDER BY placed_path`)
 }
