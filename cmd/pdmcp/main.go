@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,8 +19,15 @@ func main() {
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "pdmcp:", err)
-		os.Exit(1)
+		code := 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if ee == nil || !ee.silent {
+			fmt.Fprintln(os.Stderr, "pdmcp:", err)
+		}
+		os.Exit(code)
 	}
 }
 
@@ -32,7 +40,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
 		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd(), newCloseStepCmd(),
-		newVersionsCmd(), newExportManifestCmd(), newACLCmd())
+		newVersionsCmd(), newExportManifestCmd(), newACLCmd(), newCheckCmd())
 	return root
 }
 

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/check"
+)
+
+// exitError ends pdmcp with code; a silent one prints nothing more (the
+// command said it all).
+type exitError struct {
+	code   int
+	err    error
+	silent bool
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError is a wrong invocation: exit code 2.
+func usageError(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+func newCheckCmd() *cobra.Command {
+	var o check.Options
+	var configPath, owner, recordPath string
+	var asJSON bool
+	cmd := command("check", "Check that the task folder, its record (the journal) and the manifest agree; --repair does what is safe", func(cmd *cobra.Command) error {
+		if o.ManifestPath == "" {
+			return usageError("check: --manifest is required")
+		}
+		if configPath == "" && (owner != "" || recordPath != "") {
+			return usageError("check: --owner and --record name the keys' owner for --key-server; give --key-server too")
+		}
+		if configPath != "" {
+			keys, err := gatewayKeys(configPath, o.ManifestPath, owner, recordPath)
+			if err != nil {
+				return err
+			}
+			o.Keys = keys
+		}
+		rep, err := check.Run(cmd.Context(), o)
+		if errors.Is(err, check.ErrNoJournal) {
+			return &exitError{code: 2, err: err}
+		}
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		if asJSON {
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(rep); err != nil {
+				return err
+			}
+		} else {
+			writeCheck(out, rep)
+		}
+		if !rep.OK {
+			return &exitError{code: 1, err: fmt.Errorf("check: %d findings", len(rep.Findings)), silent: true}
+		}
+		return nil
+	})
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
+	f := cmd.Flags()
+	f.StringVar(&o.ManifestPath, "manifest", "", "the operator's manifest.json")
+	f.StringVar(&o.JournalPath, "journal", "", "the server's journal, which holds the record (default <manifest>.journal.sqlite)")
+	f.BoolVar(&o.Repair, "repair", false, "do what is safe: rebuild a missing, damaged or stale record from the sidecars, remove leftovers of stopped writes")
+	f.StringVar(&configPath, "key-server", "", "the service's config.json: also ask the Gateway whether each recorded key still exists")
+	f.StringVar(&owner, "owner", "", "with --key-server: the keys' owner, as the Gateway names the principal (default: the seed record's owner)")
+	f.StringVar(&recordPath, "record", "", "with --key-server: a seed-record.json whose owner owns the keys (default: the one beside the manifest)")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+// gatewayKeys is the key checker for --key-server: the service's client,
+// acting as the keys' owner (--owner, or the seed record's).
+func gatewayKeys(configPath, manifestPath, owner, recordPath string) (check.KeyChecker, error) {
+	cfg, err := gateway.LoadServiceConfig(configPath)
+	if err != nil {
+		return nil, err
+	}
+	if owner == "" {
+		if recordPath == "" {
+			recordPath = filepath.Join(filepath.Dir(manifestPath), "seed-record.json")
+			if _, err := os.Lstat(recordPath); err != nil {
+				return nil, usageError("check: name the keys' owner with --owner, or --record a seed record whose owner it is (there is no %s)", recordPath)
+			}
+		}
+		rec, err := grant.LoadSeedRecord(recordPath)
+		if err != nil {
+			return nil, err
+		}
+		if rec.OwnerUser == "" {
+			return nil, usageError("check: the seed record %s names no owner; name it with --owner", recordPath)
+		}
+		owner = rec.OwnerUser
+	}
+	c, err := gateway.New(cfg.ClientConfig())
+	if err != nil {
+		return nil, err
+	}
+	return check.GatewayKeys{Client: c, Owner: owner}, nil
+}
+
+// groups orders the human output: each finding's kind under one heading.
+var groups = []struct {
+	title string
+	kinds []string
+}{
+	{"record", []string{check.KindJournalMissing, check.KindJournalEmpty, check.KindJournalDamaged, check.KindOtherTask}},
+	{"versions", []string{check.KindVersionMissing, check.KindVersionChanged, check.KindUnrecorded, check.KindRecordDiffers, check.KindUnknownFile}},
+	{"leftovers", []string{check.KindTemporary, check.KindSidecarLeftover, check.KindSidecarMismatch, check.KindSidecarUnreadable}},
+	{"hand-offs", []string{check.KindHandOffOverdue}},
+	{"keys", []string{check.KindKeyGone}},
+}
+
+func writeCheck(w io.Writer, rep *check.Report) {
+	fmt.Fprintf(w, "manifest: %s\njournal:  %s\n", rep.Manifest, rep.Journal)
+	for _, a := range rep.Repaired {
+		fmt.Fprintf(w, "repaired: %s %s: %s\n", a.Kind, a.Path, a.Detail)
+	}
+	shown := map[int]bool{}
+	for _, g := range groups {
+		title := false
+		for i, f := range rep.Findings {
+			if !slices.Contains(g.kinds, f.Kind) {
+				continue
+			}
+			if !title {
+				fmt.Fprintf(w, "%s:\n", g.title)
+				title = true
+			}
+			writeFinding(w, f)
+			shown[i] = true
+		}
+	}
+	for i, f := range rep.Findings { // a kind no group names yet
+		if !shown[i] {
+			writeFinding(w, f)
+		}
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s %s: %s\n", n.Kind, n.Path, n.Detail)
+	}
+	if rep.OK {
+		fmt.Fprintln(w, "CHECK: OK (folder, record and manifest agree)")
+		return
+	}
+	repairable := 0
+	for _, f := range rep.Findings {
+		if f.Repairable {
+			repairable++
+		}
+	}
+	fmt.Fprintf(w, "CHECK: %d findings (%d repairable with --repair)\n", len(rep.Findings), repairable)
+}
+
+func writeFinding(w io.Writer, f check.Finding) {
+	mark := ""
+	if f.Repairable {
+		mark = " [repairable]"
+	}
+	fmt.Fprintf(w, "  %s %s%s: %s\n", f.Kind, f.Path, mark, f.Detail)
+}
