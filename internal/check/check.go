@@ -47,6 +47,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server/journal"
+	"github.com/pdmcp/pdmcp/server/record"
 	"github.com/pdmcp/pdmcp/server/sidecar"
 )
 
@@ -133,8 +134,9 @@ type Options struct {
 // steps; 30 s is three of a server's own bounded waits.
 const DefaultLockWait = 30 * time.Second
 
-// ErrNoJournal: an explicit journal path names no file.
-var ErrNoJournal = errors.New("no journal at the path given")
+// ErrNoJournal: an explicit journal path names no file (the record's
+// readers' own error, so every command says it alike).
+var ErrNoJournal = record.ErrNoJournal
 
 // ErrLocksBusy: Repair could not take every save's lock in time.
 var ErrLocksBusy = errors.New("a save held its lock past the wait; nothing was repaired")

@@ -12,11 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -251,16 +253,28 @@ func List(m *grant.Manifest, vs []journal.Version) []Entry {
 	return out
 }
 
+// ErrNoJournal: a journal path given outright names no file.
+var ErrNoJournal = errors.New("no journal at the path given")
+
 // Load reads the manifest and the record beside it: the journal at
 // journalPath ("" for the default beside the manifest). A journal that does
 // not exist yet is an empty record and is not created, unless the folder
 // holds saved versions: then a missing or empty journal is ErrRecordLost
-// (CheckJournal). A journal of another task than the manifest's is refused
-// by name (journal.ErrOtherTask): its versions are not this task's.
+// (CheckJournal). A journalPath given that does not exist is ErrNoJournal.
+// A journal of another task than the manifest's is refused by name
+// (journal.ErrOtherTask): its versions are not this task's.
 func Load(ctx context.Context, manifestPath, journalPath string) (*grant.Manifest, []journal.Version, error) {
 	m, err := grant.LoadManifest(manifestPath)
 	if err != nil {
 		return nil, nil, err
+	}
+	// A journal named outright is one the operator means: if it is not
+	// there (mistyped), reading the manifest alone would pass for a task
+	// with nothing saved.
+	if journalPath != "" {
+		if _, err := os.Stat(journalPath); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("record: %w: %s (name the journal that exists, or leave --journal out for the one beside the manifest)", ErrNoJournal, journalPath)
+		}
 	}
 	j, err := OpenJournal(ctx, manifestPath, m, journalPath)
 	if err != nil {
@@ -326,28 +340,63 @@ func shortKey(ttag string) string {
 // the journal it reads.
 var ErrExportOverManifest = errors.New("the merged manifest would replace the manifest or journal it is made from")
 
+// ErrOrphans: the record holds versions of a destination or document the
+// manifest no longer holds, which a manifest-format export cannot carry.
+var ErrOrphans = errors.New("the record holds versions the manifest no longer names")
+
 // Export writes the merged manifest (Merge) to out, in manifest.json's own
 // format, for tools that read one: atomically, mode 0600. It refuses to
 // write over the manifest itself (the operator's file, which the record
 // never rewrites) or the journal.
-func Export(ctx context.Context, manifestPath, journalPath, out string) (*grant.Manifest, error) {
+//
+// It also returns the orphans (Orphans): versions of a destination or
+// document the manifest no longer holds, which the export leaves out. With
+// orphans and !allowOrphans nothing is written and the error matches
+// ErrOrphans: an export that silently drops saved versions would be taken
+// for the whole record.
+func Export(ctx context.Context, manifestPath, journalPath, out string, allowOrphans bool) (*grant.Manifest, []journal.Version, error) {
+	explicit := journalPath != ""
 	if journalPath == "" {
 		journalPath = journal.DefaultPath(manifestPath)
 	}
 	for _, own := range []string{manifestPath, journalPath} {
 		if samePath(own, out) {
-			return nil, fmt.Errorf("export to %s: %w", out, ErrExportOverManifest)
+			return nil, nil, fmt.Errorf("export to %s: %w", out, ErrExportOverManifest)
 		}
+	}
+	if !explicit {
+		journalPath = ""
 	}
 	m, vs, err := Load(ctx, manifestPath, journalPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	orphans := Orphans(m, vs)
+	if len(orphans) > 0 && !allowOrphans {
+		return nil, orphans, fmt.Errorf("export: %w: %d versions (of %s); nothing was written: add the destination or document back to the manifest, or pass --allow-orphans to export without them",
+			ErrOrphans, len(orphans), orphanTargets(orphans))
 	}
 	merged := Merge(m, vs)
 	if err := merged.Save(out); err != nil {
-		return nil, fmt.Errorf("export: %w", err)
+		return nil, orphans, fmt.Errorf("export: %w", err)
 	}
-	return merged, nil
+	return merged, orphans, nil
+}
+
+// orphanTargets names the destinations and documents of orphans, sorted.
+func orphanTargets(orphans []journal.Version) string {
+	var ids []string
+	for _, v := range orphans {
+		id := "destination " + v.Destination
+		if v.Destination == "" {
+			id = "document " + v.DocumentID
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return strings.Join(ids, ", ")
 }
 
 // samePath reports whether a and b name one file: the same absolute path,
