@@ -250,20 +250,35 @@ func (t *task) look(ctx context.Context) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
-	files, err := versionFiles(t.dir)
-	if err != nil {
-		return nil, err
-	}
 	manifestNamed := map[string]bool{}
+	// Where saves put versions: results/ (any destination, in the
+	// manifest or not), and the folder of each compound document's
+	// sections (those sections' ids).
+	folders := map[string]map[string]bool{"results": nil}
 	for _, d := range t.m.Destinations {
 		for _, v := range d.Versions {
 			manifestNamed[v.Path] = true
 		}
 	}
 	for _, d := range t.m.Documents {
+		if d.Path != "" {
+			manifestNamed[d.Path] = true
+		}
 		for _, f := range d.Fragments {
 			manifestNamed[f.Path] = true
+			folder := path.Dir(f.Path)
+			if folder == "results" {
+				continue
+			}
+			if folders[folder] == nil {
+				folders[folder] = map[string]bool{}
+			}
+			folders[folder][f.ID] = true
 		}
+	}
+	files, err := versionFiles(t.dir, folders)
+	if err != nil {
+		return nil, err
 	}
 	saved := 0 // version files the manifest does not name: what only a record explains
 	for _, f := range files {
@@ -393,7 +408,12 @@ func (t *task) compare(st *state, recorded []journal.Version, placed []string, s
 			if r.IV != v.IV || r.Version != v.Version {
 				st.add(KindRecordDiffers, v.Path, false,
 					"the record and the file's sidecar describe different versions at this path; restore the journal or the file from one backup")
+				continue
 			}
+			// Recorded already: passed to the rebuild all the same (it
+			// skips it), as a section's document version is counted
+			// over every save of its document's generation.
+			st.rebuild = append(st.rebuild, sv)
 			continue
 		}
 		if t.m.Task != "" && sv.Task != "" && sv.Task != t.m.Task {
@@ -527,35 +547,29 @@ func short(ttag string) string {
 	return ttag
 }
 
-// versionFiles lists the non-empty <id>.v<N>.bin files under results/ and
-// documents/, '/'-separated, sorted. An empty one holds no version (a
-// ciphertext is never empty): a stopped save's, which the next steps over.
-func versionFiles(dir string) ([]string, error) {
+// versionFiles lists the non-empty <id>.v<N>.bin files in the folders
+// saves write to ('/'-separated folder -> the ids saved there; nil for
+// any), '/'-separated, sorted. An empty one holds no version (a ciphertext
+// is never empty): a stopped save's, which the next steps over.
+func versionFiles(dir string, folders map[string]map[string]bool) ([]string, error) {
 	var out []string
-	for _, top := range []string{"results", "documents"} {
-		root := filepath.Join(dir, top)
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if p == root && errors.Is(err, fs.ErrNotExist) {
-					return nil
-				}
-				return err
-			}
-			if !d.Type().IsRegular() || !versionFile.MatchString(d.Name()) {
-				return nil
-			}
-			if fi, err := d.Info(); err != nil || fi.Size() == 0 {
-				return nil
-			}
-			rel, err := filepath.Rel(dir, p)
-			if err != nil {
-				return err
-			}
-			out = append(out, filepath.ToSlash(rel))
-			return nil
-		})
+	for folder, ids := range folders {
+		entries, err := os.ReadDir(filepath.Join(dir, filepath.FromSlash(folder)))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("check: read %s: %w", root, err)
+			return nil, fmt.Errorf("check: read %s: %w", folder, err)
+		}
+		for _, e := range entries {
+			sub := versionFile.FindStringSubmatch(e.Name())
+			if sub == nil || !e.Type().IsRegular() || (ids != nil && !ids[sub[1]]) {
+				continue
+			}
+			if fi, err := e.Info(); err != nil || fi.Size() == 0 {
+				continue
+			}
+			out = append(out, path.Join(folder, e.Name()))
 		}
 	}
 	slices.Sort(out)

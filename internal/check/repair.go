@@ -107,7 +107,7 @@ func (t *task) repair(ctx context.Context, st *state) ([]Action, error) {
 		done = append(done, Action{Kind: ActionJournalCreated, Path: jname,
 			Detail: fmt.Sprintf("a new journal, bound to the manifest's task %q", t.m.Task)})
 	}
-	if len(st.rebuild) > 0 {
+	if len(st.rebuild) > 0 && st.journal != "other" {
 		n, err := sidecar.Rebuild(ctx, j, st.rebuild)
 		if err != nil {
 			return done, fmt.Errorf("check: rebuild the record from the sidecars: %w", err)
