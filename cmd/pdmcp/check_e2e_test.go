@@ -310,12 +310,28 @@ func TestCheckAfterAKillAtEachStep(t *testing.T) {
 			}
 			s.callDies(t, p.name, p.tool, p.args)
 			rep, code := checkJSON(t, s)
+			// What each step leaves: the save's temporary file from its
+			// creation until it is removed after the commit; a save in
+			// progress (a note) from its sidecar until its commit.
+			step := p.name[strings.Index(p.name, ":")+1:]
+			wantTemp := slices.Contains([]string{"file-created", "file-written", "linked", "committed"}, step)
+			wantNote := slices.Contains([]string{"sidecar-written", "file-created", "file-written", "linked"}, step)
+			wantFindings := 0
+			if wantTemp {
+				wantFindings = 1
+			}
+			if len(rep.Findings) != wantFindings {
+				t.Fatalf("after the kill: findings %v, want a temporary file: %v", findingKinds(rep), wantTemp)
+			}
 			for _, f := range rep.Findings {
-				if f.Kind != check.KindTemporary {
-					t.Errorf("after the kill: finding %s %s: %s", f.Kind, f.Path, f.Detail)
+				if f.Kind != check.KindTemporary || !f.Repairable {
+					t.Errorf("after the kill: finding %+v", f)
 				}
 			}
-			if (code == 0) != rep.OK {
+			if got := len(rep.Notes) == 1 && rep.Notes[0].Kind == check.KindSaveUnfinished; got != wantNote || len(rep.Notes) > 1 {
+				t.Fatalf("after the kill: notes %+v, want a save in progress: %v", rep.Notes, wantNote)
+			}
+			if (code == 0) != rep.OK || rep.OK == wantTemp {
 				t.Fatalf("exit %d with OK %v", code, rep.OK)
 			}
 			if rep, code = checkJSON(t, s, "--repair"); code != 0 || !rep.OK {
