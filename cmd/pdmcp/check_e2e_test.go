@@ -380,3 +380,38 @@ func TestCheckCommandLine(t *testing.T) {
 		t.Fatalf("check on a new task:\n%s", out)
 	}
 }
+
+// TestCheckAsksTheKeyServer: with --key-server, check asks the Gateway as
+// the keys' owner whether each recorded key still exists: all there is
+// exit 0; once the destination's key is removed, key-gone names a version
+// under it (the key by its first characters only) and exit 1.
+func TestCheckAsksTheKeyServer(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t)
+	cs := s.connect(t)
+	if m, isErr := call(t, cs, "save_protected_result", saveArgs("evaluation-summary", "a summary", "k-1")); isErr {
+		t.Fatalf("save: %v", m)
+	}
+	_ = cs.Close()
+	if rep, code := checkJSON(t, s, "--key-server", s.config); code != 0 || !rep.OK {
+		t.Fatalf("check with every key there: exit %d, %+v", code, rep)
+	}
+	var ttag string
+	for _, e := range versionsOf(t, s) {
+		if e.Source == record.SourceRecord {
+			ttag = e.TTag
+		}
+	}
+	_, _, owner := s.asOwner(ctx, t, ttag)
+	if err := owner.RemoveKey(ctx, ttag); err != nil {
+		t.Fatal(err)
+	}
+	_ = owner.Revoke(ctx)
+	rep, code := checkJSON(t, s, "--key-server", s.config)
+	if code != 1 || !slices.Equal(findingKinds(rep), []string{"key-gone results/evaluation-summary.v1.bin"}) {
+		t.Fatalf("check after the key was removed: exit %d, %+v", code, rep)
+	}
+	if strings.Contains(rep.Findings[0].Detail, ttag) {
+		t.Fatalf("the finding names the key in full: %s", rep.Findings[0].Detail)
+	}
+}
