@@ -126,14 +126,18 @@ func TestOperatorRestoresTheRecord(t *testing.T) {
 		live   bool
 		damage func(t *testing.T, s *stack, backup string)
 		want   []string
+		// serveRefuses is what a server started on the damaged folder
+		// says as it refuses to start; "" when it starts (an older
+		// journal holds saves: only check tells it from the folder).
+		serveRefuses string
 	}{
 		{"deleted", true, func(t *testing.T, s *stack, _ string) { removeJournal(t, s) },
-			[]string{"journal-missing manifest.journal.sqlite"}},
+			[]string{"journal-missing manifest.journal.sqlite"}, "pdmcp check --repair"},
 		{"restored from an older copy", true, restoreJournal,
 			[]string{"unrecorded documents/oru-0001/OBX.2.v3.bin", "unrecorded results/evaluation-summary.v2.bin",
-				"unrecorded results/evaluation-summary.v3.bin"}},
+				"unrecorded results/evaluation-summary.v3.bin"}, ""},
 		{"corrupted", false, func(t *testing.T, s *stack, _ string) { corruptJournal(t, s) },
-			[]string{"journal-damaged manifest.journal.sqlite"}},
+			[]string{"journal-damaged manifest.journal.sqlite"}, "not a database"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -176,11 +180,27 @@ func TestOperatorRestoresTheRecord(t *testing.T) {
 
 			if tc.live {
 				tc.damage(t, s, backup)
+				// A running server takes no save on a journal that is no
+				// longer the one it opened.
+				m, isErr := call(t, a, "save_protected_result", saveArgs("evaluation-summary", "lost summary", "r-lost"))
+				if !isErr || m["code"] != "RECORD_UNAVAILABLE" {
+					t.Fatalf("a save after the journal was %s: %v", tc.name, m)
+				}
 			}
 			_ = a.Close()
 			_ = b.Close()
 			if !tc.live {
 				tc.damage(t, s, backup)
+			}
+			if tc.serveRefuses != "" {
+				// serve's standard input is empty: on a good journal it
+				// would serve until that ends, at once.
+				cmd := s.serveCmd(t)
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), tc.serveRefuses) {
+					t.Fatalf("serve on the damaged folder: %v, want a refusal naming %q:\n%s", err, tc.serveRefuses, stderr.String())
+				}
 			}
 
 			rep, code := checkJSON(t, s)

@@ -148,7 +148,7 @@ var versionFile = regexp.MustCompile(`^(.+)\.v([1-9][0-9]*)\.bin$`)
 // for what stops a check (an unreadable manifest or folder, a journal path
 // that is not there, a lock wait that ran out); disagreements are findings.
 func Run(ctx context.Context, o Options) (*Report, error) {
-	manifestPath, err := realPath(o.ManifestPath)
+	manifestPath, err := grant.RealPath(o.ManifestPath)
 	if err != nil {
 		return nil, fmt.Errorf("check: manifest %s: %w", o.ManifestPath, err)
 	}
