@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/filelock"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/record"
 	"github.com/pdmcp/pdmcp/server/sidecar"
@@ -180,6 +181,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		defer release()
+		t.locked = true
 		st, err := t.look(ctx)
 		if err != nil {
 			return nil, err
@@ -226,6 +228,34 @@ type task struct {
 	jpath        string
 	keys         KeyChecker
 	now          func() time.Time
+	// locked: this check holds every save's lock (Repair), so no save is
+	// in progress.
+	locked bool
+}
+
+// saveInProgress reports whether the save temporary file rel
+// (.pdmcp-save-<hex>.tmp) belongs to a save that holds its cross-process
+// lock now: the lock file is named by the first byte of the digest the
+// temporary name is made of (server/savepipe.go). A check without
+// --repair takes no lock, so it tells a save being written from one that
+// stopped this way.
+func (t *task) saveInProgress(rel string) bool {
+	name := path.Base(rel)
+	hexPart, ok := strings.CutPrefix(name, ".pdmcp-save-")
+	if !ok || len(hexPart) < 2 {
+		return false
+	}
+	if _, err := hex.DecodeString(hexPart[:2]); err != nil {
+		return false
+	}
+	l, err := filelock.TryAcquire(filepath.Join(t.jpath+".locks", "save-"+hexPart[:2]+".lock"))
+	if errors.Is(err, filelock.ErrLocked) {
+		return true
+	}
+	if err == nil {
+		_ = l.Release()
+	}
+	return false
 }
 
 // state is what look found: the findings and notes, and what repair needs.
@@ -459,6 +489,11 @@ func (t *task) compare(st *state, recorded []journal.Version, placed []string, s
 	for _, p := range problems {
 		switch p.Kind {
 		case sidecar.ProblemTemporary:
+			if !t.locked && t.saveInProgress(p.Path) {
+				st.notes = append(st.notes, Finding{Kind: KindSaveUnfinished, Path: p.Path,
+					Detail: "the temporary file of a save a server is writing now (it holds the save's lock)"})
+				continue
+			}
 			f := Finding{Kind: KindTemporary, Path: p.Path, Repairable: true,
 				Detail: "the temporary file of a write that stopped before it finished; `pdmcp check --repair` removes it"}
 			st.findings = append(st.findings, f)

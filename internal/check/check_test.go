@@ -352,31 +352,49 @@ func TestExplicitJournalMustExist(t *testing.T) {
 }
 
 // TestRepairWaitsForASaveInProgress: while a save holds its
-// cross-process lock, repair does nothing: it waits (bounded) and gives
-// up with ErrLocksBusy, the journal still missing; once the lock is free,
-// repair goes through.
+// cross-process lock, its temporary file is a save in progress (a note)
+// to a check, and repair does nothing: it waits (bounded) and gives up
+// with ErrLocksBusy, the journal still missing and the file there; once
+// the lock is free the file is a stopped save's, and repair removes it
+// and rebuilds the record.
 func TestRepairWaitsForASaveInProgress(t *testing.T) {
+	ctx := context.Background()
 	f := newFolder(t)
-	f.save(1)
+	f.record("task-a", f.save(1))
+	f.save(2)
+	temp := "results/.pdmcp-save-a7b8c9d0e1f2a3b4c5d6e7f8.tmp"
+	f.write(temp, "being written")
 	if err := os.MkdirAll(f.journalPath()+".locks", 0o700); err != nil {
 		t.Fatal(err)
 	}
-	l, err := filelock.Acquire(context.Background(), filepath.Join(f.journalPath()+".locks", "save-a7.lock"))
+	l, err := filelock.Acquire(ctx, filepath.Join(f.journalPath()+".locks", "save-a7.lock"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	rep, err := Run(ctx, Options{ManifestPath: f.manifest})
+	if err != nil || !slices.Equal(kinds(rep.Findings), []string{"unrecorded results/d.v2.bin"}) ||
+		!slices.Equal(kinds(rep.Notes), []string{"save-unfinished " + temp}) {
+		t.Fatalf("check with the save's lock held: %+v %v", rep, err)
+	}
 	o := Options{ManifestPath: f.manifest, Repair: true, LockWait: 300 * time.Millisecond}
-	if _, err := Run(context.Background(), o); !errors.Is(err, ErrLocksBusy) {
-		t.Fatalf("with a save's lock held: %v", err)
+	if _, err := Run(ctx, o); !errors.Is(err, ErrLocksBusy) {
+		t.Fatalf("repair with a save's lock held: %v", err)
 	}
-	if _, err := os.Stat(f.journalPath()); !errors.Is(err, os.ErrNotExist) {
-		t.Fatal("repair created the journal while a save held its lock")
-	}
-	l.Release()
-	o.LockWait = time.Minute
-	rep, err := Run(context.Background(), o)
-	if err != nil || !rep.OK {
-		t.Fatalf("after the lock is free: %+v %v", rep, err)
+	if _, err := os.Stat(filepath.Join(f.dir, filepath.FromSlash(temp))); err != nil {
+		t.Fatalf("repair touched the save's file while it held its lock: %v", err)
 	}
 	recordHolds(1)(t, f)
+	l.Release()
+	rep, err = Run(ctx, Options{ManifestPath: f.manifest})
+	if err != nil || !slices.Equal(kinds(rep.Findings), []string{"temporary " + temp, "unrecorded results/d.v2.bin"}) {
+		t.Fatalf("check once the lock is free: %+v %v", rep, err)
+	}
+	o.LockWait = time.Minute
+	if rep, err = Run(ctx, o); err != nil || !rep.OK {
+		t.Fatalf("repair once the lock is free: %+v %v", rep, err)
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, filepath.FromSlash(temp))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stopped save's file is still there: %v", err)
+	}
+	recordHolds(1, 2)(t, f)
 }
