@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -434,4 +436,70 @@ func TestCheckAsksTheKeyServer(t *testing.T) {
 	if strings.Contains(rep.Findings[0].Detail, ttag) {
 		t.Fatalf("the finding names the key in full: %s", rep.Findings[0].Detail)
 	}
+}
+
+// TestRepairWhileTwoServersSave: `pdmcp check --repair`, run again and
+// again while two servers save to one destination, holds the savers'
+// locks while it looks, so it never finds a half-made save to repair: each
+// run exits 0, repairs nothing, and afterwards every receipt's version is
+// in the record exactly once with its sidecar.
+func TestRepairWhileTwoServersSave(t *testing.T) {
+	s := newStack(t)
+	const rounds = 6
+	var (
+		mu       sync.Mutex
+		receipts = map[int]int{} // version -> receipts naming it
+		wg       sync.WaitGroup
+		done     atomic.Bool
+	)
+	for _, name := range []string{"a", "b"} {
+		cs := s.connect(t)
+		wg.Go(func() {
+			for i := range rounds {
+				args := saveArgs("evaluation-summary", fmt.Sprintf("%s %d", name, i), fmt.Sprintf("%s-%d", name, i))
+				var res *mcp.CallToolResult
+				var err error
+				// DESTINATION_BUSY (a lock not free within the server's
+				// bound) is retryable: the same call again.
+				for range 5 {
+					res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result", Arguments: args})
+					if sc, _ := res.StructuredContent.(map[string]any); err != nil || !res.IsError || sc["code"] != "DESTINATION_BUSY" {
+						break
+					}
+				}
+				if err != nil || res.IsError {
+					t.Errorf("%s: save %d: %v %+v", name, i, err, res)
+					return
+				}
+				v := int(res.StructuredContent.(map[string]any)["version"].(float64))
+				mu.Lock()
+				receipts[v]++
+				mu.Unlock()
+			}
+		})
+	}
+	go func() { wg.Wait(); done.Store(true) }()
+	runs := 0
+	for !done.Load() || runs == 0 {
+		rep, code := checkJSON(t, s, "--repair")
+		if code != 0 || !rep.OK || len(rep.Repaired) != 0 {
+			t.Fatalf("check --repair during the saves: exit %d, %+v", code, rep)
+		}
+		runs++
+	}
+	wg.Wait()
+	t.Logf("%d repairs during %d saves", runs, 2*rounds)
+	if rep, code := checkJSON(t, s); code != 0 || !rep.OK || len(rep.Notes) != 0 {
+		t.Fatalf("check after the saves: exit %d, %+v", code, rep)
+	}
+	got := resultVersions(t, s, "evaluation-summary")
+	if len(got) != 2*rounds || len(receipts) != 2*rounds {
+		t.Fatalf("record %v, receipts %v", got, receipts)
+	}
+	for _, v := range got {
+		if receipts[v] != 1 {
+			t.Errorf("version %d has %d receipts", v, receipts[v])
+		}
+	}
+	checkSidecars(t, s)
 }
