@@ -463,7 +463,10 @@ func TestRepairWhileTwoServersSave(t *testing.T) {
 				// bound) is retryable: the same call again.
 				for range 5 {
 					res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_protected_result", Arguments: args})
-					if sc, _ := res.StructuredContent.(map[string]any); err != nil || !res.IsError || sc["code"] != "DESTINATION_BUSY" {
+					if err != nil || !res.IsError {
+						break
+					}
+					if sc, _ := res.StructuredContent.(map[string]any); sc["code"] != "DESTINATION_BUSY" {
 						break
 					}
 				}
