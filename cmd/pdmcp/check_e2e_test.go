@@ -401,6 +401,26 @@ func TestCheckCommandLine(t *testing.T) {
 	if !strings.HasSuffix(strings.TrimSpace(out), "CHECK: OK (folder, record and manifest agree)") {
 		t.Fatalf("check on a new task:\n%s", out)
 	}
+	// A stopped save's temporary file: one line under its group, the
+	// summary, exit 1; --repair says what it removed and exits 0.
+	temp := "results/.pdmcp-save-00112233445566778899aabb.tmp"
+	if err := os.MkdirAll(filepath.Join(filepath.Dir(s.manifest), "results"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(s.manifest), filepath.FromSlash(temp)), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := pdmcpCmd(t, "check", "--manifest", s.manifest).Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 ||
+		!strings.Contains(string(b), "leftovers:\n  temporary "+temp+" [repairable]: ") ||
+		!strings.HasSuffix(strings.TrimSpace(string(b)), "CHECK: 1 findings (1 repairable with --repair)") {
+		t.Fatalf("check with a leftover: %v\n%s", err, b)
+	}
+	out = run(t, "check", "--manifest", s.manifest, "--repair")
+	if !strings.Contains(out, "repaired: removed "+temp+": ") || !strings.HasSuffix(strings.TrimSpace(out), "CHECK: OK (folder, record and manifest agree)") {
+		t.Fatalf("check --repair:\n%s", out)
+	}
 }
 
 // TestCheckAsksTheKeyServer: with --key-server, check asks the Gateway as
