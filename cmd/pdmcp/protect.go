@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/gateway"
@@ -14,6 +16,7 @@ func newProtectCmd() *cobra.Command {
 		configPath     string
 		keys, sections []string
 		segments       []string
+		abandon        string
 	)
 	cmd := &cobra.Command{
 		Use:   "protect",
@@ -22,7 +25,11 @@ func newProtectCmd() *cobra.Command {
 			"reassemble to the source, encrypts each section as the keys' owner under one key per data type, writes\n" +
 			"documents/<id>/, and adds the document to the manifest. It grants nothing. Each encrypt is recorded in\n" +
 			"protect-journal.json beside the manifest before it is sent; a rerun continues where a run stopped and never\n" +
-			"repeats an encrypt whose answer was lost.",
+			"repeats an encrypt whose answer was lost. A source over 16 MiB or a section over 64 KiB (the read limit) is\n" +
+			"refused before anything is sent. Ctrl-C waits for the encrypt in flight, records it and says \"interrupted\".\n" +
+			"--abandon ID removes what an unfinished protect of ID made (its keys, files and journal entry).",
+		Example: "  pdmcp protect --config config.json --manifest task-data/manifest.json --source ccd.xml --document-id ccd-0001\n" +
+			"  pdmcp protect --config config.json --manifest task-data/manifest.json --abandon ccd-0001",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc, err := gateway.LoadServiceConfig(configPath)
@@ -30,6 +37,21 @@ func newProtectCmd() *cobra.Command {
 				return err
 			}
 			o.Config = sc
+			if abandon != "" {
+				if o.SourcePath != "" || o.DocumentID != "" {
+					return errors.New("--abandon names the document itself; it takes no --source or --document-id")
+				}
+				sum, err := operator.AbandonProtect(cmd.Context(), operator.AbandonOptions{Config: sc, ManifestPath: o.ManifestPath,
+					DocumentID: abandon, AbandonLost: o.AbandonLost, Progress: cmd.ErrOrStderr()})
+				if err != nil {
+					return err
+				}
+				sum.WriteText(cmd.OutOrStdout())
+				return nil
+			}
+			if o.SourcePath == "" || o.DocumentID == "" {
+				return errors.New("--source and --document-id are required (or --abandon ID)")
+			}
 			if o.Keys, err = operator.ParseKeyFlags(keys); err != nil {
 				return err
 			}
@@ -67,5 +89,6 @@ func newProtectCmd() *cobra.Command {
 	f.StringArrayVar(&sections, "ccda-section", nil, "LOINC=dataType: protect C-CDA sections of this code too (repeatable)")
 	f.StringArrayVar(&segments, "hl7-segment", nil, "ID=dataType or ID=clear: protect, or keep in the clear, this HL7 segment too (repeatable)")
 	f.BoolVar(&o.AbandonLost, "abandon-lost", false, "after a key-creating encrypt's answer was lost, create the key anew (the lost one may stay at the key server)")
-	return requireFlags(cmd, "config", "manifest", "source", "document-id")
+	f.StringVar(&abandon, "abandon", "", "remove what the unfinished protect of this document id made: its keys, files and journal entry")
+	return requireFlags(cmd, "config", "manifest")
 }

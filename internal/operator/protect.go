@@ -21,7 +21,22 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
+	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/compound"
+)
+
+// Limits protect checks before anything is sent, so a source it would have
+// to give up on part-way costs no encrypt, no key and no document id.
+const (
+	// MaxSourceBytes bounds a protect source: the Gateway's limit on one
+	// encrypt (api.MaxDataBytes, 16 MiB less one byte). A source is read no
+	// further than this.
+	MaxSourceBytes = api.MaxDataBytes
+	// MaxSectionBytes bounds one section: the read limit
+	// (server.MaxTextBytes, 64 KiB), which read_protected_fragment refuses
+	// RESULT_TOO_LARGE over, and so below the Gateway's body limit too. A
+	// section over it could be encrypted but never read back by the agent.
+	MaxSectionBytes = min(server.MaxTextBytes, api.MaxDataBytes)
 )
 
 // ProtectOptions are `pdmcp protect`'s inputs.
@@ -97,6 +112,12 @@ var (
 	// ErrAlreadyProtected: the manifest holds the document id already,
 	// from another source.
 	ErrAlreadyProtected = errors.New("document id already in the manifest")
+	// ErrTooLarge: the source or a section is over a limit (MaxSourceBytes,
+	// MaxSectionBytes); nothing was sent.
+	ErrTooLarge = errors.New("over the limit")
+	// ErrInterrupted: the run was stopped (Ctrl-C, SIGTERM) after waiting
+	// for the encrypt in flight and recording its answer.
+	ErrInterrupted = errors.New("interrupted")
 )
 
 // Protect splits a compound source, encrypts each section under its data
@@ -108,7 +129,22 @@ var (
 // again, finish a run the manifest already holds, choose each data type's
 // key, settle lost attempts, encrypt the sections, write the files, add
 // the document to the manifest, and mark the run done.
+//
+// A stop (ctx ending: Ctrl-C, SIGTERM) waits for the encrypt in flight,
+// records its answer, and returns an error matching ErrInterrupted; the
+// run can then be continued by running it again, or abandoned with
+// AbandonProtect.
 func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
+	sum, err := protect(ctx, o)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrInterrupted) {
+		// Stopped while waiting for a lock or a session: nothing was in
+		// flight, and the cause is the stop, not the step.
+		err = fmt.Errorf("protect %s: %w (%w)", o.DocumentID, ErrInterrupted, err)
+	}
+	return sum, err
+}
+
+func protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 	p, err := newProtection(o)
 	if err != nil {
 		return nil, err
@@ -146,6 +182,9 @@ func Protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 	defer sess.Revoke(context.WithoutCancel(ctx))
 	results, err := p.encryptSections(ctx, sess)
 	if err != nil {
+		return nil, err
+	}
+	if err := p.interrupted(ctx, "before writing the files"); err != nil {
 		return nil, err
 	}
 	doc, err := p.writeFiles(results)
@@ -206,12 +245,15 @@ func newProtection(o ProtectOptions) (*protection, error) {
 	if p.m, err = grant.LoadManifest(o.ManifestPath); err != nil {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
-	if p.src, err = os.ReadFile(o.SourcePath); err != nil {
-		return nil, fmt.Errorf("protect: %w", err)
+	if p.src, err = readSource(o.SourcePath); err != nil {
+		return nil, err
 	}
 	// The split and its reassembly proof come before any key is touched.
 	if p.split, err = compound.Split(p.src, p.o.Table); err != nil {
 		return nil, fmt.Errorf("protect: %s: %w", o.SourcePath, err)
+	}
+	if err := checkSections(o.SourcePath, p.split.Sections); err != nil {
+		return nil, err
 	}
 	p.srcSum = hex.EncodeToString(p.split.SHA256[:])
 	p.summary = &ProtectSummary{DocumentID: o.DocumentID, Form: p.split.Form}
@@ -230,6 +272,51 @@ func newProtection(o ProtectOptions) (*protection, error) {
 		return nil, errors.New("protect: name the keys' owner with --owner, or --record a seed record whose owner it is")
 	}
 	return p, nil
+}
+
+// readSource reads a protect source of at most MaxSourceBytes, reading no
+// further: a larger one is refused before it is split.
+func readSource(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("protect: %w", err)
+	}
+	defer f.Close()
+	src, err := io.ReadAll(io.LimitReader(f, MaxSourceBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("protect: %s: %w", path, err)
+	}
+	if len(src) > MaxSourceBytes {
+		return nil, fmt.Errorf("protect: %s: %w: the source is over %d bytes, the Gateway's limit on one encrypt; nothing was sent and the document id is still free",
+			path, ErrTooLarge, MaxSourceBytes)
+	}
+	return src, nil
+}
+
+// checkSections refuses a split with a section no read tool could return,
+// naming every such section, before any key is touched.
+func checkSections(path string, sections []compound.Section) error {
+	var over []string
+	for _, s := range sections {
+		if len(s.Text) > MaxSectionBytes {
+			over = append(over, fmt.Sprintf("%s (%s, %d bytes)", s.ID, s.DataType, len(s.Text)))
+		}
+	}
+	if len(over) == 0 {
+		return nil
+	}
+	return fmt.Errorf("protect: %s: %w: section %s over the %d-byte limit of one read (read_protected_fragment would refuse it RESULT_TOO_LARGE); nothing was sent and the document id is still free: split the source into smaller documents",
+		path, ErrTooLarge, strings.Join(over, ", "), MaxSectionBytes)
+}
+
+// interrupted is ErrInterrupted, saying where, once ctx has ended: the
+// run stops at a step boundary, with the journal up to date.
+func (p *protection) interrupted(ctx context.Context, where string) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("protect %s: %w %s; the journal holds what this run made: rerun to continue, or pdmcp protect --abandon %s to remove it",
+		p.o.DocumentID, ErrInterrupted, where, p.o.DocumentID)
 }
 
 // alreadyProtected answers for a document the manifest already holds: the
@@ -349,11 +436,17 @@ func (p *protection) encryptSections(ctx context.Context, sess *gateway.Session)
 			fmt.Fprintf(p.progress, "protect %s: %s (%s): encrypted in an earlier run\n", p.o.DocumentID, s.ID, s.DataType)
 			continue
 		}
+		if err := p.interrupted(ctx, "before fragment "+s.ID+" was sent"); err != nil {
+			return nil, err
+		}
 		a, err := p.encryptSection(ctx, sess, s)
 		if err != nil {
 			return nil, err
 		}
 		results[s.ID] = a
+		if err := p.interrupted(ctx, "after fragment "+s.ID+"'s encrypt was answered and recorded"); err != nil {
+			return nil, err
+		}
 	}
 	return results, nil
 }
@@ -373,7 +466,11 @@ func (p *protection) encryptSection(ctx context.Context, sess *gateway.Session, 
 		return nil, err
 	}
 	p.crash(crashpoint.ProtectSent)
-	enc, err := sess.Encrypt(ctx, gateway.EncryptInput{TTag: p.keys[s.DataType], IV: iv, Plaintext: s.Text})
+	// A stop (Ctrl-C) does not cut the encrypt in flight: its answer may
+	// name a key just made, so it is awaited and recorded, bounded by the
+	// client's per-request timeout (the Gateway timeout). The caller then
+	// stops, saying it was interrupted.
+	enc, err := sess.Encrypt(context.WithoutCancel(ctx), gateway.EncryptInput{TTag: p.keys[s.DataType], IV: iv, Plaintext: s.Text})
 	if err != nil {
 		// As encrypt_file: only a refusal before any work (a 4xx with a
 		// code of its own) is known to have made nothing. A 5xx may come

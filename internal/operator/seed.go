@@ -18,6 +18,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/filelock"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/sidecar"
 )
@@ -72,7 +73,21 @@ type SeedUser struct {
 // ciphertexts, the manifest and the seed record. The record comes first and
 // names each principal and key once it is made; the manifest comes last, so
 // a folder with a record and no manifest is a seed that stopped part-way.
+//
+// A stop (ctx ending: Ctrl-C, SIGTERM) waits for the Gateway call in flight
+// that makes something (a principal, a key), records what it made, and
+// returns an error matching ErrInterrupted; Cleanup of the record then
+// leaves a folder Seed accepts.
 func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
+	rec, err := seed(ctx, o)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrInterrupted) {
+		err = fmt.Errorf("seed: %w (%w); pdmcp seed --cleanup %s removes what it made", ErrInterrupted, err,
+			filepath.Join(o.OutDir, "seed-record.json"))
+	}
+	return rec, err
+}
+
+func seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	if o.Config == nil || o.OutDir == "" {
 		return nil, errors.New("seed: --config and --out-dir are required")
 	}
@@ -122,6 +137,19 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	if err := grant.CreateSeedRecord(ctx, recordPath, rec); err != nil {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
+	// A call that makes something is not cut by a stop: what it made is
+	// recorded first (bounded by the client's per-request timeout), then
+	// the run stops between steps.
+	work := context.WithoutCancel(ctx)
+	stopped := func() error {
+		if ctx.Err() == nil {
+			return nil
+		}
+		return fmt.Errorf("seed: %w; the seed record lists what was made: pdmcp seed --cleanup %s removes it", ErrInterrupted, recordPath)
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
 	made := func(principal, key string) error {
 		written, err := grant.UpdateSeedRecord(context.WithoutCancel(ctx), recordPath, func(r *grant.SeedRecord) error {
 			if principal != "" && !slices.Contains(r.Principals, principal) {
@@ -134,10 +162,10 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 			return fmt.Errorf("seed: record what was made: %w", err)
 		}
 		rec = written
-		return nil
+		return stopped()
 	}
 	for _, name := range []string{rec.OwnerUser, rec.AgentUser} {
-		if _, err := c.CreatePrincipal(ctx, api.PrincipalRequest{Name: name}); err != nil {
+		if _, err := c.CreatePrincipal(work, api.PrincipalRequest{Name: name}); err != nil {
 			return nil, fmt.Errorf("seed: create principal %s: %w", name, err)
 		}
 		if err := made(name, ""); err != nil {
@@ -147,7 +175,7 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	extra := map[string]*api.Principal{}
 	for _, u := range o.Users {
 		name := prefix + o.Tag + "." + u.Name
-		p, err := c.CreatePrincipal(ctx, api.PrincipalRequest{Name: name})
+		p, err := c.CreatePrincipal(work, api.PrincipalRequest{Name: name})
 		if err != nil {
 			return nil, fmt.Errorf("seed: create principal %s: %w", name, err)
 		}
@@ -178,7 +206,7 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 		if _, err := rand.Read(iv); err != nil {
 			return nil, err
 		}
-		enc, err := owner.Encrypt(ctx, gateway.EncryptInput{IV: iv, Plaintext: text})
+		enc, err := owner.Encrypt(work, gateway.EncryptInput{IV: iv, Plaintext: text})
 		if err != nil {
 			return nil, fmt.Errorf("seed: encrypt %s: %w", d.id, err)
 		}
@@ -207,7 +235,7 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 		}
 	}
 	// The destination's key: minted by an encrypt whose output is dropped.
-	anchor, err := owner.Encrypt(ctx, gateway.EncryptInput{Plaintext: []byte(SeedDestination)})
+	anchor, err := owner.Encrypt(work, gateway.EncryptInput{Plaintext: []byte(SeedDestination)})
 	if err != nil {
 		return nil, fmt.Errorf("seed: destination key: %w", err)
 	}
@@ -359,6 +387,60 @@ func Cleanup(ctx context.Context, cfg *gateway.ServiceConfig, recordPath string)
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("cleanup: %s", strings.Join(problems, "; "))
+	}
+	return removeStoppedSeed(ctx, recordPath)
+}
+
+// removeStoppedSeed removes, once everything a seed record lists is gone,
+// what a seed that stopped before its manifest wrote beside the record: its
+// documents' ciphertexts (by the seed set's names only), documents/ if that
+// leaves it empty, and the record itself, so that the folder is one Seed
+// accepts. A folder with a manifest.json is a seed that finished: its
+// manifest refers to those files and the record stays, listing nothing.
+func removeStoppedSeed(ctx context.Context, recordPath string) error {
+	dir := filepath.Dir(recordPath)
+	if _, err := os.Lstat(filepath.Join(dir, "manifest.json")); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	abs, err := grant.RealPath(recordPath)
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	// Under the record's lock, read as it is now: a protect or seed that
+	// added to it since keeps it.
+	l, err := filelock.Acquire(ctx, grant.LockPath(abs))
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	defer l.Release()
+	rec, err := grant.LoadSeedRecord(abs)
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	if len(rec.Keys) > 0 || len(rec.Principals) > 0 {
+		return nil
+	}
+	var problems []string
+	for _, d := range seedSet {
+		p := filepath.Join(dir, "documents", d.id+".v1.bin")
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			problems = append(problems, err.Error())
+		}
+	}
+	// Only an empty documents/ goes: anything else in it is not the seed's.
+	docs := filepath.Join(dir, "documents")
+	if left, err := os.ReadDir(docs); err == nil && len(left) == 0 {
+		if err := os.Remove(docs); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) == 0 {
+		if err := os.Remove(abs); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("cleanup: everything the record listed is removed, but the stopped seed's files are not: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }
