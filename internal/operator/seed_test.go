@@ -198,3 +198,77 @@ func TestSeedRefusesAFolderWithARecord(t *testing.T) {
 		t.Fatalf("CreateSeedRecord over a record: %v, want fs.ErrExist", err)
 	}
 }
+
+// TestSeedStoppedThenCleanedThenSeeded: a seed stopped while its first
+// encrypt is at the Gateway waits for the key, records it and says
+// interrupted; seed --cleanup removes what the record lists and what the
+// stopped seed wrote (its files and the record), and a seed into the same
+// folder then succeeds.
+func TestSeedStoppedThenCleanedThenSeeded(t *testing.T) {
+	env := reftest.Start(t, reference.Config{})
+	svc := env.Service(t, "svc", true)
+	dir := t.TempDir()
+	recordPath := filepath.Join(dir, "seed-record.json")
+	env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Seed(ctx, SeedOptions{Config: svc, OutDir: dir, Tag: "stop"})
+		done <- err
+	}()
+	deadline := time.After(time.Minute)
+	for env.Gateway.Count(api.RouteEncrypt) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("seed ended before its first encrypt: %v", err)
+		case <-deadline:
+			t.Fatal("no encrypt reached the Gateway")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	env.Gateway.SetFaults(reference.Faults{})
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("seed did not end after the stop")
+	}
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("stopped seed: %v, want ErrInterrupted", err)
+	}
+	rec, err := grant.LoadSeedRecord(recordPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Keys) != 1 || len(rec.Principals) != 2 {
+		t.Fatalf("the record lists %d keys and principals %v; want the key in flight and the owner and agent", len(rec.Keys), rec.Principals)
+	}
+
+	if err := Cleanup(context.Background(), svc, recordPath); err != nil {
+		t.Fatalf("cleanup: %v", err)
+	}
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		// The record's lock file may stay: it is never read.
+		if e.Name() != filepath.Base(grant.LockPath(recordPath)) {
+			t.Errorf("cleanup of a stopped seed left %s", e.Name())
+		}
+	}
+	if _, err := Seed(context.Background(), SeedOptions{Config: svc, OutDir: dir, Tag: "again"}); err != nil {
+		t.Fatalf("seed after cleanup: %v", err)
+	}
+	// A finished seed's cleanup keeps its manifest and the emptied record.
+	if err := Cleanup(context.Background(), svc, recordPath); err != nil {
+		t.Fatalf("cleanup of the finished seed: %v", err)
+	}
+	for _, name := range []string{"manifest.json", "seed-record.json"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("cleanup of a finished seed removed %s: %v", name, err)
+		}
+	}
+}
