@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/gateway/reference"
+)
+
+// TestProtectCtrlCThenAbandon: Ctrl-C while protect's first encrypt is at
+// the Gateway waits for its answer and prints "interrupted" (not the
+// Gateway unreachable); protect --abandon then removes the key it made and
+// the journal entry, and the id is protected again from the start.
+func TestProtectCtrlCThenAbandon(t *testing.T) {
+	s := newStack(t)
+	keys := s.keyCount(t)
+	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+	s.env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
+	cmd := s.protectCmd(t, "--source", oruSource, "--document-id", "oru-0001")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.After(time.Minute)
+	for s.env.Gateway.Count(api.RouteEncrypt) == encrypts {
+		select {
+		case err := <-done:
+			t.Fatalf("protect ended before its first encrypt (%v): %s", err, stderr.String())
+		case <-deadline:
+			t.Fatal("no encrypt reached the Gateway")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	// Each held encrypt is answered by re-arming the hold, which holds
+	// the next one; once the signal has landed no next one comes, and
+	// protect ends. No sleep decides the outcome.
+	seen := s.env.Gateway.Count(api.RouteEncrypt)
+	s.env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
+	var err error
+	for ended := false; !ended; {
+		select {
+		case err = <-done:
+			ended = true
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			t.Fatal("protect did not end after Ctrl-C")
+		case <-time.After(5 * time.Millisecond):
+			if n := s.env.Gateway.Count(api.RouteEncrypt); n > seen {
+				seen = n
+				s.env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
+			}
+		}
+	}
+	s.env.Gateway.SetFaults(reference.Faults{})
+	out := stderr.String()
+	if err == nil || !strings.Contains(out, "interrupted") || strings.Contains(out, api.CodeUnreachable) || !strings.Contains(out, "--abandon oru-0001") {
+		t.Fatalf("protect after Ctrl-C: %v\n%s", err, out)
+	}
+	made := s.keyCount(t) - keys
+	if made < 1 {
+		t.Fatalf("keys after the interrupted run: %d more, want the one in flight recorded", made)
+	}
+
+	stdout, stderrText, ok := s.protect(t, nil, "--abandon", "oru-0001")
+	if !ok || !strings.Contains(stdout, fmt.Sprintf("%d keys removed", made)) || !strings.Contains(stdout, "PROTECT ABANDON: OK") {
+		t.Fatalf("--abandon: %s %s", stdout, stderrText)
+	}
+	if n := s.keyCount(t); n != keys {
+		t.Fatalf("keys after --abandon: %d, want %d", n, keys)
+	}
+	if _, _, ok := s.protect(t, nil, "--abandon", "oru-0001"); ok {
+		t.Fatal("a second --abandon said OK")
+	}
+	if stdout, stderrText, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001"); !ok || !strings.Contains(stdout, "PROTECT: OK") {
+		t.Fatalf("protect after --abandon: %s %s", stdout, stderrText)
+	}
+	checkAgree(t, s, "oru-0001")
+}
+
+// TestProtectRefusesATooLargeSection: a section over the read limit is
+// refused by the command with no encrypt sent, and the id stays usable.
+func TestProtectRefusesATooLargeSection(t *testing.T) {
+	s := newStack(t)
+	oru, err := os.ReadFile(oruSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(s.dir, "big.hl7")
+	if err := os.WriteFile(big, bytes.Replace(oru, []byte("Repeat in three months"), bytes.Repeat([]byte("A"), 1<<20), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
+	_, stderr, ok := s.protect(t, nil, "--source", big, "--document-id", "oru-0001")
+	if ok || !strings.Contains(stderr, "limit of one read") || s.env.Gateway.Count(api.RouteEncrypt) != encrypts {
+		t.Fatalf("a 1 MiB section: %s (encrypts %d)", stderr, s.env.Gateway.Count(api.RouteEncrypt)-encrypts)
+	}
+	if out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001"); !ok {
+		t.Fatalf("the id after the refusal: %s %s", out, stderr)
+	}
+}
