@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,51 +21,7 @@ import (
 func TestProtectCtrlCThenAbandon(t *testing.T) {
 	s := newStack(t)
 	keys := s.keyCount(t)
-	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
-	s.env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
-	cmd := s.protectCmd(t, "--source", oruSource, "--document-id", "oru-0001")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	deadline := time.After(time.Minute)
-	for s.env.Gateway.Count(api.RouteEncrypt) == encrypts {
-		select {
-		case err := <-done:
-			t.Fatalf("protect ended before its first encrypt (%v): %s", err, stderr.String())
-		case <-deadline:
-			t.Fatal("no encrypt reached the Gateway")
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	// Each held encrypt is answered by re-arming the hold, which holds
-	// the next one; once the signal has landed no next one comes, and
-	// protect ends. No sleep decides the outcome.
-	seen := s.env.Gateway.Count(api.RouteEncrypt)
-	s.env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
-	var err error
-	for ended := false; !ended; {
-		select {
-		case err = <-done:
-			ended = true
-		case <-deadline:
-			_ = cmd.Process.Kill()
-			t.Fatal("protect did not end after Ctrl-C")
-		case <-time.After(5 * time.Millisecond):
-			if n := s.env.Gateway.Count(api.RouteEncrypt); n > seen {
-				seen = n
-				s.env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
-			}
-		}
-	}
-	s.env.Gateway.SetFaults(reference.Faults{})
-	out := stderr.String()
+	out, err := s.interruptAtEncrypt(t, s.protectCmd(t, "--source", oruSource, "--document-id", "oru-0001"))
 	if err == nil || !strings.Contains(out, "interrupted") || strings.Contains(out, api.CodeUnreachable) || !strings.Contains(out, "--abandon oru-0001") {
 		t.Fatalf("protect after Ctrl-C: %v\n%s", err, out)
 	}
@@ -108,5 +65,71 @@ func TestProtectRefusesATooLargeSection(t *testing.T) {
 	}
 	if out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001"); !ok {
 		t.Fatalf("the id after the refusal: %s %s", out, stderr)
+	}
+}
+
+// interruptAtEncrypt starts cmd with every encrypt held at the Gateway,
+// sends it Ctrl-C once its first encrypt arrives, then answers each held
+// encrypt by re-arming the hold (which holds the next one) until cmd ends:
+// once the signal has landed no next one comes. No sleep decides the
+// outcome. It returns cmd's stderr and exit error.
+func (s *stack) interruptAtEncrypt(t *testing.T, cmd *exec.Cmd) (string, error) {
+	t.Helper()
+	hold := reference.Faults{HoldRoute: api.RouteEncrypt}
+	seen := s.env.Gateway.Count(api.RouteEncrypt)
+	s.env.Gateway.SetFaults(hold)
+	defer s.env.Gateway.SetFaults(reference.Faults{})
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.After(time.Minute)
+	signalled := false
+	for {
+		select {
+		case err := <-done:
+			if !signalled {
+				t.Fatalf("the command ended before its first encrypt (%v): %s", err, stderr.String())
+			}
+			return stderr.String(), err
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			t.Fatalf("the command did not end: %s", stderr.String())
+		case <-time.After(5 * time.Millisecond):
+			n := s.env.Gateway.Count(api.RouteEncrypt)
+			if n == seen {
+				continue
+			}
+			seen = n
+			if !signalled {
+				if err := cmd.Process.Signal(os.Interrupt); err != nil {
+					t.Fatal(err)
+				}
+				signalled = true
+			}
+			s.env.Gateway.SetFaults(hold)
+		}
+	}
+}
+
+// TestSeedCtrlCThenCleanupThenSeed: Ctrl-C during seed's first encrypt
+// says interrupted; seed --cleanup on its record, then seed into the same
+// folder, succeed.
+func TestSeedCtrlCThenCleanupThenSeed(t *testing.T) {
+	s := newStack(t)
+	dir := filepath.Join(s.dir, "second")
+	out, err := s.interruptAtEncrypt(t, pdmcpCmd(t, "seed", "--config", s.config, "--out-dir", dir))
+	if err == nil || !strings.Contains(out, "interrupted") || !strings.Contains(out, "--cleanup") {
+		t.Fatalf("seed after Ctrl-C: %v\n%s", err, out)
+	}
+	record := filepath.Join(dir, "seed-record.json")
+	if got := run(t, "seed", "--config", s.config, "--cleanup", record); !strings.Contains(got, "SEED CLEANUP: OK") {
+		t.Fatalf("cleanup: %s", got)
+	}
+	if got := run(t, "seed", "--config", s.config, "--out-dir", dir); !strings.Contains(got, "SEED: OK") {
+		t.Fatalf("seed after cleanup: %s", got)
 	}
 }
