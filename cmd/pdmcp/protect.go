@@ -42,7 +42,7 @@ func newProtectCmd() *cobra.Command {
 					return errors.New("--abandon names the document itself; it takes no --source or --document-id")
 				}
 				sum, err := operator.AbandonProtect(cmd.Context(), operator.AbandonOptions{Config: sc, ManifestPath: o.ManifestPath,
-					DocumentID: abandon, AbandonLost: o.AbandonLost, Progress: cmd.ErrOrStderr()})
+					DocumentID: abandon, RecordPath: o.RecordPath, AbandonLost: o.AbandonLost, Progress: cmd.ErrOrStderr()})
 				if err != nil {
 					return err
 				}

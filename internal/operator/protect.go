@@ -182,6 +182,12 @@ func protect(ctx context.Context, o ProtectOptions) (*ProtectSummary, error) {
 	defer sess.Revoke(context.WithoutCancel(ctx))
 	results, err := p.encryptSections(ctx, sess)
 	if err != nil {
+		// The keys this run made so far go into the seed record too, so
+		// that seed --cleanup removes them even if the run is never
+		// continued or abandoned (its owner would be gone after that).
+		if rerr := finishRecord(context.WithoutCancel(ctx), p.o.RecordPath, p.run); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
 		return nil, err
 	}
 	if err := p.interrupted(ctx, "before writing the files"); err != nil {

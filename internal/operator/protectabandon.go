@@ -22,6 +22,9 @@ type AbandonOptions struct {
 	Config       *gateway.ServiceConfig
 	ManifestPath string
 	DocumentID   string
+	// RecordPath, when set, is the seed record the run's keys may have
+	// been added to: the keys removed are taken out of it.
+	RecordPath string
 	// AbandonLost accepts that a key-creating encrypt of the run whose
 	// answer was lost may have left a key nobody can name.
 	AbandonLost bool
@@ -111,11 +114,22 @@ func AbandonProtect(ctx context.Context, o AbandonOptions) (*AbandonSummary, err
 
 	remove, kept := abandonedKeys(m, j, o.DocumentID, run)
 	sum.KeysKept = len(kept)
-	var problems []string
+	var problems, removed []string
 	if len(remove) > 0 {
-		problems = append(problems, removeKeys(ctx, o.Config, run.Owner, remove, sum)...)
+		removed, problems = removeKeys(ctx, o.Config, run.Owner, remove)
+		sum.KeysRemoved = len(removed)
 	}
 	problems = append(problems, removeRunFiles(m, o.DocumentID, run, sum)...)
+	if o.RecordPath != "" && len(removed) > 0 {
+		// Under the record's lock on the record as it is now; a key still
+		// at the Gateway after a failed removal stays listed.
+		if _, err := grant.UpdateSeedRecord(context.WithoutCancel(ctx), o.RecordPath, func(r *grant.SeedRecord) error {
+			r.Keys = slices.DeleteFunc(r.Keys, func(k string) bool { return slices.Contains(removed, k) })
+			return nil
+		}); err != nil {
+			problems = append(problems, fmt.Sprintf("the seed record: %v", err))
+		}
+	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("protect --abandon %s: %s; the journal entry is kept: rerun --abandon to retry", o.DocumentID, strings.Join(problems, "; "))
 	}
@@ -172,18 +186,18 @@ func abandonedKeys(m *grant.Manifest, j *protectJournal, docID string, run *prot
 }
 
 // removeKeys removes keys at the Gateway as owner, reading each back
-// absent, and returns what it could not remove (naming no t-Tag in full).
-func removeKeys(ctx context.Context, cfg *gateway.ServiceConfig, owner string, keys []string, sum *AbandonSummary) []string {
+// absent. It returns the keys removed and what it could not remove
+// (naming no t-Tag in full).
+func removeKeys(ctx context.Context, cfg *gateway.ServiceConfig, owner string, keys []string) (removed, problems []string) {
 	c, err := gateway.New(cfg.ClientConfig())
 	if err != nil {
-		return []string{err.Error()}
+		return nil, []string{err.Error()}
 	}
 	sess, err := c.Mint(ctx, gateway.MintRequest{ActingAs: owner, Objects: keys, TTL: api.MaxScopedTTL})
 	if err != nil {
-		return []string{fmt.Sprintf("owner session for %s: %v", owner, err)}
+		return nil, []string{fmt.Sprintf("owner session for %s: %v", owner, err)}
 	}
 	defer sess.Revoke(context.WithoutCancel(ctx))
-	var problems []string
 	for _, k := range keys {
 		if err := sess.RemoveKey(ctx, k); err != nil && !errors.Is(err, &api.Error{Code: api.CodeKeyNotFound}) {
 			problems = append(problems, fmt.Sprintf("key %s…: %v", short(k), err))
@@ -193,9 +207,9 @@ func removeKeys(ctx context.Context, cfg *gateway.ServiceConfig, owner string, k
 			problems = append(problems, fmt.Sprintf("key %s… still reads back (%v)", short(k), err))
 			continue
 		}
-		sum.KeysRemoved++
+		removed = append(removed, k)
 	}
-	return problems
+	return removed, problems
 }
 
 // removeRunFiles removes the files protect writes for docID (each

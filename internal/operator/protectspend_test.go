@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -157,13 +158,24 @@ func TestProtectInterruptedThenAbandoned(t *testing.T) {
 		t.Fatal("the manifest lists the interrupted document")
 	}
 
-	sum, err := AbandonProtect(context.Background(), AbandonOptions{Config: svc, ManifestPath: filepath.Join(dir, "manifest.json"), DocumentID: "oru-0001"})
+	// The key is in the seed record too: seed --cleanup would remove it
+	// were the run never continued or abandoned.
+	recordPath := filepath.Join(dir, "seed-record.json")
+	if rec, err := grant.LoadSeedRecord(recordPath); err != nil || !slices.Contains(rec.Keys, made) {
+		t.Fatalf("the seed record lacks the interrupted run's key (%v)", err)
+	}
+
+	sum, err := AbandonProtect(context.Background(), AbandonOptions{Config: svc, ManifestPath: filepath.Join(dir, "manifest.json"),
+		DocumentID: "oru-0001", RecordPath: recordPath})
 	if err != nil || sum.KeysRemoved != 1 || sum.KeysKept != 0 {
 		t.Fatalf("abandon: %+v, %v", sum, err)
 	}
-	rec, err := grant.LoadSeedRecord(filepath.Join(dir, "seed-record.json"))
+	rec, err := grant.LoadSeedRecord(recordPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if slices.Contains(rec.Keys, made) {
+		t.Fatal("the seed record still lists the abandoned run's key")
 	}
 	c, err := gateway.New(svc.ClientConfig())
 	if err != nil {
