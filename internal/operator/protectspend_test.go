@@ -213,41 +213,70 @@ func TestProtectInterruptedThenAbandoned(t *testing.T) {
 	}
 }
 
-// TestAbandonKeepsKeysOthersUse: a key the run created that another run
-// of the journal then used is kept, and the run's own files go.
+// TestAbandonKeepsKeysOthersUse: of the two keys an unfinished ORU run
+// created, the one another run of the journal used, or the one the
+// manifest's compoundKeys names, is kept; the other is removed, and the
+// run's files go. The other run's journal entry is untouched.
 func TestAbandonKeepsKeysOthersUse(t *testing.T) {
-	ctx := context.Background()
-	_, svc, dir := seeded(t, "k")
-	if _, err := Protect(ctx, protectOptions(svc, dir, oruFixture, "oru-0001")); err != nil {
-		t.Fatal(err)
-	}
-	// Make oru-0001's run look unfinished and drop it from the manifest,
-	// as if its manifest step never ran; oru-0002 reuses its keys.
-	jpath := filepath.Join(dir, ProtectJournalName)
-	j, err := loadProtectJournal(jpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j.Documents["oru-0002"] = &protectRun{SourceSHA256: "x", Owner: j.Documents["oru-0001"].Owner, State: "encrypting",
-		Attempts: []*protectEntry{{Fragment: "OBX.1", DataType: "results", State: attemptEncrypted, TTag: j.Documents["oru-0001"].Attempts[0].TTag}}}
-	j.Documents["oru-0001"].State = "encrypting"
-	if err := j.save(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := grant.UpdateManifest(ctx, filepath.Join(dir, "manifest.json"), func(m *grant.Manifest) error {
-		delete(m.Documents, "oru-0001")
-		m.CompoundKeys = nil
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	sum, err := AbandonProtect(ctx, AbandonOptions{Config: svc, ManifestPath: filepath.Join(dir, "manifest.json"), DocumentID: "oru-0001"})
-	if err != nil || sum.KeysKept != 1 || sum.KeysRemoved != 1 || sum.FilesRemoved == 0 {
-		t.Fatalf("abandon: %+v, %v; want one key kept (oru-0002 uses it), one removed, the files removed", sum, err)
-	}
-	data, _ := os.ReadFile(jpath)
-	var back map[string]any
-	if err := json.Unmarshal(data, &back); err != nil || back["documents"].(map[string]any)["oru-0002"] == nil {
-		t.Fatalf("abandon touched another run: %s", data)
+	for _, tc := range []struct {
+		name string
+		// share makes one of the run's keys (demographics, results) in use
+		// elsewhere.
+		share func(j *protectJournal, m *grant.Manifest, keys map[string]string)
+	}{
+		{"another run used it", func(j *protectJournal, _ *grant.Manifest, keys map[string]string) {
+			j.Documents["oru-0002"] = &protectRun{SourceSHA256: "x", Owner: j.Documents["oru-0001"].Owner, State: "encrypting",
+				Attempts: []*protectEntry{{Fragment: "PID.1", DataType: "demographics", State: attemptEncrypted, TTag: keys["demographics"]}}}
+		}},
+		{"the manifest names it", func(_ *protectJournal, m *grant.Manifest, keys map[string]string) {
+			m.CompoundKeys = map[string]string{"results": keys["results"]}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			_, svc, dir := seeded(t, "k")
+			if _, err := Protect(ctx, protectOptions(svc, dir, oruFixture, "oru-0001")); err != nil {
+				t.Fatal(err)
+			}
+			// Make oru-0001's run look unfinished, as if its manifest step
+			// never ran.
+			jpath := filepath.Join(dir, ProtectJournalName)
+			j, err := loadProtectJournal(jpath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := j.createdKeys()
+			if len(keys) != 2 {
+				t.Fatalf("the ORU run created keys for %v, want demographics and results", keys)
+			}
+			j.Documents["oru-0001"].State = "encrypting"
+			if _, err := grant.UpdateManifest(ctx, filepath.Join(dir, "manifest.json"), func(m *grant.Manifest) error {
+				delete(m.Documents, "oru-0001")
+				m.CompoundKeys = nil
+				tc.share(j, m, keys)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.save(); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := os.ReadFile(jpath)
+			sum, err := AbandonProtect(ctx, AbandonOptions{Config: svc, ManifestPath: filepath.Join(dir, "manifest.json"), DocumentID: "oru-0001"})
+			if err != nil || sum.KeysKept != 1 || sum.KeysRemoved != 1 || sum.FilesRemoved == 0 {
+				t.Fatalf("abandon: %+v, %v; want one key kept, one removed, the files removed", sum, err)
+			}
+			after, err := loadProtectJournal(jpath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var was protectJournal
+			if err := json.Unmarshal(before, &was); err != nil {
+				t.Fatal(err)
+			}
+			if len(after.Documents) != len(was.Documents)-1 || after.Documents["oru-0001"] != nil {
+				t.Fatalf("abandon removed %d journal entries, want only oru-0001's", len(was.Documents)-len(after.Documents))
+			}
+		})
 	}
 }
