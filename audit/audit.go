@@ -52,6 +52,13 @@ type Log struct {
 	// so the file ends in a fragment; the next line starts with a newline
 	// to fence it off rather than join it.
 	torn bool
+	// chain is the hash chain's state (see chain.go).
+	chain chainState
+	// headKey signs heads (heads.go); sinceHead counts the lines since
+	// the last signed head, written at headAt.
+	headKey   *HeadKey
+	sinceHead int
+	headAt    time.Time
 
 	logger *slog.Logger
 	now    func() time.Time
@@ -77,6 +84,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now times the refusal windows; time.Now when nil.
 	Now func() time.Time
+	// HeadKey, when it holds a private key, signs the chain's head now and
+	// then in an "audit-head" line (see heads.go); nil writes none.
+	HeadKey *HeadKey
 }
 
 // Open is OpenWith with the default Options.
@@ -98,6 +108,11 @@ func OpenWith(path string, o Options) (*Log, error) {
 	l := newLog(o)
 	l.f, l.path = f, path
 	l.fenceTornTail(fi.Size())
+	if err := l.seedChain(); err != nil {
+		// Tried again before the first line.
+		l.slogger().Warn("audit file's last line could not be read to chain from; trying again at the next line",
+			"path", l.path, "err", err)
+	}
 	return l, nil
 }
 
@@ -125,7 +140,12 @@ func openChecked(path string) (*os.File, os.FileInfo, error) {
 }
 
 func newLog(o Options) *Log {
-	return &Log{logger: o.Logger, now: o.Now}
+	l := &Log{logger: o.Logger, now: o.Now}
+	if o.HeadKey.CanSign() {
+		l.headKey = o.HeadKey
+		l.headAt = l.clock()
+	}
+	return l
 }
 
 // clock is the Log's time; time.Now for a Log not made by Open or Discard.
@@ -255,6 +275,35 @@ func (l *Log) write(line Line) error {
 	if l.f == nil {
 		return nil
 	}
+	if err := l.appendLocked(line.event(), func(string) []byte { return out }); err != nil {
+		return err
+	}
+	if l.headDue() {
+		l.signHeadLocked()
+	}
+	if len(dropped) > 0 {
+		return fmt.Errorf("audit: %s line: %w: %s", line.event(), ErrRedacted, strings.Join(dropped, ", "))
+	}
+	return nil
+}
+
+// appendLocked writes one line to the file, chained: body returns the line
+// given the head it will name, as a newline, the JSON object and a newline.
+// Called with l.mu held and a file open.
+func (l *Log) appendLocked(event string, body func(head string) []byte) error {
+	defer lockFile(l.f)()
+	if err := l.syncChain(); err != nil {
+		// The line is written all the same, chained from the last line
+		// this Log knows of; Verify reports the break if there is one.
+		l.slogger().Warn("audit file's last line could not be read to chain from", "path", l.path, "err", err)
+		if l.chain.head == "" {
+			l.chain.head, l.chain.fileStart = ZeroHash, true
+		}
+	}
+	out := body(l.chain.head)
+	// The line ends with the member naming the line before it, in place
+	// of the encoded object's closing brace.
+	out = append(append(out[:len(out)-2:len(out)-2], l.chain.member()...), '\n')
 	if !l.torn {
 		out = out[1:]
 	}
@@ -267,12 +316,18 @@ func (l *Log) write(line Line) error {
 		if n > 0 {
 			what = l.takeBack(out[:n])
 		}
-		return fmt.Errorf("audit: write %s line to %s (%s): %w", line.event(), l.path, what, err)
+		// Whatever is left, the next line reads the file's end again.
+		l.chain.known = false
+		return fmt.Errorf("audit: write %s line to %s (%s): %w", event, l.path, what, err)
 	}
+	written := out
+	if l.torn {
+		written = out[1:]
+	}
+	l.chain.head, l.chain.fileStart = lineHash(written[:len(written)-1]), false
+	l.chain.end += int64(n)
 	l.torn = false
-	if len(dropped) > 0 {
-		return fmt.Errorf("audit: %s line: %w: %s", line.event(), ErrRedacted, strings.Join(dropped, ", "))
-	}
+	l.sinceHead++
 	return nil
 }
 
@@ -307,6 +362,9 @@ func (l *Log) Close() error {
 	defer l.mu.Unlock()
 	if l.f == nil {
 		return nil
+	}
+	if l.headKey != nil && l.sinceHead > 0 {
+		l.signHeadLocked()
 	}
 	f := l.f
 	l.f, l.closed = nil, true

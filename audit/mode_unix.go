@@ -28,3 +28,24 @@ func checkPrivate(fi os.FileInfo) error {
 	}
 	return nil
 }
+
+// lockFile takes an exclusive flock(2) of f for one line: the read of the
+// file's last line and the write that chains from it, so processes sharing
+// the file keep one chain. It returns the unlock. A file that cannot be
+// locked is written unlocked: a line is never held back for the lock.
+func lockFile(f any) (unlock func()) {
+	fd, ok := f.(interface{ Fd() uintptr })
+	if !ok {
+		return func() {}
+	}
+	for {
+		err := syscall.Flock(int(fd.Fd()), syscall.LOCK_EX)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EINTR) {
+			return func() {}
+		}
+	}
+	return func() { _ = syscall.Flock(int(fd.Fd()), syscall.LOCK_UN) }
+}

@@ -1,0 +1,270 @@
+package audit
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// What Verify finds, as Finding.Kind. The first five break the chain; a
+// fragment and a new chain are notes.
+const (
+	// BreakPrev: a line's "prev" is not the hash of the whole line before
+	// it in the file: that line was edited, or lines were removed, inserted
+	// or reordered between the two.
+	BreakPrev = "prev-mismatch"
+	// BreakUnchained: a whole line names no line before it (neither "prev"
+	// nor "prevFile"): a line added by hand, or written by a server from
+	// before the chain.
+	BreakUnchained = "unchained"
+	// BreakFileStart: the first whole line of a file names a line before it
+	// in the same file ("prev"): the lines before it were removed.
+	BreakFileStart = "file-start"
+	// BreakMovedStart: a line after a file's first names "prevFile", which
+	// only the first line of a file does: a first line was moved here.
+	BreakMovedStart = "moved-start"
+	// BreakFileJoin: a file's first line does not name the last line of the
+	// file given before it: the files are out of order, a file between
+	// them is missing, or the earlier file's last lines were removed.
+	BreakFileJoin = "file-join"
+	// BreakTornTail: the file does not end in a newline: its last line was
+	// cut (a truncation, or a crash the server has not yet restarted after).
+	BreakTornTail = "torn-tail"
+	// BreakSignature: a signed head whose signature does not hold for the
+	// key given (see heads.go).
+	BreakSignature = "bad-signature"
+
+	// NoteFragment: a piece between newlines that is not a whole line: what
+	// a crash or a full disk left and the server fenced off. It is not a
+	// line of the chain; the line after it chains from the one before.
+	NoteFragment = "fragment"
+	// NoteNewChain: a file after the first starts a chain of its own
+	// ("prevFile" is ZeroHash): the server opened it empty at start-up, so
+	// it could not name the file before it. The join is not proved.
+	NoteNewChain = "new-chain"
+	// NoteUnsigned: with a key given, the lines after the last signed head
+	// are covered by the chain only.
+	NoteUnsigned = "unsigned-tail"
+	// NoteContinues: the first file given continues a file not given; give
+	// the files from the first to have the join checked.
+	NoteContinues = "continues"
+)
+
+// maxFindings bounds the breaks and the notes a Report lists each; the
+// totals count them all.
+const maxFindings = 100
+
+// Finding is one thing Verify found, at a line: Line counts every
+// newline-ended piece of the file from 1, fragments included, as sed and
+// an editor number lines.
+type Finding struct {
+	File   string `json:"file"`
+	Line   int    `json:"line"`
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
+}
+
+// FileReport is what Verify read in one file.
+type FileReport struct {
+	Path string `json:"path"`
+	// Lines is the whole lines; Fragments the pieces that were not.
+	Lines     int `json:"lines"`
+	Fragments int `json:"fragments"`
+	// Head is the hash of the file's last whole line: what the first line
+	// of the file rotated after it names as "prevFile".
+	Head string `json:"head,omitempty"`
+}
+
+// Report is Verify's answer. Whole holds when no break was found.
+type Report struct {
+	Whole bool         `json:"whole"`
+	Files []FileReport `json:"files"`
+	// Breaks lists the first maxFindings breaks in file order; the first
+	// is the first line that breaks. BreakCount counts them all.
+	Breaks     []Finding `json:"breaks"`
+	BreakCount int       `json:"breakCount"`
+	Notes      []Finding `json:"notes"`
+	NoteCount  int       `json:"noteCount"`
+	// Head is the hash of the last whole line of the last file: an
+	// operator who keeps it elsewhere can later check that nothing was cut
+	// from the end (see VerifyOptions.Head).
+	Head string `json:"head,omitempty"`
+	// SignedHeads counts the signed heads checked with a key.
+	SignedHeads int `json:"signedHeads,omitempty"`
+}
+
+// VerifyOptions configure Verify.
+type VerifyOptions struct {
+	// Key, when set, checks the signed heads (see heads.go).
+	Key *HeadKey
+}
+
+// chainRef is what a line names as the line before it.
+type chainRef struct {
+	Prev     *string `json:"prev"`
+	PrevFile *string `json:"prevFile"`
+	Event    string  `json:"event"`
+}
+
+// Verify reads the audit files at paths, given in rotation order (oldest
+// first: audit.jsonl.2, audit.jsonl.1, audit.jsonl), and checks the hash
+// chain (see chain.go) through them. It returns an error only when a file
+// cannot be read; what it finds in the files is in the Report.
+func Verify(ctx context.Context, paths []string, o VerifyOptions) (*Report, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("audit: verify: no file given")
+	}
+	v := &verifier{rep: &Report{Files: []FileReport{}, Breaks: []Finding{}, Notes: []Finding{}}, key: o.Key}
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("audit: verify: %w", err)
+		}
+		err = v.file(ctx, p, f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("audit: verify %s: %w", p, err)
+		}
+	}
+	v.finishHeads()
+	v.rep.Head = v.last
+	v.rep.Whole = v.rep.BreakCount == 0
+	return v.rep, nil
+}
+
+type verifier struct {
+	rep  *Report
+	key  *HeadKey
+	last string // hash of the last whole line read, in any file
+	// lastFile is the file last read that had a whole line.
+	lastFile string
+	// unsigned counts the whole lines after the last signed head checked,
+	// found at lastSigned.
+	unsigned   int
+	lastSigned Finding
+}
+
+func (v *verifier) add(list *[]Finding, count *int, f Finding) {
+	*count++
+	if len(*list) < maxFindings {
+		*list = append(*list, f)
+	}
+}
+
+func (v *verifier) brk(file string, line int, kind, format string, args ...any) {
+	v.add(&v.rep.Breaks, &v.rep.BreakCount, Finding{File: file, Line: line, Kind: kind, Detail: fmt.Sprintf(format, args...)})
+}
+
+func (v *verifier) note(file string, line int, kind, format string, args ...any) {
+	v.add(&v.rep.Notes, &v.rep.NoteCount, Finding{File: file, Line: line, Kind: kind, Detail: fmt.Sprintf(format, args...)})
+}
+
+// file checks one file's lines, carrying the chain from the files before.
+func (v *verifier) file(ctx context.Context, path string, r io.Reader) error {
+	fr := FileReport{Path: path}
+	br := bufio.NewReaderSize(r, 64<<10)
+	// lastLine is the number of the file's last whole line; 0 before one.
+	lineNo, lastLine := 0, 0
+	for {
+		piece, err := br.ReadBytes('\n')
+		if len(piece) == 0 && err == io.EOF {
+			break
+		}
+		if err != nil && err != io.EOF {
+			return err
+		}
+		if lineNo%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		lineNo++
+		newline := piece[len(piece)-1] == '\n'
+		b := piece
+		if newline {
+			b = piece[:len(piece)-1]
+		} else {
+			v.brk(path, lineNo, BreakTornTail, "the file ends without a newline, in %d bytes that are %s: its end was cut, or the server crashed and has not opened the file since",
+				len(b), map[bool]string{true: "a whole line", false: "not a whole line"}[isWholeLine(b)])
+		}
+		if !isWholeLine(b) {
+			if newline {
+				fr.Fragments++
+				v.note(path, lineNo, NoteFragment, "%d bytes that are not a whole line (a write cut short by a crash or a full disk, fenced off); not part of the chain", len(b))
+			}
+			continue
+		}
+		fr.Lines++
+		var ref chainRef
+		// isWholeLine held, so this is a JSON object; members of other
+		// types than a string leave ref empty, which is a break below.
+		_ = json.Unmarshal(b, &ref)
+		v.check(path, lineNo, lastLine, ref)
+		v.unsigned++
+		if ref.Event == EventHead {
+			v.checkHead(path, lineNo, b, ref)
+		}
+		v.last, lastLine = lineHash(b), lineNo
+		if !newline {
+			break
+		}
+	}
+	if fr.Lines > 0 {
+		fr.Head = v.last
+		v.lastFile = path
+	}
+	v.rep.Files = append(v.rep.Files, fr)
+	return nil
+}
+
+// check checks what one whole line names as the line before it.
+func (v *verifier) check(path string, lineNo, lastLine int, ref chainRef) {
+	switch {
+	case ref.Prev != nil && ref.PrevFile != nil:
+		v.brk(path, lineNo, BreakUnchained, "the line names both prev and prevFile; the server writes one")
+	case ref.Prev == nil && ref.PrevFile == nil:
+		v.brk(path, lineNo, BreakUnchained, "the line names no line before it (no prev or prevFile): added by hand, or written before the chain began")
+	case lastLine == 0 && ref.Prev != nil:
+		v.brk(path, lineNo, BreakFileStart, "the file's first line names a line before it in this file (prev, %s): the lines before it were removed", short(*ref.Prev))
+	case lastLine == 0:
+		v.checkJoin(path, lineNo, *ref.PrevFile)
+	case ref.PrevFile != nil:
+		v.brk(path, lineNo, BreakMovedStart, "the line names prevFile, which only a file's first line does: a file's first line was moved or copied here, after line %d", lastLine)
+	case *ref.Prev != v.last:
+		v.brk(path, lineNo, BreakPrev, "prev names %s, but line %d hashes to %s: line %d was edited, or lines were removed, inserted or reordered between them",
+			short(*ref.Prev), lastLine, short(v.last), lastLine)
+	}
+}
+
+// checkJoin checks a file's first line against the file given before it.
+func (v *verifier) checkJoin(path string, lineNo int, prevFile string) {
+	switch {
+	case v.lastFile == "" && prevFile == ZeroHash:
+		// The start of a chain.
+	case v.lastFile == "":
+		v.note(path, lineNo, NoteContinues, "the file continues one whose last line hashed to %s; give that file first to check the join", short(prevFile))
+	case prevFile == v.last:
+	case prevFile == ZeroHash:
+		v.note(path, lineNo, NoteNewChain, "the file starts a chain of its own (the server opened it empty at start-up), so its join to %s is not proved", v.lastFile)
+	default:
+		v.brk(path, lineNo, BreakFileJoin, "prevFile names %s, but the last line of %s hashes to %s: the files are out of order, a file between them is missing, or the end of %s was removed",
+			short(prevFile), v.lastFile, short(v.last), v.lastFile)
+	}
+}
+
+// short is a hash as a finding shows it: 12 digits, or a note that it is
+// not a hash (never the value: a line edited by hand could put anything
+// there).
+func short(h string) string {
+	if isSHA256(h) {
+		return h[:12] + "…"
+	}
+	return "a value that is not a hash"
+}
