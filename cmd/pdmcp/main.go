@@ -40,7 +40,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
 		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd(), newCloseStepCmd(),
-		newVersionsCmd(), newExportManifestCmd(), newACLCmd(), newCheckCmd())
+		newVersionsCmd(), newExportManifestCmd(), newACLCmd(), newCheckCmd(), newAuditCmd())
 	return root
 }
 

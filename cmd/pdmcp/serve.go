@@ -47,6 +47,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.ManifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&o.GrantPath, "grant", "", "the task grant (from pdmcp grant)")
 	f.StringVar(&o.AuditPath, "audit", "", "the audit file, appended (mode 600)")
+	f.StringVar(&o.AuditKeyPath, "audit-key", "", "an Ed25519 private key (PKCS #8 PEM, mode 600) to sign the audit chain's head with (off when empty)")
 	f.StringVar(&o.OpsAddr, "ops-addr", "", "serve /healthz and /metrics on this loopback address (off when empty)")
 	f.StringVar(&o.JournalPath, "journal", "", "the journal (default <manifest>.journal.sqlite)")
 	return requireFlags(cmd, "config", "manifest", "grant", "audit")

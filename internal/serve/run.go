@@ -42,6 +42,9 @@ type Options struct {
 	ManifestPath string
 	GrantPath    string
 	AuditPath    string
+	// AuditKeyPath, when set, is an Ed25519 private key (PKCS #8 PEM) the
+	// audit file's chain head is signed with now and then (audit.HeadKey).
+	AuditKeyPath string
 	JournalPath  string // default: <manifest>.journal.sqlite
 	// HTTPConfigPath, when set, serves Streamable HTTP over TLS on
 	// 127.0.0.1 as described by mcp-http.json; otherwise stdio.
@@ -154,7 +157,15 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	// The audit's own warnings (a torn line fenced off, refusal
 	// summaries) go to the server's log; its refusal windows run on the
 	// wall clock, whatever o.Now says, since they bound what a flood costs.
-	a, err := audit.OpenWith(o.AuditPath, audit.Options{Logger: o.Logger})
+	ao := audit.Options{Logger: o.Logger}
+	if o.AuditKeyPath != "" {
+		if ao.HeadKey, err = loadAuditKey(o.AuditKeyPath); err != nil {
+			j.Close()
+			return nil, err
+		}
+		o.Logger.Info("audit file's chain head signed", "keyId", ao.HeadKey.ID())
+	}
+	a, err := audit.OpenWith(o.AuditPath, ao)
 	if err != nil {
 		j.Close()
 		return nil, err
@@ -286,4 +297,17 @@ func newRunID() string {
 		return "run-unknown"
 	}
 	return hex.EncodeToString(b)
+}
+
+// loadAuditKey reads the key serve signs the audit chain's head with: a
+// private key, refused when it is only the public half.
+func loadAuditKey(path string) (*audit.HeadKey, error) {
+	k, err := audit.LoadHeadKey(path)
+	if err != nil {
+		return nil, err
+	}
+	if !k.CanSign() {
+		return nil, fmt.Errorf("audit key %s is a public key: serve signs with the private key (audit verify --key takes the public one)", path)
+	}
+	return k, nil
 }
