@@ -84,6 +84,7 @@ func sampleLines() []Line {
 			StartedAt: fixed(), LatencyMs: 7, Path: "notes/report.docx",
 			PlaintextSHA256: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
 			Minted:          true, KeyLink: Digest12("hidden-link"),
+			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
 		},
 		AuthRefused{Class: "expired", Reason: "TOKEN_EXPIRED", Status: 401, Method: "POST", Path: "/mcp", TS: fixed()},
 		RefusalSummary{Class: "expired", Reason: "TOKEN_EXPIRED", Status: 401, Count: 41,

@@ -91,6 +91,11 @@ type ToolCall struct {
 	// entries this server had journalled that no longer read as it granted
 	// them (someone changed or replaced them), and so were not revoked.
 	EntriesLeftAlone int `json:"entriesLeftAlone,omitempty"`
+
+	// TraceID and SpanID name the span the call ran in, when one was
+	// active (see Trace): the line joins the trace by them.
+	TraceID string `json:"traceId,omitempty"`
+	SpanID  string `json:"spanId,omitempty"`
 }
 
 // Answers to a hand-off's confirmation.
@@ -134,6 +139,9 @@ type Client struct {
 	Elicitation     bool      `json:"elicitation"`
 	ProtocolVersion string    `json:"protocolVersion"`
 	TS              time.Time `json:"ts"`
+	// TraceID and SpanID as ToolCall's.
+	TraceID string `json:"traceId,omitempty"`
+	SpanID  string `json:"spanId,omitempty"`
 }
 
 // AuthRefused is the line for an HTTP request refused for its token. It
@@ -153,6 +161,11 @@ type AuthRefused struct {
 	Method string    `json:"method"`
 	Path   string    `json:"path"`
 	TS     time.Time `json:"ts"`
+	// TraceID and SpanID as ToolCall's, where the refusal came with a
+	// context to take them from. Refusals counted into a RefusalSummary
+	// are many requests, so a summary names no trace.
+	TraceID string `json:"traceId,omitempty"`
+	SpanID  string `json:"spanId,omitempty"`
 }
 
 // RefusalSummary counts the refused requests of one kind (class, reason,
@@ -214,6 +227,8 @@ func (c ToolCall) prepare(now time.Time) (any, []string) {
 	c.PlaintextSHA256 = s.match("plaintextSha256", c.PlaintextSHA256, isSHA256)
 	c.KeyLink = s.match("keyLink", c.KeyLink, isDigest12)
 	c.Confirmation = s.match("confirmation", c.Confirmation, isConfirmation)
+	c.TraceID = s.match("traceId", c.TraceID, isTraceID)
+	c.SpanID = s.match("spanId", c.SpanID, isSpanID)
 	if c.GatewayRequests != nil {
 		reqs := make([]Request, len(c.GatewayRequests))
 		for i, r := range c.GatewayRequests {
@@ -248,6 +263,8 @@ func (c Client) prepare(now time.Time) (any, []string) {
 	c.Version = s.free("version", clip(c.Version, maxClientField))
 	c.ProtocolVersion = s.free("protocolVersion", clip(c.ProtocolVersion, maxClientField))
 	c.TS = stamp(c.TS, now)
+	c.TraceID = s.match("traceId", c.TraceID, isTraceID)
+	c.SpanID = s.match("spanId", c.SpanID, isSpanID)
 	return c, s.dropped
 }
 
@@ -264,6 +281,8 @@ func (a AuthRefused) prepare(now time.Time) (any, []string) {
 	}
 	a.Path = s.match("path", a.Path, isRoute)
 	a.TS = stamp(a.TS, now)
+	a.TraceID = s.match("traceId", a.TraceID, isTraceID)
+	a.SpanID = s.match("spanId", a.SpanID, isSpanID)
 	return a, s.dropped
 }
 

@@ -88,7 +88,7 @@ func (s *Server) endPanicked(ctx context.Context, c *call, start time.Time, rec 
 		s.cfg.Sessions.End(context.WithoutCancel(ctx), c.caller)
 	})
 	s.guarded(err.where, "writing the audit line", func() {
-		s.writeAudit(c.line, c.caller.ID, start, r, rec, c.session)
+		s.writeAudit(ctx, c.line, c.caller.ID, start, r, rec, c.session)
 	})
 	return r.result()
 }

@@ -335,7 +335,7 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 			res, err := next(ctx, method, req)
 			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && err == nil {
 				if p := ss.InitializeParams(); p != nil {
-					s.auditClient(p, callerOf(req).ID)
+					s.auditClient(ctx, p, callerOf(req).ID)
 				}
 			}
 			return res, err
@@ -352,13 +352,14 @@ func (s *Server) toolGate(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		start := s.cfg.Now()
 		r := refuseCode(refusal.ToolNotInGrant, "this task's grant does not allow the tool %q; use only the tools listed", p.Name)
-		s.writeAudit(audit.ToolCall{Tool: p.Name}, callerOf(req).ID, start, r, nil, nil)
+		s.writeAudit(ctx, audit.ToolCall{Tool: p.Name}, callerOf(req).ID, start, r, nil, nil)
 		return completeOn(req, r.result()), nil
 	}
 }
 
-func (s *Server) auditClient(p *mcp.InitializeParams, caller string) {
+func (s *Server) auditClient(ctx context.Context, p *mcp.InitializeParams, caller string) {
 	line := audit.Client{RunID: s.cfg.RunID, Caller: CallerDigest(caller), TS: s.cfg.Now().UTC(), ProtocolVersion: p.ProtocolVersion}
+	line.TraceID, line.SpanID = audit.Trace(ctx)
 	if p.ClientInfo != nil {
 		line.Name, line.Version = p.ClientInfo.Name, p.ClientInfo.Version
 	}

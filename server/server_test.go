@@ -47,6 +47,7 @@ type fixture struct {
 	// the keys, for a test's second server acting for another user.
 	client *gateway.Client
 	owner  string
+	srv    *server.Server
 }
 
 type doc struct {
@@ -150,6 +151,7 @@ func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manif
 		t.Fatalf("server.New: %v", err)
 	}
 	t.Cleanup(func() { srv.Close() })
+	f.srv = srv
 	ct, st := mcp.NewInMemoryTransports()
 	if _, err := srv.MCP().Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)

@@ -154,10 +154,10 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 			} else if r.Code == string(refusal.StorageUnavailable) {
 				s.log.Warn("tool call refused: storage unavailable (journal busy or disk full)", "tool", d.Name, "err", err)
 			}
-			s.writeAudit(c.line, c.caller.ID, start, r, rec, c.session)
+			s.writeAudit(ctx, c.line, c.caller.ID, start, r, rec, c.session)
 			return r.result(), nil
 		}
-		s.writeAudit(c.line, c.caller.ID, start, nil, rec, c.session)
+		s.writeAudit(ctx, c.line, c.caller.ID, start, nil, rec, c.session)
 		ok := &mcp.CallToolResult{StructuredContent: out}
 		if cc, isContenter := any(out).(contenter); isContenter {
 			ok.Content = cc.content()
@@ -192,9 +192,11 @@ func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Ti
 	return h(ctx, c, in)
 }
 
-// writeAudit writes one tool-call line. r is nil for a call that succeeded.
-func (s *Server) writeAudit(line audit.ToolCall, caller string, start time.Time, r *Refusal, rec *gateway.Recorder, sess GatewaySession) {
-	defer trace.StartRegion(context.Background(), TraceAuditRegion).End()
+// writeAudit writes one tool-call line. r is nil for a call that
+// succeeded. The line names the trace span active in ctx, if any.
+func (s *Server) writeAudit(ctx context.Context, line audit.ToolCall, caller string, start time.Time, r *Refusal, rec *gateway.Recorder, sess GatewaySession) {
+	defer trace.StartRegion(ctx, TraceAuditRegion).End()
+	line.TraceID, line.SpanID = audit.Trace(ctx)
 	line.RunID = s.cfg.RunID
 	line.GrantID = s.grantNow().ID
 	line.Caller = caller

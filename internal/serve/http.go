@@ -60,8 +60,10 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 		// The token was good; the session it named is another user's.
 		m.AuthRefused(string(auth.ClassSessionMismatch), http.StatusForbidden)
 		method, path := auth.RefusedRequest(r)
+		traceID, spanID := audit.Trace(r.Context())
 		refused(audit.AuthRefused{Class: string(auth.ClassSessionMismatch), Reason: auth.ReasonSessionUserMismatch,
-			Status: http.StatusForbidden, Caller: server.CallerDigest(user), Method: method, Path: path, TS: time.Now()})
+			Status: http.StatusForbidden, Caller: server.CallerDigest(user), Method: method, Path: path, TS: time.Now(),
+			TraceID: traceID, SpanID: spanID})
 	})
 	m.MCPSessions(sessions.Len)
 	tracked := sessions.wrap(stateful)

@@ -414,8 +414,9 @@ func (l *UserLimiter) refuse(w http.ResponseWriter, r *http.Request, user string
 
 	caller := server.CallerDigest(user)
 	method, path := auth.RefusedRequest(r)
+	traceID, spanID := audit.Trace(r.Context())
 	if l.record != nil && !l.record(audit.AuthRefused{Class: rf.class, Reason: rf.reason, Status: rf.status,
-		Caller: caller, Method: method, Path: path, TS: time.Now()}) {
+		Caller: caller, Method: method, Path: path, TS: time.Now(), TraceID: traceID, SpanID: spanID}) {
 		return // counted into a summary, which has its own log line
 	}
 	l.log.LogAttrs(r.Context(), slog.LevelWarn, "request refused over a limit",

@@ -1,0 +1,37 @@
+package audit
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pdmcp/pdmcp/internal/lowerhex"
+)
+
+// Trace is the trace and span id of the span active in ctx, in their W3C
+// form (32 and 16 lowercase hex digits), so a line joins the trace of the
+// request it records; both empty when ctx holds no valid span context (no
+// tracing, or a request that came without one and started none).
+func Trace(ctx context.Context) (traceID, spanID string) {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return "", ""
+	}
+	return sc.TraceID().String(), sc.SpanID().String()
+}
+
+func isTraceID(v string) bool { return isHexID(v, 32) }
+func isSpanID(v string) bool  { return isHexID(v, 16) }
+
+// isHexID: n lowercase hex digits, not all zero (the W3C invalid id).
+func isHexID(v string, n int) bool {
+	if !lowerhex.Valid(v, n) {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] != '0' {
+			return true
+		}
+	}
+	return false
+}
