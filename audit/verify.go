@@ -34,6 +34,10 @@ const (
 	// BreakTornTail: the file does not end in a newline: its last line was
 	// cut (a truncation, or a crash the server has not yet restarted after).
 	BreakTornTail = "torn-tail"
+	// BreakHeadMissing: a head the operator kept (VerifyOptions.Heads) is
+	// the hash of no line in the files: lines up to it were removed from
+	// the end, or changed.
+	BreakHeadMissing = "head-missing"
 	// BreakSignature: a signed head whose signature does not hold for the
 	// key given (see heads.go).
 	BreakSignature = "bad-signature"
@@ -101,6 +105,11 @@ type Report struct {
 type VerifyOptions struct {
 	// Key, when set, checks the signed heads (see heads.go).
 	Key *HeadKey
+	// Heads are hashes the operator kept from an earlier Verify (its
+	// Report.Head), each of which must still be the hash of a whole line
+	// in the files: the chain alone cannot show lines cut off the end, but
+	// a head kept elsewhere can.
+	Heads []string
 }
 
 // chainRef is what a line names as the line before it.
@@ -118,7 +127,16 @@ func Verify(ctx context.Context, paths []string, o VerifyOptions) (*Report, erro
 	if len(paths) == 0 {
 		return nil, errors.New("audit: verify: no file given")
 	}
-	v := &verifier{rep: &Report{Files: []FileReport{}, Breaks: []Finding{}, Notes: []Finding{}}, key: o.Key}
+	for _, h := range o.Heads {
+		if !isSHA256(h) {
+			return nil, fmt.Errorf("audit: verify: a head is 64 lowercase hex digits, as verify prints it; got %d characters", len(h))
+		}
+	}
+	v := &verifier{rep: &Report{Files: []FileReport{}, Breaks: []Finding{}, Notes: []Finding{}}, key: o.Key,
+		heads: map[string]bool{}}
+	for _, h := range o.Heads {
+		v.heads[h] = false
+	}
 	for _, p := range paths {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -134,6 +152,11 @@ func Verify(ctx context.Context, paths []string, o VerifyOptions) (*Report, erro
 		}
 	}
 	v.finishHeads()
+	for _, h := range o.Heads {
+		if !v.heads[h] {
+			v.brk(paths[len(paths)-1], 0, BreakHeadMissing, "no line hashes to the head %s kept from before: lines up to it were cut off the end, or changed", short(h))
+		}
+	}
 	v.rep.Head = v.last
 	v.rep.Whole = v.rep.BreakCount == 0
 	return v.rep, nil
@@ -149,6 +172,8 @@ type verifier struct {
 	// found at lastSigned.
 	unsigned   int
 	lastSigned Finding
+	// heads are the kept heads to find, true once found.
+	heads map[string]bool
 }
 
 func (v *verifier) add(list *[]Finding, count *int, f Finding) {
@@ -212,6 +237,9 @@ func (v *verifier) file(ctx context.Context, path string, r io.Reader) error {
 			v.checkHead(path, lineNo, b, ref)
 		}
 		v.last, lastLine = lineHash(b), lineNo
+		if _, kept := v.heads[v.last]; kept {
+			v.heads[v.last] = true
+		}
 		if !newline {
 			break
 		}

@@ -465,3 +465,30 @@ func testHeadKey(t *testing.T) (priv, pub *HeadKey) {
 	priv = NewHeadKey(k)
 	return priv, PublicHeadKey(k.Public().(ed25519.PublicKey))
 }
+
+// TestVerifyKeptHead: a head kept from an earlier verify is found while
+// the file only grows, and missing once lines up to it are cut off the
+// end, which the chain alone cannot show.
+func TestVerifyKeptHead(t *testing.T) {
+	path := writeChained(t, 4, Options{})
+	kept := verify(t, VerifyOptions{}, path).Head
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Write(Shutdown{RunID: "later"}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	wantWhole(t, verify(t, VerifyOptions{Heads: []string{kept}}, path))
+
+	lines := fileLines(t, path)
+	cut := filepath.Join(t.TempDir(), "cut.jsonl")
+	writeFile(t, cut, strings.Join(lines[:len(lines)-2], ""))
+	wantWhole(t, verify(t, VerifyOptions{}, cut))
+	wantBreak(t, verify(t, VerifyOptions{Heads: []string{kept}}, cut), cut, 0, BreakHeadMissing)
+
+	if _, err := Verify(context.Background(), []string{path}, VerifyOptions{Heads: []string{"nothex"}}); err == nil {
+		t.Fatal("a head that is no hash was taken")
+	}
+}

@@ -29,6 +29,7 @@ func newAuditCmd() *cobra.Command {
 
 func newAuditVerifyCmd() *cobra.Command {
 	var keyPath string
+	var heads []string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "verify FILE...",
@@ -36,10 +37,13 @@ func newAuditVerifyCmd() *cobra.Command {
 		Long: "verify reads audit files, given oldest first as they were rotated (audit.jsonl.1, then audit.jsonl),\n" +
 			"and checks that each line names the hash of the line before it, so that an edited, inserted, removed\n" +
 			"or reordered line, a file left out or out of order, and a cut end are found. With --key it also checks\n" +
-			"the heads the server signed (serve --audit-key): only the private key's holder can write those.\n" +
+			"the heads the server signed (serve --audit-key): only the private key's holder can write those. With\n" +
+			"--head, a head an earlier verify printed, kept elsewhere, must still be a line: lines cut off the end\n" +
+			"are then found too.\n" +
 			"Exit status: 0 whole, 1 broken (the first break is named), 2 not checked (a file or the key unreadable).",
 		Example: "  pdmcp audit verify /var/lib/pdmcp/audit.jsonl.1 /var/lib/pdmcp/audit.jsonl\n" +
-			"  pdmcp audit verify --key audit-head.pub --json audit.jsonl",
+			"  pdmcp audit verify --key audit-head.pub --json audit.jsonl\n" +
+			"  pdmcp audit verify --head 4995c208971d099978ad097dbb2aeee79ad2fd1bd89326adcfcaef5194891658 audit.jsonl",
 		Args: func(_ *cobra.Command, files []string) error {
 			if len(files) == 0 {
 				return &exitError{code: exitUnchecked, err: errors.New("audit verify: name the audit files, oldest first")}
@@ -47,7 +51,7 @@ func newAuditVerifyCmd() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, files []string) error {
-			var o audit.VerifyOptions
+			o := audit.VerifyOptions{Heads: heads}
 			if keyPath != "" {
 				k, err := audit.LoadHeadKey(keyPath)
 				if err != nil {
@@ -78,6 +82,7 @@ func newAuditVerifyCmd() *cobra.Command {
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: exitUnchecked, err: err} })
 	cmd.Flags().StringVar(&keyPath, "key", "", "the public key (PEM) whose signed heads to check")
+	cmd.Flags().StringArrayVar(&heads, "head", nil, "a head an earlier verify printed, kept elsewhere: it must still be a line of the files (repeatable)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
 }

@@ -156,6 +156,27 @@ func TestAuditVerifyOnAServedFile(t *testing.T) {
 		})
 	}
 
+	// Whole lines cut off the end: the chain holds, a head kept from
+	// before does not.
+	out, _, _ = auditVerify(t, "--json", s.audit)
+	var whole audit.Report
+	if err := json.Unmarshal([]byte(out), &whole); err != nil || whole.Head == "" {
+		t.Fatalf("--json on the whole file: %v\n%s", err, out)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.jsonl")
+	if err := os.WriteFile(cut, []byte(strings.Join(lines[:10], "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, stderr, code := auditVerify(t, cut); code != 0 {
+		t.Fatalf("the cut file without a kept head: status %d\n%s%s", code, out, stderr)
+	}
+	if out, stderr, code := auditVerify(t, "--head", whole.Head, cut); code != 1 || !strings.Contains(out, audit.BreakHeadMissing) {
+		t.Fatalf("the cut file with the kept head: status %d, want 1 and %s\n%s%s", code, audit.BreakHeadMissing, out, stderr)
+	}
+	if out, stderr, code := auditVerify(t, "--head", whole.Head, s.audit); code != 0 {
+		t.Fatalf("the whole file with its own head: status %d\n%s%s", code, out, stderr)
+	}
+
 	if out, stderr, code := auditVerify(t, filepath.Join(t.TempDir(), "missing.jsonl")); code != 2 {
 		t.Errorf("a missing file: status %d, want 2\n%s%s", code, out, stderr)
 	}
