@@ -10,6 +10,11 @@
 // digits, a code that is not a code, anything that looks like a JWT) before
 // the line reaches the file. Each line is written whole or not at all, and a
 // torn last line left by a crash is fenced off when the file is opened.
+//
+// Each line ends with the hash of the line before it (chain.go), so that
+// Verify finds any line edited, inserted, removed or moved, and with a key
+// the chain's head is signed now and then (heads.go). A line written
+// within a trace span names the span (Trace).
 package audit
 
 import (
