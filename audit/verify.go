@@ -10,8 +10,8 @@ import (
 	"os"
 )
 
-// What Verify finds, as Finding.Kind. The first five break the chain; a
-// fragment and a new chain are notes.
+// What Verify finds, as Finding.Kind: breaks (Break…), which make a
+// Report not whole, and notes (Note…), which do not.
 const (
 	// BreakPrev: a line's "prev" is not the hash of the whole line before
 	// it in the file: that line was edited, or lines were removed, inserted
@@ -31,6 +31,12 @@ const (
 	// file given before it: the files are out of order, a file between
 	// them is missing, or the earlier file's last lines were removed.
 	BreakFileJoin = "file-join"
+	// BreakNewChain: a file after the first starts a chain of its own
+	// ("prevFile" is ZeroHash), so its join to the file before is not
+	// proved: the server opened it empty at start-up (the file was rotated
+	// while the server was stopped), or the files are out of order. Verify
+	// the files before it on their own.
+	BreakNewChain = "new-chain"
 	// BreakTornTail: the file does not end in a newline: its last line was
 	// cut (a truncation, or a crash the server has not yet restarted after).
 	BreakTornTail = "torn-tail"
@@ -46,10 +52,6 @@ const (
 	// a crash or a full disk left and the server fenced off. It is not a
 	// line of the chain; the line after it chains from the one before.
 	NoteFragment = "fragment"
-	// NoteNewChain: a file after the first starts a chain of its own
-	// ("prevFile" is ZeroHash): the server opened it empty at start-up, so
-	// it could not name the file before it. The join is not proved.
-	NoteNewChain = "new-chain"
 	// NoteUnsigned: with a key given, the lines after the last signed head
 	// are covered by the chain only.
 	NoteUnsigned = "unsigned-tail"
@@ -280,7 +282,7 @@ func (v *verifier) checkJoin(path string, lineNo int, prevFile string) {
 		v.note(path, lineNo, NoteContinues, "the file continues one whose last line hashed to %s; give that file first to check the join", short(prevFile))
 	case prevFile == v.last:
 	case prevFile == ZeroHash:
-		v.note(path, lineNo, NoteNewChain, "the file starts a chain of its own (the server opened it empty at start-up), so its join to %s is not proved", v.lastFile)
+		v.brk(path, lineNo, BreakNewChain, "the file starts a chain of its own, so its join to %s is not proved: the files are out of order, or the server opened this one empty at start-up (then verify the files before it on their own)", v.lastFile)
 	default:
 		v.brk(path, lineNo, BreakFileJoin, "prevFile names %s, but the last line of %s hashes to %s: the files are out of order, a file between them is missing, or the end of %s was removed",
 			short(prevFile), v.lastFile, short(v.last), v.lastFile)

@@ -267,9 +267,10 @@ func TestChainAcrossAFencedFragment(t *testing.T) {
 	}
 }
 
-// TestChainAcrossFiles: files given in rotation order join; out of order,
-// with one left out, or with the earlier one's end cut, they do not; a
-// file the server opened empty starts a chain of its own, which is noted.
+// TestChainAcrossFiles: a file the server opened empty at start-up, after
+// the one before was renamed away, starts a chain of its own: each file
+// verifies whole alone, the two together break where the join is not
+// proved.
 func TestChainAcrossFiles(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.jsonl")
@@ -303,15 +304,13 @@ func TestChainAcrossFiles(t *testing.T) {
 	write("c")
 	l.Close()
 
-	rep := verify(t, VerifyOptions{}, f1, path)
-	wantWhole(t, rep)
-	if rep.NoteCount != 1 || rep.Notes[0].Kind != NoteNewChain || rep.Notes[0].File != path {
-		t.Fatalf("notes %+v, want a new chain at %s", rep.Notes, path)
-	}
-	rep = verify(t, VerifyOptions{}, path)
-	wantWhole(t, rep)
-	if rep.NoteCount != 0 {
-		t.Errorf("a file that starts a chain, given alone: notes %+v", rep.Notes)
+	wantBreak(t, verify(t, VerifyOptions{}, f1, path), path, 1, BreakNewChain)
+	for _, p := range []string{f1, path} {
+		rep := verify(t, VerifyOptions{}, p)
+		wantWhole(t, rep)
+		if rep.NoteCount != 0 {
+			t.Errorf("%s, a file that starts a chain, given alone: notes %+v", p, rep.Notes)
+		}
 	}
 }
 
@@ -490,5 +489,58 @@ func TestVerifyKeptHead(t *testing.T) {
 
 	if _, err := Verify(context.Background(), []string{path}, VerifyOptions{Heads: []string{"nothex"}}); err == nil {
 		t.Fatal("a head that is no hash was taken")
+	}
+}
+
+// TestChainAcrossCopyTruncate: rotation by copying the file and cutting
+// it to nothing under the open Log (logrotate's copytruncate): the next
+// line is the file's first and names the copy's last line, so the copies
+// and the file verify whole together, oldest first. Out of order, with a
+// file left out, or with an earlier file's end cut, they break at the
+// first line of the file after the gap.
+func TestChainAcrossCopyTruncate(t *testing.T) {
+	l, path := openTemp(t)
+	write := func(run string) {
+		for i := range 3 {
+			if err := l.Write(Shutdown{RunID: run, Reason: fmt.Sprint("r", i), TS: fixed()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	copyTruncate := func(to string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, to, string(b))
+		if err := os.Truncate(path, 0); err != nil {
+			t.Fatal(err)
+		}
+		return to
+	}
+	write("a")
+	f2 := copyTruncate(path + ".2")
+	write("b")
+	f1 := copyTruncate(path + ".1")
+	write("c")
+	l.Close()
+	first := fileLines(t, f1)[0]
+	if last := fileLines(t, f2)[2]; !strings.Contains(first, `"prevFile":"`+lineHash([]byte(strings.TrimSuffix(last, "\n")))+`"`) {
+		t.Fatalf("the first line after the cut %q does not name the copy's last line", first)
+	}
+	rep := verify(t, VerifyOptions{}, f2, f1, path)
+	wantWhole(t, rep)
+	if rep.NoteCount != 0 || len(rep.Files) != 3 || rep.Files[0].Lines != 3 {
+		t.Fatalf("report %+v, want three files of three lines that join", rep)
+	}
+	wantBreak(t, verify(t, VerifyOptions{}, f2, path), path, 1, BreakFileJoin)
+	wantBreak(t, verify(t, VerifyOptions{}, f1, f2, path), f2, 1, BreakNewChain)
+	cutEnd := filepath.Join(t.TempDir(), "audit.jsonl.1")
+	writeFile(t, cutEnd, strings.Join(fileLines(t, f1)[:2], ""))
+	wantBreak(t, verify(t, VerifyOptions{}, f2, cutEnd, path), path, 1, BreakFileJoin)
+	// Given alone, a file that continues another says so.
+	rep = verify(t, VerifyOptions{}, path)
+	if !rep.Whole || rep.NoteCount != 1 || rep.Notes[0].Kind != NoteContinues {
+		t.Fatalf("the newest file alone: %+v, want whole with a note that it continues another", rep)
 	}
 }
