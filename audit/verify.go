@@ -200,12 +200,12 @@ func (v *verifier) file(ctx context.Context, path string, r io.Reader) error {
 	// lastLine is the number of the file's last whole line; 0 before one.
 	lineNo, lastLine := 0, 0
 	for {
-		piece, err := br.ReadBytes('\n')
-		if len(piece) == 0 && err == io.EOF {
-			break
-		}
-		if err != nil && err != io.EOF {
+		b, size, newline, err := readPiece(br)
+		if err != nil {
 			return err
+		}
+		if size == 0 && !newline {
+			break
 		}
 		if lineNo%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -213,18 +213,19 @@ func (v *verifier) file(ctx context.Context, path string, r io.Reader) error {
 			}
 		}
 		lineNo++
-		newline := piece[len(piece)-1] == '\n'
-		b := piece
-		if newline {
-			b = piece[:len(piece)-1]
-		} else {
+		whole := b != nil && isWholeLine(b)
+		if !newline {
+			what := "not a whole line"
+			if whole {
+				what = "a whole line"
+			}
 			v.brk(path, lineNo, BreakTornTail, "the file ends without a newline, in %d bytes that are %s: its end was cut, or the server crashed and has not opened the file since",
-				len(b), map[bool]string{true: "a whole line", false: "not a whole line"}[isWholeLine(b)])
+				size, what)
 		}
-		if !isWholeLine(b) {
+		if !whole {
 			if newline {
 				fr.Fragments++
-				v.note(path, lineNo, NoteFragment, "%d bytes that are not a whole line (a write cut short by a crash or a full disk, fenced off); not part of the chain", len(b))
+				v.note(path, lineNo, NoteFragment, "%d bytes that are not a whole line (a write cut short by a crash or a full disk, fenced off); not part of the chain", size)
 			}
 			continue
 		}
@@ -252,6 +253,37 @@ func (v *verifier) file(ctx context.Context, path string, r io.Reader) error {
 	}
 	v.rep.Files = append(v.rep.Files, fr)
 	return nil
+}
+
+// maxPiece bounds the bytes Verify holds of one line. The server's lines
+// are far shorter (their fields are bounded); a longer piece is not a line,
+// and what follows it shows whether it stood in for one.
+const maxPiece = 16 << 20
+
+// readPiece reads up to and including the next newline. b is the piece
+// without its newline, or nil when it is longer than maxPiece (then only
+// counted); size its length; newline whether it ended in one (false at
+// the end of the file, with size 0 when nothing was left).
+func readPiece(br *bufio.Reader) (b []byte, size int64, newline bool, err error) {
+	b = []byte{}
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if n := len(chunk); n > 0 && chunk[n-1] == '\n' {
+			chunk, newline = chunk[:n-1], true
+		}
+		size += int64(len(chunk))
+		if b != nil && size <= maxPiece {
+			b = append(b, chunk...)
+		} else {
+			b = nil // too long to be a line: only counted
+		}
+		switch {
+		case err == nil || err == io.EOF:
+			return b, size, newline, nil
+		case !errors.Is(err, bufio.ErrBufferFull):
+			return nil, 0, false, err
+		}
+	}
 }
 
 // check checks what one whole line names as the line before it.
