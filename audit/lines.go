@@ -7,6 +7,7 @@ import (
 
 // Line is one kind of audit line: ToolCall, Client, AuthRefused,
 // RefusalSummary, Startup or Shutdown. The set is closed; Write adds the "event" member.
+// The Log writes lines of one more event of its own, EventHead (heads.go).
 type Line interface {
 	event() string
 	// prepare returns a copy of the line to encode, with its timestamps set
