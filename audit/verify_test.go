@@ -544,3 +544,65 @@ func TestChainAcrossCopyTruncate(t *testing.T) {
 		t.Fatalf("the newest file alone: %+v, want whole with a note that it continues another", rep)
 	}
 }
+
+// TestChainAcrossReopen: after a rename and a Reopen (SIGHUP rotation) the
+// new file's first line names the rotated file's last line, so the two
+// verify whole together; with a key, the rotated file ends with a signed
+// head. A Reopen with no rename goes on in the same file.
+func TestChainAcrossReopen(t *testing.T) {
+	key, pub := testHeadKey(t)
+	for _, keyed := range []bool{false, true} {
+		t.Run(fmt.Sprint("keyed=", keyed), func(t *testing.T) {
+			o := Options{}
+			vo := VerifyOptions{}
+			if keyed {
+				o.HeadKey, vo.Key = key, pub
+			}
+			path := filepath.Join(t.TempDir(), "audit.jsonl")
+			l, err := OpenWith(path, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			write := func(run string) {
+				for i := range 3 {
+					if err := l.Write(Shutdown{RunID: run, Reason: fmt.Sprint("r", i), TS: fixed()}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			write("a")
+			// No rename: the same file goes on.
+			if err := l.Reopen(); err != nil {
+				t.Fatal(err)
+			}
+			write("b")
+			rotated := path + ".1"
+			if err := os.Rename(path, rotated); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Reopen(); err != nil {
+				t.Fatal(err)
+			}
+			write("c")
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			old := fileLines(t, rotated)
+			last := strings.TrimSuffix(old[len(old)-1], "\n")
+			if keyed != strings.Contains(last, `"event":"audit-head"`) {
+				t.Fatalf("the rotated file ends %q; a signed head there: %v", last, keyed)
+			}
+			if first := fileLines(t, path)[0]; !strings.Contains(first, `"prevFile":"`+lineHash([]byte(last))+`"`) {
+				t.Fatalf("the new file's first line %q does not name the rotated file's last", first)
+			}
+			rep := verify(t, vo, rotated, path)
+			wantWhole(t, rep)
+			if rep.NoteCount != 0 {
+				t.Fatalf("notes %+v, want none", rep.Notes)
+			}
+			if keyed && rep.SignedHeads < 2 {
+				t.Fatalf("%d signed heads, want the rotation's and the close's", rep.SignedHeads)
+			}
+		})
+	}
+}
