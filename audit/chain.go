@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"strings"
 )
 
 // The hash chain. Every line the Log writes ends with one of two members
@@ -42,8 +41,8 @@ const (
 )
 
 // ZeroHash is what "prevFile" names when no line came before: the start
-// of a chain.
-var ZeroHash = strings.Repeat("0", 64)
+// of a chain (64 zeros).
+const ZeroHash = "0000000000000000000000000000000000000000000000000000000000000000"
 
 // maxSeedScan bounds how far back from a file's end the Log looks for the
 // last whole line to chain from. A line is far shorter (its fields are

@@ -176,6 +176,9 @@ func TestChainIsWhatTheDocsSay(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := strings.Repeat("0", 64)
+		if want != ZeroHash {
+			t.Fatalf("ZeroHash is not 64 zeros")
+		}
 		name := "prevFile"
 		if i > 0 {
 			want, name = prev, "prev"
