@@ -325,7 +325,7 @@ func TestStdioEndToEnd(t *testing.T) {
 }
 
 // checkAudit reads the audit file: mode 0600, one JSON object a line, a
-// client line, tool lines; never the document text.
+// client line, tool lines; never the document text; its chain whole.
 func checkAudit(t *testing.T, path, secretText string) {
 	t.Helper()
 	testutil.WantMode(t, path, 0o600)
@@ -361,6 +361,9 @@ func checkAudit(t *testing.T, path, secretText string) {
 	}
 	if !sawClient || !sawRead || !sawStart || !sawStop {
 		t.Errorf("audit lines: client %v, read %v, startup %v, shutdown %v:\n%s", sawClient, sawRead, sawStart, sawStop, b)
+	}
+	if out, stderr, code := auditVerify(t, path); code != 0 {
+		t.Errorf("pdmcp audit verify: status %d\n%s%s", code, out, stderr)
 	}
 }
 
