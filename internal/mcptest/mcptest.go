@@ -21,6 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/server"
@@ -92,12 +93,19 @@ func AuditLines(t *testing.T, path string) []map[string]any {
 }
 
 // jsonLines reads the file at path as one JSON value a line; a line that
-// is not one fails the test.
+// is not one fails the test, and so does a break in the file's hash chain.
 func jsonLines[T any](t *testing.T, path string) []T {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	rep, err := audit.Verify(context.Background(), []string{path}, audit.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Whole {
+		t.Errorf("the audit file's chain breaks: %+v", rep.Breaks[0])
 	}
 	var out []T
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
