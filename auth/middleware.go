@@ -13,6 +13,7 @@ import (
 	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	oteltrace "go.opentelemetry.io/otel/trace"
 )
 
 // The runtime/trace regions of a bearer token's check and of a token
@@ -33,6 +34,10 @@ type RefusalRecord struct {
 	Method string    `json:"method"`
 	Path   string    `json:"path"`
 	TS     time.Time `json:"ts"`
+	// TraceID and SpanID name the trace span active in the request's
+	// context, if any (W3C hex), so the audit line joins the trace.
+	TraceID string `json:"traceId,omitempty"`
+	SpanID  string `json:"spanId,omitempty"`
 }
 
 // RefusedRequest is how a refusal's record and log line name the request:
@@ -142,6 +147,9 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 		rec := RefusalRecord{
 			Event: "auth-refused", Class: te.Class, Reason: te.Reason, Status: status,
 			Method: method, Path: path, TS: now().UTC().Truncate(time.Second),
+		}
+		if sc := oteltrace.SpanContextFromContext(r.Context()); sc.IsValid() {
+			rec.TraceID, rec.SpanID = sc.TraceID().String(), sc.SpanID().String()
 		}
 		switch {
 		case opts.Refused != nil:

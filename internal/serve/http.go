@@ -87,7 +87,7 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 		Refused: func(r auth.RefusalRecord) bool {
 			m.AuthRefused(string(r.Class), r.Status)
 			return refused(audit.AuthRefused{Class: string(r.Class), Reason: r.Reason, Status: r.Status,
-				Method: r.Method, Path: r.Path, TS: r.TS})
+				Method: r.Method, Path: r.Path, TS: r.TS, TraceID: r.TraceID, SpanID: r.SpanID})
 		},
 	})
 	limits := NewUserLimiter(UserLimitsOf(cfg), refused, m, log)
