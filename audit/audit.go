@@ -355,8 +355,9 @@ func (l *Log) takeBack(partial []byte) string {
 	return fmt.Sprintf("%d bytes were written and could not be removed; the next line starts on a line of its own", n)
 }
 
-// Close writes the summaries of refusals still being counted, flushes the
-// file to disk and closes it. Safe to call more than once, and on a nil or
+// Close writes the summaries of refusals still being counted and, with a
+// head key, a signed head over the last line; then flushes the file to disk
+// and closes it. Safe to call more than once, and on a nil or
 // discarding Log.
 func (l *Log) Close() error {
 	if l == nil {
