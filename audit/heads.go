@@ -174,7 +174,7 @@ func (v *verifier) checkHead(path string, lineNo int, b []byte, ref chainRef) {
 	case h.KeyID != v.key.id:
 		v.brk(path, lineNo, BreakSignature, "the head is signed with another key (keyId %q; the key given is %s)", clip(h.KeyID, 16), v.key.id)
 	case err != nil || !ed25519.Verify(v.key.pub, []byte(headContext+head), sig):
-		v.brk(path, lineNo, BreakSignature, "the head's signature does not hold for the key given: the head line or the line before it was changed")
+		v.brk(path, lineNo, BreakSignature, "the head's signature does not hold for the key given: the head line was changed, or the lines before it and their chain were written anew")
 	default:
 		v.rep.SignedHeads++
 		v.unsigned = 0
