@@ -90,4 +90,11 @@ func TestSIGHUPReopensTheAuditFileAndKeepsServing(t *testing.T) {
 	if cur := strings.Join(auditEvents(t, s.audit), " "); cur != "tool:read_protected_document shutdown:signal" {
 		t.Fatalf("the new file holds %q; want the call after the hang-up and the shutdown", cur)
 	}
+	// The hash chain goes on from the renamed file into the new one.
+	if out, stderr, code := auditVerify(t, rotated, s.audit); code != 0 || strings.Contains(out, "NOTE") {
+		t.Fatalf("pdmcp audit verify of the renamed and the new file: status %d\n%s%s", code, out, stderr)
+	}
+	if out, _, code := auditVerify(t, s.audit, rotated); code != 1 {
+		t.Fatalf("the two files out of order: status %d, want 1\n%s", code, out)
+	}
 }
