@@ -177,11 +177,25 @@ func probeProvider(ctx context.Context, p interface {
 }
 
 // watchGrant follows the grant between calls, logs its coming end and
-// checks the Gateway's reachability, every interval until stop; the first
-// round runs at once.
+// checks the Gateway's (and the provider's) reachability, every interval
+// until stop. gw and provider are nil when nothing reports reachability
+// (no /healthz): the server then sends the Gateway nothing of its own
+// between calls. The first round runs before watchGrant returns, so a
+// server is checked before it serves.
 func watchGrant(ctx context.Context, f grantFollower, st *opsState, gw, provider pinger, interval time.Duration,
 	log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
+	round := func() {
+		st.setGrant(f.FollowGrant(ctx))
+		st.warnExpiry(log)
+		if gw != nil {
+			st.checkReach(ctx, gw, &st.gateway)
+		}
+		if provider != nil {
+			st.checkReach(ctx, provider, &st.provider)
+		}
+	}
+	round()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -189,17 +203,12 @@ func watchGrant(ctx context.Context, f grantFollower, st *opsState, gw, provider
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			st.setGrant(f.FollowGrant(ctx))
-			st.warnExpiry(log)
-			st.checkReach(ctx, gw, &st.gateway)
-			if provider != nil {
-				st.checkReach(ctx, provider, &st.provider)
-			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
+			round()
 		}
 	}()
 	return func() {

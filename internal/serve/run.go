@@ -237,7 +237,13 @@ func (d *deps) server(ctx context.Context, o *Options, sessions endingSessions, 
 	if interval <= 0 {
 		interval = grantCheckInterval
 	}
-	stopWatch := watchGrant(ctx, srv, ops, d.client, d.provider, interval, o.Logger)
+	// Reachability is for /healthz alone: without it, nothing is sent to
+	// the Gateway or the provider between calls.
+	var gw, provider pinger
+	if o.OpsAddr != "" {
+		gw, provider = d.client, d.provider
+	}
+	stopWatch := watchGrant(ctx, srv, ops, gw, provider, interval, o.Logger)
 	stop = func() {
 		stopWatch()
 		srv.RevokeHandOffs(context.WithoutCancel(ctx))
