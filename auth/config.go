@@ -1,12 +1,9 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/internal/safefile"
+	"github.com/pdmcp/pdmcp/internal/strictjson"
 )
 
 // ListenHost is the only address the HTTP transport serves on.
@@ -215,8 +213,9 @@ type ExchangeConfig struct {
 	GatewayAudience string `json:"gatewayAudience"`
 }
 
-// LoadHTTPConfig reads and checks the file at path. Unknown fields are
-// refused; relative paths are taken relative to the file's folder and made
+// LoadHTTPConfig reads and checks the file at path. Unknown fields, member
+// names spelled in another case and names given twice are refused
+// (internal/strictjson); relative paths are taken relative to the file's folder and made
 // absolute; defaults are filled in (Audience, Resource, the JWKS refresh
 // interval). The TLS certificate itself is checked by
 // CheckServerCertificate.
@@ -231,14 +230,11 @@ func LoadHTTPConfig(path string) (*HTTPConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http config: %w", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
+	// As strict as config.json and grant.json: exact member names, none
+	// given twice, every refusal with its line, column and JSON path.
 	var c HTTPConfig
-	if err := dec.Decode(&c); err != nil {
+	if err := strictjson.Decode(raw, &c); err != nil {
 		return nil, fmt.Errorf("http config %s: %w", abs, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("http config %s: data after the JSON object", abs)
 	}
 	if err := c.resolve(filepath.Dir(abs)); err != nil {
 		return nil, fmt.Errorf("http config %s: %w", abs, err)
