@@ -37,7 +37,10 @@ func newRootCmd() *cobra.Command {
 		Short:         "MCP server for documents encrypted under Tricryption keys",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what `pdmcp version` does.
+		Version: currentBuild().text(),
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
 		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd(), newCloseStepCmd(),
 		newVersionsCmd(), newExportManifestCmd(), newACLCmd(), newCheckCmd(), newAuditCmd())
