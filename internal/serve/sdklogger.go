@@ -24,7 +24,11 @@ func clientMistake(msg string) (method string, ok bool) {
 
 // sdkLogger is the logger handed to the go-sdk: l, with the SDK's records
 // of client protocol mistakes lowered to WARN, marked cause=client, and
-// stripped to the method (never the request's payload).
+// stripped to the method (never the request's payload), and its INFO
+// records ("server session connected", "session initialized", ...)
+// lowered to DEBUG: they come once or more per session, say nothing an
+// operator acts on, and would bury the server's own INFO lines
+// (--log-level debug shows them).
 func sdkLogger(l *slog.Logger) *slog.Logger {
 	return slog.New(&clientMistakeHandler{next: l.Handler()})
 }
@@ -36,7 +40,16 @@ type clientMistakeHandler struct {
 func (h *clientMistakeHandler) Enabled(ctx context.Context, level slog.Level) bool {
 	// An ERROR record may be lowered to WARN in Handle, which then asks
 	// again.
-	return h.next.Enabled(ctx, level) || level >= slog.LevelError
+	return h.next.Enabled(ctx, sdkLevel(level)) || level >= slog.LevelError
+}
+
+// sdkLevel is the level an SDK record is logged at: its INFO (and NOTICE)
+// chatter at DEBUG, the rest as the SDK gave it.
+func sdkLevel(l slog.Level) slog.Level {
+	if l >= slog.LevelInfo && l < slog.LevelWarn {
+		return slog.LevelDebug
+	}
+	return l
 }
 
 func (h *clientMistakeHandler) Handle(ctx context.Context, r slog.Record) error {
@@ -56,6 +69,7 @@ func (h *clientMistakeHandler) Handle(ctx context.Context, r slog.Record) error 
 		lowered.AddAttrs(slog.String("cause", "client"))
 		r = lowered
 	}
+	r.Level = sdkLevel(r.Level)
 	if !h.next.Enabled(ctx, r.Level) {
 		return nil
 	}
