@@ -49,7 +49,7 @@ func newCloseStepCmd() *cobra.Command {
 		}
 		m = record.Merge(m, vs)
 		cc := sc.ClientConfig()
-		cc.Logger = newLogger()
+		cc.Logger = loggerFrom(cmd.Context())
 		c, err := gateway.New(cc)
 		if err != nil {
 			return err

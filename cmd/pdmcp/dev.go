@@ -33,7 +33,7 @@ func newDevCmd() *cobra.Command {
 			if lifetime <= 0 {
 				return fmt.Errorf("--access-token-lifetime %s: it must be positive", lifetime)
 			}
-			opts := devstack.Options{State: state, Version: versionString(), Logger: newLogger(),
+			opts := devstack.Options{State: state, Version: versionString(), Logger: loggerFrom(cmd.Context()),
 				AccessTokenLifetime: lifetime,
 				Ready:               func(info *devstack.Info) { printDevInfo(cmd.OutOrStdout(), state, info) }}
 			switch provider {
@@ -131,7 +131,7 @@ func newDevGatewayCmd(state *string) *cobra.Command {
 		if port < 0 || port > 65535 {
 			return fmt.Errorf("--port %d: a port is 1 to 65535 (0: the last run's)", port)
 		}
-		return devstack.RunGateway(cmd.Context(), *state, port, newLogger(), func(g devstack.GatewayInfo) {
+		return devstack.RunGateway(cmd.Context(), *state, port, loggerFrom(cmd.Context()), func(g devstack.GatewayInfo) {
 			fmt.Fprintf(cmd.OutOrStdout(), "gateway: %s\nca: %s\nadmin user: admin\nadmin password file: %s\n", g.URL, g.CAFile, g.PasswordFile)
 		})
 	})

@@ -16,7 +16,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
+	err := newRoot(true).ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		code := 1
@@ -31,7 +31,12 @@ func main() {
 	}
 }
 
-func newRootCmd() *cobra.Command {
+func newRootCmd() *cobra.Command { return newRoot(false) }
+
+// newRoot is the root command; processWide makes its logger the
+// process's default too (see logFlags), which only the binary wants.
+func newRoot(processWide bool) *cobra.Command {
+	logs := &logFlags{processWide: processWide}
 	root := &cobra.Command{
 		Use:           "pdmcp",
 		Short:         "MCP server for documents encrypted under Tricryption keys",
@@ -41,6 +46,8 @@ func newRootCmd() *cobra.Command {
 		Version: currentBuild().text(),
 	}
 	root.SetVersionTemplate("{{.Version}}")
+	logs.register(root)
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return logs.setUp(cmd) }
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
 		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd(), newCloseStepCmd(),
 		newVersionsCmd(), newExportManifestCmd(), newACLCmd(), newCheckCmd(), newAuditCmd())

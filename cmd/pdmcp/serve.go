@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -30,7 +29,7 @@ func newServeCmd() *cobra.Command {
 		}
 		o.Version = versionString()
 		o.Environ = os.Environ()
-		o.Logger = newLogger()
+		o.Logger = loggerFrom(cmd.Context())
 		o.CrashPoint = killAtHook()
 		// SIGHUP (logrotate's kill -HUP, a closed terminal) reopens the
 		// audit file instead of ending the process without the revoke.
@@ -51,9 +50,4 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.OpsAddr, "ops-addr", "", "serve /healthz and /metrics on this loopback address (off when empty)")
 	f.StringVar(&o.JournalPath, "journal", "", "the journal (default <manifest>.journal.sqlite)")
 	return requireFlags(cmd, "config", "manifest", "grant", "audit")
-}
-
-// newLogger logs to stderr: over stdio, stdout is the JSON-RPC channel.
-func newLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// lockedBuffer collects a child's standard error while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor polls until cond holds, failing after a generous bound (only
+// there to avoid a hang).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLogFormatJSON: with --log-format json every line the process writes
+// to standard error is one JSON object with time, level and msg, including
+// the lines net/http's server logs (a TLS handshake error, caused here by
+// a client that does not speak TLS).
+func TestLogFormatJSON(t *testing.T) {
+	cmd := pdmcpCmd(t, "dev", "gateway", "--state", t.TempDir(), "--log-format", "json", "--log-level", "debug")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var got strings.Builder
+	buf := make([]byte, 4096)
+	for !strings.Contains(got.String(), "admin password file:") {
+		n, err := stdout.Read(buf)
+		if err != nil {
+			t.Fatalf("dev gateway ended before printing its URL: %v (stderr %s)", err, stderr.String())
+		}
+		got.Write(buf[:n])
+	}
+	var gwURL string
+	for line := range strings.Lines(got.String()) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "gateway: "); ok {
+			gwURL = v
+		}
+	}
+	u, err := url.Parse(gwURL)
+	if err != nil || u.Host == "" {
+		t.Fatalf("gateway URL %q: %v", gwURL, err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	_ = conn.Close()
+	waitFor(t, "the TLS handshake error line", func() bool { return strings.Contains(stderr.String(), "TLS handshake error") })
+	_ = cmd.Process.Signal(os.Interrupt)
+	_ = cmd.Wait()
+
+	lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("stderr has %d lines: %q", len(lines), stderr.String())
+	}
+	for _, line := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("a stderr line is not JSON: %q: %v", line, err)
+			continue
+		}
+		for _, k := range []string{"time", "level", "msg"} {
+			if _, ok := rec[k]; !ok {
+				t.Errorf("a stderr line has no %q: %q", k, line)
+			}
+		}
+	}
+}
+
+// TestOperatorCommandsQuiet: an operator command prints no INFO lines
+// (the Gateway sign-in and the like) unless asked with -v or --log-level;
+// close-step printed its sign-in lines at INFO.
+func TestOperatorCommandsQuiet(t *testing.T) {
+	s := newStack(t)
+	// A server run makes the journal close-step reads.
+	_ = s.connect(t).Close()
+	for _, tc := range []struct {
+		name     string
+		flags    []string
+		wantInfo bool
+	}{
+		{"default", nil, false},
+		{"-v", []string{"-v"}, true},
+		{"--log-level info", []string{"--log-level", "info"}, true},
+		{"--log-level error", []string{"--log-level", "error"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// close-step signs in to the Gateway, which logs at INFO.
+			args := append([]string{"close-step", "--config", s.config, "--manifest", s.manifest, "--step", "nosuch"}, tc.flags...)
+			cmd := pdmcpCmd(t, args...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			// The step is unknown, so the command fails after signing in:
+			// its refusal is its last line, the rest is the log.
+			if err := cmd.Run(); err == nil {
+				t.Fatalf("pdmcp %s succeeded for an unknown step", strings.Join(args, " "))
+			}
+			logged, refusal := "", ""
+			for line := range strings.Lines(stderr.String()) {
+				if strings.HasPrefix(line, "pdmcp: ") {
+					refusal = line
+					continue
+				}
+				logged += line
+			}
+			if !strings.Contains(refusal, `"nosuch"`) {
+				t.Errorf("no refusal line for the step on stderr:\n%s", stderr.String())
+			}
+			if got := strings.Contains(logged, "level=INFO"); got != tc.wantInfo {
+				t.Errorf("INFO lines on stderr: %v, want %v:\n%s", got, tc.wantInfo, stderr.String())
+			}
+			if !tc.wantInfo && logged != "" {
+				t.Errorf("a quiet run logged:\n%s", logged)
+			}
+		})
+	}
+}
+
+// TestServeLogLevelDebugShowsSDKSessions: the go-sdk's per-session lines
+// are DEBUG: absent by default, shown with --log-level debug.
+func TestServeLogLevelDebugShowsSDKSessions(t *testing.T) {
+	s := newStack(t)
+	for _, tc := range []struct {
+		flags []string
+		want  bool
+	}{{nil, false}, {[]string{"--log-level", "debug"}, true}} {
+		cmd := pdmcpCmd(t, append([]string{"serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant,
+			"--audit", s.audit}, tc.flags...)...)
+		var stderr lockedBuffer
+		cmd.Stderr = &stderr
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		c := mcp.NewClient(&mcp.Implementation{Name: "e2e-host", Version: "1"}, nil)
+		cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("connect: %v\n%s", err, stderr.String())
+		}
+		if _, err := cs.ListTools(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		_ = cs.Close() // waits for the server to end
+		out := stderr.String()
+		if got := strings.Contains(out, `msg="server session connected"`); got != tc.want {
+			t.Errorf("flags %v: the SDK's session line shown: %v, want %v:\n%s", tc.flags, got, tc.want, out)
+		}
+		if !strings.Contains(out, "level=INFO") {
+			t.Errorf("flags %v: the server's own INFO lines are gone:\n%s", tc.flags, out)
+		}
+	}
+}
