@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
 // lockedBuffer collects a child's standard error while the test reads it.
@@ -31,19 +33,6 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-// waitFor polls until cond holds, failing after a generous bound (only
-// there to avoid a hang).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestLogFormatJSON: with --log-format json every line the process writes
@@ -87,7 +76,7 @@ func TestLogFormatJSON(t *testing.T) {
 	}
 	_, _ = conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 	_ = conn.Close()
-	waitFor(t, "the TLS handshake error line", func() bool { return strings.Contains(stderr.String(), "TLS handshake error") })
+	testutil.WaitFor(t, "the TLS handshake error line", func() bool { return strings.Contains(stderr.String(), "TLS handshake error") })
 	_ = cmd.Process.Signal(os.Interrupt)
 	_ = cmd.Wait()
 
