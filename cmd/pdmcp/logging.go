@@ -11,17 +11,13 @@ import (
 
 // logFlags are the root command's persistent logging flags. Everything the
 // process logs goes through the one handler they choose: pdmcp's own
-// records, the libraries' slog loggers, and (for the binary, through
-// slog.SetDefault) the standard library's log package, which net/http's
-// servers without an ErrorLog write to.
+// records, the libraries' slog loggers, and (through slog.SetDefault) the
+// standard library's log package, which net/http's servers without an
+// ErrorLog write to.
 type logFlags struct {
 	level   string
 	format  string
 	verbose bool
-	// processWide: also make the handler the process's default, so the
-	// log package and slog.Default() go through it. Only main sets it: a
-	// test running commands in-process keeps its own default.
-	processWide bool
 }
 
 func (f *logFlags) register(cmd *cobra.Command) {
@@ -95,11 +91,10 @@ func (f *logFlags) setUp(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	if f.processWide {
-		// Also routes the log package (net/http's ErrorLog when unset)
-		// through l's handler, at INFO.
-		slog.SetDefault(l)
-	}
+	// The process's default too: slog.Default()'s users and the log
+	// package (net/http's ErrorLog when unset, at INFO) go through l's
+	// handler. The root command runs once per process.
+	slog.SetDefault(l)
 	ctx := cmd.Context()
 	if ctx == nil {
 		ctx = context.Background()

@@ -16,7 +16,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRoot(true).ExecuteContext(ctx)
+	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		code := 1
@@ -31,12 +31,8 @@ func main() {
 	}
 }
 
-func newRootCmd() *cobra.Command { return newRoot(false) }
-
-// newRoot is the root command; processWide makes its logger the
-// process's default too (see logFlags), which only the binary wants.
-func newRoot(processWide bool) *cobra.Command {
-	logs := &logFlags{processWide: processWide}
+func newRootCmd() *cobra.Command {
+	logs := &logFlags{}
 	root := &cobra.Command{
 		Use:           "pdmcp",
 		Short:         "MCP server for documents encrypted under Tricryption keys",
