@@ -42,6 +42,8 @@ func newRootCmd() *cobra.Command {
 		Version: currentBuild().text(),
 	}
 	root.SetVersionTemplate("{{.Version}}")
+	// Cobra's own --version says only "version for pdmcp".
+	root.Flags().Bool("version", false, "print the version, commit, commit date and Go version (as pdmcp version)")
 	logs.register(root)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return logs.setUp(cmd) }
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
