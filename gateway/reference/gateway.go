@@ -117,15 +117,17 @@ func Open(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{
-		cfg:       cfg,
-		log:       log,
-		store:     st,
-		sessions:  newSessionTable(),
-		replay:    newReplayCache(),
-		faults:    newFaultState(),
-		counts:    newCounter(),
-		providers: newProviderCache(cfg.IdPHTTPTimeout),
+		cfg:      cfg,
+		log:      log,
+		store:    st,
+		sessions: newSessionTable(),
+		replay:   newReplayCache(),
+		faults:   newFaultState(),
+		counts:   newCounter(),
 	}
+	// The provider keys' age is read on the Gateway's clock, so a test that
+	// moves it by hand also ages the keys (and a withdrawn key is dropped).
+	g.providers = newProviderCache(cfg.IdPHTTPTimeout, g.now)
 	g.routes = g.routeTable()
 	return g, nil
 }

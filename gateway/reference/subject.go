@@ -159,6 +159,7 @@ func claimString(tok jwt.Token, name string) string {
 type providerCache struct {
 	timeout time.Duration
 	maxAge  time.Duration // providerKeysMaxAge; tests shorten it
+	now     func() time.Time
 	mu      sync.Mutex
 	sets    map[string]*providerKeys
 }
@@ -167,6 +168,17 @@ type providerKeys struct {
 	set     *oidc.RemoteKeySet
 	rec     *jwksRecorder
 	created time.Time
+	// transport is the set's own; its idle connections are closed when the
+	// set is replaced or forgotten, or each fresh discovery (every maxAge)
+	// would leave one connection to the provider open for good.
+	transport *http.Transport
+}
+
+// release closes the idle connections of a set no longer used.
+func (k *providerKeys) release() {
+	if k != nil && k.transport != nil {
+		k.transport.CloseIdleConnections()
+	}
 }
 
 // providerKeysMaxAge: a binding's key set is discovered and fetched afresh
@@ -174,8 +186,8 @@ type providerKeys struct {
 // (go-oidc's key set only fetches again for a kid it does not hold).
 const providerKeysMaxAge = 10 * time.Minute
 
-func newProviderCache(timeout time.Duration) *providerCache {
-	return &providerCache{timeout: timeout, maxAge: providerKeysMaxAge, sets: map[string]*providerKeys{}}
+func newProviderCache(timeout time.Duration, now func() time.Time) *providerCache {
+	return &providerCache{timeout: timeout, maxAge: providerKeysMaxAge, now: now, sets: map[string]*providerKeys{}}
 }
 
 func cacheKey(b *providerBinding) string {
@@ -189,6 +201,7 @@ func (p *providerCache) forget(issuer string) {
 	defer p.mu.Unlock()
 	for k := range p.sets {
 		if strings.HasPrefix(k, issuer+"\x00") {
+			p.sets[k].release()
 			delete(p.sets, k)
 		}
 	}
@@ -228,7 +241,7 @@ func (p *providerCache) keys(ctx context.Context, b *providerBinding) (*provider
 	ck := cacheKey(b)
 	p.mu.Lock()
 	held := p.sets[ck]
-	fresh := held != nil && time.Since(held.created) < p.maxAge
+	fresh := held != nil && p.now().Sub(held.created) < p.maxAge
 	p.mu.Unlock()
 	if fresh {
 		return held, nil
@@ -241,13 +254,17 @@ func (p *providerCache) keys(ctx context.Context, b *providerBinding) (*provider
 		// The provider cannot be reached: the keys held stay in use, and
 		// the next attempt waits another maxAge.
 		p.mu.Lock()
-		held.created = time.Now()
+		held.created = p.now()
 		p.mu.Unlock()
 		return held, nil
 	}
 	p.mu.Lock()
+	old := p.sets[ck]
 	p.sets[ck] = keys
 	p.mu.Unlock()
+	if old != keys {
+		old.release()
+	}
 	return keys, nil
 }
 
@@ -259,7 +276,11 @@ func (p *providerCache) discover(ctx context.Context, b *providerBinding) (*prov
 		roots = x509.NewCertPool()
 		roots.AppendCertsFromPEM([]byte(b.CAPEM))
 	}
-	rec := &jwksRecorder{base: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	// IdleConnTimeout lets go of a connection that became idle after its
+	// set was released (a fetch still in flight then).
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		IdleConnTimeout: 2 * time.Minute}
+	rec := &jwksRecorder{base: tr}
 	client := &http.Client{
 		Transport: rec,
 		Timeout:   p.timeout,
@@ -269,21 +290,24 @@ func (p *providerCache) discover(ctx context.Context, b *providerBinding) (*prov
 	}
 	op, err := oidc.NewProvider(oidc.ClientContext(ctx, client), b.Issuer)
 	if err != nil {
+		tr.CloseIdleConnections()
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	var disc struct {
 		JWKSURI string `json:"jwks_uri"`
 	}
 	if err := op.Claims(&disc); err != nil {
+		tr.CloseIdleConnections()
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	if u, err := url.Parse(disc.JWKSURI); err != nil || u.Scheme != "https" || u.Host == "" {
+		tr.CloseIdleConnections()
 		return nil, errors.New("discovery: jwks_uri is not an https URL")
 	}
 	rec.jwksURL = disc.JWKSURI
 	// The key set keeps this context for its fetches: only its client.
 	return &providerKeys{set: oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), client), disc.JWKSURI), rec: rec,
-		created: time.Now()}, nil
+		created: p.now(), transport: tr}, nil
 }
 
 // jwksRecorder is the provider client's transport: it bounds every body

@@ -3,9 +3,12 @@ package reference
 import (
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +38,8 @@ type testIdP struct {
 	mu        sync.Mutex
 	published map[string]jwk.Key // private keys by kid, published as public
 	fetches   int                // JWKS fetches
+	// conns is the connections open at the provider.
+	conns atomic.Int64
 	// issuerSuffix makes the discovery document name another issuer.
 	issuerSuffix string
 }
@@ -66,7 +71,16 @@ func newTestIdP(t *testing.T, clock *testutil.Clock) *testIdP {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(set)
 	})
-	p.srv = httptest.NewTLSServer(mux)
+	p.srv = httptest.NewUnstartedServer(mux)
+	p.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			p.conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			p.conns.Add(-1)
+		}
+	}
+	p.srv.StartTLS()
 	t.Cleanup(p.srv.Close)
 	p.issuer = p.srv.URL
 	p.caPEM = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw}))
@@ -394,4 +408,41 @@ func TestWithdrawnProviderKey(t *testing.T) {
 	se.idp.srv.Close()
 	_, resp = se.mintWith(se.idp.token(k2, "user-1", nil))
 	wantOK(t, "k2 held with the provider down", se.refusal(resp))
+}
+
+// A key set older than its maximum age on the Gateway's own clock is
+// fetched again, and the connection the old set's fetches used is closed:
+// a day's worth of rediscoveries (144, as many as 10-minute ages in 24
+// hours; the age is shortened so the service session outlives them) leaves
+// no connection to the provider behind, and a key withdrawn meanwhile stops
+// verifying once the clock has moved past the age, with no wall time
+// passing.
+func TestProviderKeysAgeOnGatewayClock(t *testing.T) {
+	se := newSubjectEnv(t)
+	const maxAge, n = time.Second, 6 * 24
+	se.gw.providers.mu.Lock()
+	se.gw.providers.maxAge = maxAge
+	se.gw.providers.mu.Unlock()
+	k1 := se.idp.key("k1")
+	for i := range n {
+		_, resp := se.mintWith(se.idp.token(k1, "user-1", nil))
+		wantOK(t, fmt.Sprintf("mint %d", i), se.refusal(resp))
+		se.clock.Advance(maxAge + time.Second)
+	}
+	if got := se.idp.jwksFetches(); got < n {
+		t.Errorf("%d key set fetches, want one per maximum age (%d)", got, n)
+	}
+	testutil.WaitFor(t, "the connections of released key sets closed", func() bool { return se.idp.conns.Load() <= 2 })
+
+	_, resp := se.mintWith(se.idp.token(k1, "user-1", nil))
+	wantOK(t, "k1 fetched afresh", se.refusal(resp))
+	se.idp.publish(newSigningKey(t, "k2"))
+	se.idp.mu.Lock()
+	delete(se.idp.published, "k1")
+	se.idp.mu.Unlock()
+	_, resp = se.mintWith(se.idp.token(k1, "user-1", nil))
+	wantOK(t, "k1 held within the age", se.refusal(resp))
+	se.clock.Advance(maxAge + time.Second)
+	_, resp = se.mintWith(se.idp.token(k1, "user-1", nil))
+	wantRefusal(t, "withdrawn k1 past the age", se.refusal(resp), api.LayerGateway, api.CodeIdPUnavailable, http.StatusServiceUnavailable)
 }
