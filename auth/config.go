@@ -472,8 +472,11 @@ func (c *HTTPConfig) NewProvider() (*Provider, error) {
 	return NewProvider(c.Provider.Issuer, client), nil
 }
 
-// NewVerifier builds the token verifier for p from the configuration.
-func (c *HTTPConfig) NewVerifier(p *Provider) (*Verifier, error) {
+// NewVerifier builds the token verifier for p from the configuration. now
+// is its clock (VerifierConfig.Now: time.Now when nil); serve passes its own
+// Options.Now, so a test's hand-moved clock decides token expiry and key-set
+// age as it decides the grant's end.
+func (c *HTTPConfig) NewVerifier(p *Provider, now func() time.Time) (*Verifier, error) {
 	return NewVerifier(VerifierConfig{
 		Provider:         p,
 		Audience:         c.Audience,
@@ -485,12 +488,14 @@ func (c *HTTPConfig) NewVerifier(p *Provider) (*Verifier, error) {
 		JWKSMaxAge:       time.Duration(c.Provider.JWKSMaxAgeSeconds) * time.Second,
 		JWKSGrace:        time.Duration(c.Provider.JWKSGraceSeconds) * time.Second,
 		MaxTokenLifetime: time.Duration(c.Provider.MaxTokenLifetimeSeconds) * time.Second,
+		Now:              now,
 	})
 }
 
 // NewExchanger builds the token exchanger for p from the configuration,
-// reading the client secret. onPanic may be nil (ExchangerConfig.OnPanic).
-func (c *HTTPConfig) NewExchanger(p *Provider, onPanic func(v any)) (*Exchanger, error) {
+// reading the client secret. onPanic may be nil (ExchangerConfig.OnPanic);
+// now is its clock for the cached tokens' reuse (time.Now when nil).
+func (c *HTTPConfig) NewExchanger(p *Provider, onPanic func(v any), now func() time.Time) (*Exchanger, error) {
 	secret, err := c.ClientSecret()
 	if err != nil {
 		return nil, err
@@ -506,6 +511,7 @@ func (c *HTTPConfig) NewExchanger(p *Provider, onPanic func(v any)) (*Exchanger,
 		// little next to holding a Gateway token for every user ever seen.
 		MaxEntries: 2 * max(c.MaxCallers, 1),
 		OnPanic:    onPanic,
+		Now:        now,
 	})
 }
 

@@ -85,10 +85,10 @@ func TestLoadHTTPConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.NewVerifier(p); err != nil {
+	if _, err := c.NewVerifier(p, nil); err != nil {
 		t.Error(err)
 	}
-	if _, err := c.NewExchanger(p, nil); err != nil {
+	if _, err := c.NewExchanger(p, nil, nil); err != nil {
 		t.Error(err)
 	}
 
@@ -151,7 +151,7 @@ func TestLoadHTTPConfigTokenBounds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			v, err := c.NewVerifier(p)
+			v, err := c.NewVerifier(p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

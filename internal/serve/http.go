@@ -288,7 +288,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	}
 	d.provider = provider
 	probeProvider(ctx, provider, o.Logger)
-	verifier, err := cfg.NewVerifier(provider)
+	verifier, err := cfg.NewVerifier(provider, o.Now)
 	if err != nil {
 		return err
 	}
@@ -300,7 +300,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	onPanic := func(what string) func(any) {
 		return func(v any) { reportBackgroundPanic(o.Logger, metrics, what, v) }
 	}
-	ex, err := cfg.NewExchanger(provider, onPanic("the token exchange ahead of need"))
+	ex, err := cfg.NewExchanger(provider, onPanic("the token exchange ahead of need"), o.Now)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -60,6 +61,8 @@ type httpStack struct {
 	crashPoint func(crashpoint.Point)
 	// grantCheck, when set, is serve.Options.GrantCheckInterval.
 	grantCheck time.Duration
+	// hangup, when set, is serve.Options.Hangup (SIGHUP delivered by hand).
+	hangup chan os.Signal
 	// idpDown makes the provider drop every connection unanswered, as a
 	// provider that cannot be reached.
 	idpDown atomic.Bool
@@ -71,8 +74,19 @@ type stackOption func(t *testing.T, hs *httpStack, data string, lo *grant.Launch
 
 func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack {
 	t.Helper()
+	return newHTTPStackAt(t, nil, maxCallers, opts...)
+}
+
+// newHTTPStackAt is newHTTPStack with every clock that decides an outcome
+// (the Gateway's, the provider's, serve's) reading clock, when it is set.
+func newHTTPStackAt(t *testing.T, clock *testutil.Clock, maxCallers int, opts ...stackOption) *httpStack {
+	t.Helper()
 	dir := t.TempDir()
-	hs := &httpStack{env: reftest.Start(t, reference.Config{}), stderr: &testutil.LogBuffer{}}
+	var now func() time.Time
+	if clock != nil {
+		now = clock.Now
+	}
+	hs := &httpStack{env: reftest.Start(t, reference.Config{Now: now}), stderr: &testutil.LogBuffer{}}
 	ca, err := devpki.LoadOrCreateCA(filepath.Join(dir, "ca"), "test")
 	if err != nil {
 		t.Fatal(err)
@@ -88,12 +102,15 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 			{Name: "carol"},
 		},
 		DevIdP: stack.DevIdP{Users: []devidp.User{{Username: "alice", Password: "pw-a"}, {Username: "bob", Password: "pw-b"},
-			{Username: "carol", Password: "pw-c"}, {Username: "dave", Password: "pw-d"}}, Handler: hs.countExchanges},
+			{Username: "carol", Password: "pw-c"}, {Username: "dave", Password: "pw-d"}}, Handler: hs.countExchanges, Now: now},
 		Identities: map[string]string{"alice": "alice", "bob": "bob", "carol": "carol"},
 		Prepare: func(_ context.Context, st *stack.Stack) error {
 			hs.svc, hs.manifst = st.Service, st.ManifestPath
 			lo = grant.LaunchOptions{ManifestPath: st.ManifestPath, AllApproved: true, CallerIdentity: true,
 				TTL: time.Hour, Out: st.GrantPath}
+			if clock != nil {
+				lo.Now = clock.Now()
+			}
 			for _, o := range opts {
 				o(t, hs, st.Data, &lo)
 			}
@@ -113,6 +130,7 @@ func newHTTPStack(t *testing.T, maxCallers int, opts ...stackOption) *httpStack 
 			o.OpsAddr, o.OpsReady = "127.0.0.1:0", func(u string) { hs.opsURL = u }
 			o.CrashPoint = hs.crashPoint
 			o.GrantCheckInterval = hs.grantCheck
+			o.Now, o.Hangup = now, hs.hangup
 		},
 	})
 	if err != nil {

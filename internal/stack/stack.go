@@ -122,6 +122,9 @@ type DevIdP struct {
 	StateDir string
 	// Handler, when set, wraps the provider's handler (to count requests).
 	Handler func(http.Handler) http.Handler
+	// Now is the provider's clock (devidp.Config.Now; time.Now when nil),
+	// for a test that moves time by hand.
+	Now func() time.Time
 }
 
 // Stack is a running stack.
@@ -250,7 +253,7 @@ func (st *Stack) startProvider(ctx context.Context) error {
 	}
 	issuer := "https://" + ln.Addr().String()
 	idp, err := devidp.New(ctx, devidp.Config{Issuer: issuer, Users: d.Users, AdapterClientSecret: secret,
-		AccessTokenLifetime: d.AccessTokenLifetime, StateDir: d.StateDir, Logger: st.o.Logger.With("component", "idp")})
+		AccessTokenLifetime: d.AccessTokenLifetime, StateDir: d.StateDir, Now: d.Now, Logger: st.o.Logger.With("component", "idp")})
 	if err != nil {
 		ln.Close()
 		return err
