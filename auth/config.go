@@ -12,6 +12,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/internal/safefile"
 	"github.com/pdmcp/pdmcp/internal/strictjson"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 )
 
 // ListenHost is the only address the HTTP transport serves on.
@@ -55,6 +56,10 @@ type HTTPConfig struct {
 	// to arrive and to be answered (absent: the defaults, see
 	// ConnectionsConfig).
 	Connections ConnectionsConfig `json:"connections,omitzero"`
+	// Tracing sets what the OTEL_* environment variables set (the
+	// environment wins field by field); absent, tracing follows the
+	// environment alone and is off unless it names an exporter.
+	Tracing *telemetry.Settings `json:"tracing,omitempty"`
 }
 
 // ConnectionsConfig is mcp-http.json's "connections": every member is
@@ -340,6 +345,13 @@ func (c *HTTPConfig) resolve(dir string) error {
 	}
 	if _, err := MetadataURL(c.Resource); err != nil {
 		return fmt.Errorf("resource: %w", err)
+	}
+	if c.Tracing != nil {
+		// Checked alone here, so a bad block is refused at load; the
+		// environment is merged in at start (telemetry.Resolve).
+		if _, err := telemetry.Resolve(c.Tracing, nil); err != nil {
+			return fmt.Errorf("tracing: %w", err)
+		}
 	}
 	return nil
 }

@@ -196,6 +196,9 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 	}{
 		{"unknown top-level field", func(m map[string]any) { m["listenPort"] = 1 }, nil, `unknown field "listenPort"`},
 		{"unknown nested field", func(m map[string]any) { sub(m, "provider")["jwksUri"] = "x" }, nil, `unknown field "jwksUri"`},
+		{"unknown tracing field", func(m map[string]any) { m["tracing"] = map[string]any{"endpoint": "http://127.0.0.1:4318", "url": "x"} }, nil, `unknown field "url"`},
+		{"tracing exporter unknown", func(m map[string]any) { m["tracing"] = map[string]any{"exporter": "zipkin"} }, nil, `tracing: tracing exporter "zipkin" is not offered`},
+		{"tracing endpoint not http", func(m map[string]any) { m["tracing"] = map[string]any{"endpoint": "udp://127.0.0.1:6831"} }, nil, "tracing: tracing endpoint is not an http://"},
 		{"listen on 0.0.0.0", func(m map[string]any) { sub(m, "listen")["host"] = "0.0.0.0" }, nil, `listen.host is "0.0.0.0"`},
 		{"listen on localhost", func(m map[string]any) { sub(m, "listen")["host"] = "localhost" }, nil, `listen.host is "localhost"`},
 		{"listen on ::1", func(m map[string]any) { sub(m, "listen")["host"] = "::1" }, nil, `listen.host is "::1"`},
@@ -343,5 +346,30 @@ func TestMetadataHandler(t *testing.T) {
 	}
 	if u, _ := MetadataURL("https://127.0.0.1:8443/"); u != "https://127.0.0.1:8443/.well-known/oauth-protected-resource" {
 		t.Errorf("root resource: %q", u)
+	}
+}
+
+// TestLoadHTTPConfigTracingBlock: a tracing block is read as the OTEL_*
+// variables it stands for; absent, the field is nil (tracing follows the
+// environment alone).
+func TestLoadHTTPConfigTracingBlock(t *testing.T) {
+	c, err := LoadHTTPConfig(configDir(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Tracing != nil {
+		t.Fatalf("tracing = %+v without a block", c.Tracing)
+	}
+	c, err = LoadHTTPConfig(configDir(t, func(m map[string]any) {
+		m["tracing"] = map[string]any{"endpoint": "http://127.0.0.1:4318", "serviceName": "pdmcp-a",
+			"sampler": "traceidratio", "samplerArg": "0.5", "headers": map[string]string{"api-key": "k"}}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Tracing
+	if tr == nil || tr.Endpoint != "http://127.0.0.1:4318" || tr.ServiceName != "pdmcp-a" || tr.Sampler != "traceidratio" ||
+		tr.SamplerArg != "0.5" || tr.Headers["api-key"] != "k" {
+		t.Fatalf("tracing = %+v", tr)
 	}
 }

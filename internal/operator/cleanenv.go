@@ -16,8 +16,13 @@ import (
 // the home directory and the temporary directory.
 var baseEnv = []string{"PATH", "HOME", "TMPDIR", "TMP", "TEMP", "USERPROFILE", "SYSTEMROOT", "LANG"}
 
+// keptPrefixes are the families of variables a clean start keeps whole:
+// OTEL_* configures the server's tracing (internal/telemetry) and carries
+// no model credential.
+var keptPrefixes = []string{"OTEL_"}
+
 // CleanEnv returns the subset of environ that a clean start keeps: the base
-// variables and those named in keep. Order is stable.
+// variables, the OTEL_* ones and those named in keep. Order is stable.
 func CleanEnv(environ []string, keep []string) []string {
 	want := map[string]bool{}
 	for _, k := range baseEnv {
@@ -32,12 +37,21 @@ func CleanEnv(environ []string, keep []string) []string {
 		if !ok {
 			continue
 		}
-		if want[name] || (runtime.GOOS == "windows" && want[strings.ToUpper(name)]) {
+		if want[name] || (runtime.GOOS == "windows" && want[strings.ToUpper(name)]) || keptFamily(name) {
 			out = append(out, kv)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+func keptFamily(name string) bool {
+	for _, p := range keptPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // CurrentCleanEnv is CleanEnv of this process's environment.

@@ -14,9 +14,12 @@ func TestCleanEnvKeepsOnlyBaseAndNamed(t *testing.T) {
 	in := []string{
 		"PATH=/usr/bin", "HOME=/home/a", "TMPDIR=/tmp", "ANTHROPIC_API_KEY=sk-secret",
 		"OPENAI_API_KEY=sk-other", "LD_LIBRARY_PATH=/opt/lib", "EDITOR=vi", "malformed",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_SERVICE_NAME=pdmcp-a", "XOTEL_X=1",
 	}
 	got := CleanEnv(in, []string{"LD_LIBRARY_PATH"})
-	want := []string{"HOME=/home/a", "LD_LIBRARY_PATH=/opt/lib", "PATH=/usr/bin", "TMPDIR=/tmp"}
+	// The OTEL_* variables configure tracing and are kept whole.
+	want := []string{"HOME=/home/a", "LD_LIBRARY_PATH=/opt/lib", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318",
+		"OTEL_SERVICE_NAME=pdmcp-a", "PATH=/usr/bin", "TMPDIR=/tmp"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("CleanEnv = %v, want %v", got, want)
 	}
