@@ -12,12 +12,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"runtime/trace"
+	rtrace "runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
@@ -57,6 +59,8 @@ type Client struct {
 	http    *http.Client
 	timeout time.Duration
 	log     *slog.Logger
+	// tracer makes each request's span; nil when not tracing.
+	tracer trace.Tracer
 	// prefix is the service's principal prefix as config.json names it;
 	// every minted session is checked against it.
 	prefix string
@@ -106,6 +110,7 @@ func New(cfg Config) (*Client, error) {
 		base:     u.String(),
 		timeout:  cfg.Timeout,
 		log:      cfg.Logger,
+		tracer:   cfg.Tracer,
 		prefix:   cfg.Prefix,
 		signLock: make(chan struct{}, 1),
 	}
@@ -393,10 +398,11 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 		req.SetBasicAuth(r.user, r.password)
 	}
 
+	span := c.startSpan(ctx, r.route, req)
 	start := time.Now()
-	region := trace.StartRegion(ctx, TraceRequestRegion)
-	if trace.IsEnabled() {
-		trace.Log(ctx, TraceRouteLog, r.route)
+	region := rtrace.StartRegion(ctx, TraceRequestRegion)
+	if rtrace.IsEnabled() {
+		rtrace.Log(ctx, TraceRouteLog, r.route)
 	}
 	resp, err := c.http.Do(req)
 	// The request is sent: drop its body, which resp.Request would keep
@@ -450,6 +456,7 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 		code = ae.Code
 	}
 	latency := end.Sub(start)
+	endSpan(span, status, code)
 	if rec := recorderFrom(ctx); rec != nil {
 		rec.add(Request{Route: r.route, Status: status, Code: code, Latency: latency, ServiceRelogin: r.relogin})
 	}

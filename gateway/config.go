@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
@@ -58,6 +60,10 @@ type Config struct {
 	// Logger gets one line per request (route, status, code, latency).
 	// Nil discards.
 	Logger *slog.Logger
+	// Tracer, when set, makes a CLIENT span of each request (route, status,
+	// refusal code) and sends its W3C trace context to the Gateway; nil
+	// traces nothing and sends no trace headers.
+	Tracer trace.Tracer
 	// HTTPClient replaces the client built from TrustFile; its transport
 	// then decides what is trusted. Redirects are never followed either way.
 	HTTPClient *http.Client

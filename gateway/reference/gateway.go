@@ -34,6 +34,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/pdmcp/pdmcp/gateway/api"
 )
 
@@ -277,7 +279,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := rt.handle(r.Context(), c)
+	// The caller's W3C trace context, if it sent one, rides the context to
+	// the key server's audit row (AuditRow.TraceID). A malformed header is
+	// ignored, as the W3C rules say.
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	res, err := rt.handle(ctx, c)
 	switch {
 	case errors.Is(err, errAnswerDropped):
 		g.log.Info("answer dropped by fault injection", "route", path)

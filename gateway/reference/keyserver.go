@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pdmcp/pdmcp/gateway/api"
 )
 
@@ -108,6 +110,9 @@ func (g *Gateway) runKeyOp(ctx context.Context, s *scopedSession, now time.Time,
 // FAILED with the refusal's code.
 func (g *Gateway) keepAudit(ctx context.Context, tx *sql.Tx, row AuditRow, refusal *api.Error) error {
 	row.Outcome, row.Code = OutcomeOK, ""
+	if sc := trace.SpanContextFromContext(ctx); sc.TraceID().IsValid() {
+		row.TraceID = sc.TraceID().String()
+	}
 	if refusal != nil {
 		row.Outcome, row.Code = OutcomeFailed, refusal.Code
 	}

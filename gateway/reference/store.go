@@ -88,8 +88,13 @@ CREATE TABLE keyserver_audit (
 );
 `
 
+// schemaV2 keeps, beside each key-server decision, the W3C trace id of the
+// request that asked for it ("" when it carried none), so a caller's
+// trace joins the key server's row.
+const schemaV2 = `ALTER TABLE keyserver_audit ADD COLUMN trace_id TEXT NOT NULL DEFAULT '';`
+
 // migrations take a database at user_version i to i+1, in order.
-func migrations() []string { return []string{schemaV1} }
+func migrations() []string { return []string{schemaV1, schemaV2} }
 
 // errNotFound is a row that is not there; callers turn it into the
 // route's own refusal.

@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Attribute names of a Gateway request's span beyond the HTTP client
+// conventions: the api route and the Gateway's refusal code.
+const (
+	AttrGatewayRoute = "pdmcp.gateway.route"
+	AttrGatewayCode  = "pdmcp.gateway.code"
+)
+
+// traceHeaders is what crosses to the Gateway: the W3C traceparent and
+// tracestate only. Baggage stays here: it is the host's, and the key
+// server has no use for it.
+var traceHeaders = propagation.TraceContext{}
+
+// startSpan starts the CLIENT span of one request to route and puts its
+// trace context in req's headers. It carries the method, the route (the
+// URL's template: no handle, proof or body is in it) and the server's
+// address, never a header's value. nil when the client does not trace.
+func (c *Client) startSpan(ctx context.Context, route string, req *http.Request) trace.Span {
+	if c.tracer == nil {
+		return nil
+	}
+	ctx, span := c.tracer.Start(ctx, "POST "+route, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("http.request.method", http.MethodPost),
+			attribute.String("url.template", route),
+			attribute.String(AttrGatewayRoute, route),
+			attribute.String("server.address", req.URL.Hostname()),
+		)
+		if p := req.URL.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err == nil {
+				span.SetAttributes(attribute.Int("server.port", n))
+			}
+		}
+	}
+	traceHeaders.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	return span
+}
+
+// endSpan ends span with the answer's status and the refusal code: a
+// refusal or a failure to reach the Gateway is an error of this request
+// (error.type is the code), and the span's status says so.
+func endSpan(span trace.Span, status int, code string) {
+	if span == nil {
+		return
+	}
+	if status != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+	}
+	if code != "" {
+		span.SetAttributes(attribute.String(AttrGatewayCode, code), attribute.String("error.type", code))
+		span.SetStatus(codes.Error, code)
+	}
+	span.End()
+}
