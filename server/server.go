@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/auth"
@@ -128,6 +129,10 @@ type Config struct {
 	// its own: `pdmcp bench` prices durability against the same pipeline
 	// without it. Only Options.NonDurableJournalForBenchmarks sets it.
 	NonDurableForBenchmarks bool
+	// Tracer makes the MCP request spans (traceRequests); nil traces
+	// nothing and adds no middleware. Transport is "stdio" or "http" (network.transport).
+	Tracer    trace.Tracer
+	Transport string
 	// Revoker, when set, is the registered service, which revokes the open
 	// hand-offs acting as each step's user when the grant ends or the
 	// server stops.
@@ -279,8 +284,13 @@ func New(cfg Config) (*Server, error) {
 		gates = append(gates, aheadOfNeed(a))
 	}
 	s.mcp.AddReceivingMiddleware(gates...)
-	// Added last, so outermost: it sees a panic in the gate too.
+	// Added after the gates, so outside them: it sees a panic in the gate too.
 	s.mcp.AddReceivingMiddleware(s.recoverPanics)
+	// Outermost, so the span covers the whole request, a recovered panic
+	// included. Not there at all when not tracing: it costs nothing then.
+	if cfg.Tracer != nil {
+		s.mcp.AddReceivingMiddleware(s.traceRequests)
+	}
 	return s, nil
 }
 

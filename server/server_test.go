@@ -146,6 +146,17 @@ func newFixture(t testing.TB, docs []doc, mutate func(*grant.Grant, *grant.Manif
 	for _, c := range configure {
 		c(&cfg)
 	}
+	if cfg.Tracer != nil {
+		// A traced server's Gateway requests are traced by the same
+		// tracer, as serve wires them.
+		cc.Tracer = cfg.Tracer
+		tc, err := gateway.New(cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = server.NewGrantSessions(tc, g.LocalUser, grant.Keys(g, m), g.NotAfter, nil, nil)
+		cfg.Sessions = sessions
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)

@@ -232,6 +232,7 @@ func (s *Server) writeAudit(ctx context.Context, line audit.ToolCall, caller str
 			}
 		}
 	}
+	traceCall(ctx, &line)
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.ToolCall(line, reqs)
 	}

@@ -1,0 +1,210 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pdmcp/pdmcp/audit"
+	"github.com/pdmcp/pdmcp/grant"
+)
+
+// Attribute names of the MCP request's span (the OpenTelemetry semantic
+// conventions for MCP) and pdmcp's own beside them.
+const (
+	AttrMCPMethod        = "mcp.method.name"
+	AttrMCPSession       = "mcp.session.id"
+	AttrMCPProtocol      = "mcp.protocol.version"
+	AttrToolName         = "gen_ai.tool.name"
+	AttrOperationName    = "gen_ai.operation.name"
+	AttrNetworkTransport = "network.transport"
+	AttrNetworkProtocol  = "network.protocol.name"
+	AttrErrorType        = "error.type"
+	AttrRPCStatusCode    = "rpc.response.status_code"
+
+	AttrCaller      = "pdmcp.caller"
+	AttrOutcome     = "pdmcp.outcome"
+	AttrLayer       = "pdmcp.refusal.layer"
+	AttrCode        = "pdmcp.refusal.code"
+	AttrDocumentID  = "pdmcp.document.id"
+	AttrFragmentID  = "pdmcp.fragment.id"
+	AttrStepID      = "pdmcp.step.id"
+	AttrVersion     = "pdmcp.version"
+	AttrReplaced    = "pdmcp.session.replaced"
+	AttrGatewayReqs = "pdmcp.gateway.requests"
+
+	// ErrorTypeTool is error.type of a call whose result is an error (a
+	// refusal): the request itself succeeded, so the span's status stays
+	// unset.
+	ErrorTypeTool = "tool_error"
+	// OperationExecuteTool is gen_ai.operation.name of tools/call.
+	OperationExecuteTool = "execute_tool"
+)
+
+// Transports as network.transport names them.
+const (
+	TransportPipe = "pipe" // stdio
+	TransportTCP  = "tcp"  // Streamable HTTP
+)
+
+// metaTrace reads W3C trace context from a request's params._meta, where
+// the conventions (and, from 2026-07-28, the protocol's reserved unprefixed
+// keys) carry traceparent, tracestate and baggage.
+type metaTrace map[string]any
+
+func (m metaTrace) Get(key string) string {
+	v, _ := m[key].(string)
+	return v
+}
+
+func (m metaTrace) Set(string, string) {}
+
+func (m metaTrace) Keys() []string { return []string{"traceparent", "tracestate", "baggage"} }
+
+// propagator reads trace context and baggage, from _meta and from the
+// HTTP request's headers.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// traceRequests is the receiving middleware that makes one SERVER span per
+// MCP request: named "{method} {tool}" for a tool the build knows (the
+// model's text never names a span), parented by the trace context of
+// params._meta, linked to the HTTP request's span (its traceparent header,
+// which the serving edge sets to its own span), or parented by that when
+// _meta carries none. A request that fails is an error span with the
+// JSON-RPC code; a tool call whose result is an error (a refusal) carries
+// error.type tool_error and its layer and code, its status left unset.
+// Nothing it records is an argument, a result, a token or a subject.
+func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
+	tracer := s.cfg.Tracer
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		var header propagation.HeaderCarrier
+		if ex := req.GetExtra(); ex != nil && ex.Header != nil {
+			header = propagation.HeaderCarrier(ex.Header)
+		}
+		httpCtx := context.Background()
+		if header != nil {
+			httpCtx = propagator.Extract(httpCtx, header)
+		}
+		parent := ctx
+		var opts []trace.SpanStartOption
+		metaCtx := context.Background()
+		if p := req.GetParams(); p != nil {
+			if m := p.GetMeta(); len(m) > 0 {
+				metaCtx = propagator.Extract(metaCtx, metaTrace(m))
+			}
+		}
+		httpSpan := trace.SpanContextFromContext(httpCtx)
+		if sc := trace.SpanContextFromContext(metaCtx); sc.IsValid() {
+			parent = trace.ContextWithRemoteSpanContext(ctx, sc)
+			if httpSpan.IsValid() {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: httpSpan}))
+			}
+		} else if httpSpan.IsValid() {
+			parent = trace.ContextWithRemoteSpanContext(ctx, httpSpan)
+		}
+		tool := ""
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && method == "tools/call" && grant.KnownTool(p.Name) {
+			tool = p.Name
+		}
+		name := method
+		if tool != "" {
+			name += " " + tool
+		}
+		opts = append(opts, trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := tracer.Start(parent, name, opts...)
+		defer span.End()
+		if span.IsRecording() {
+			attrs := []attribute.KeyValue{attribute.String(AttrMCPMethod, method),
+				attribute.String(AttrNetworkTransport, s.transport())}
+			if s.cfg.Transport == "http" {
+				attrs = append(attrs, attribute.String(AttrNetworkProtocol, "http"))
+			}
+			if method == "tools/call" {
+				attrs = append(attrs, attribute.String(AttrOperationName, OperationExecuteTool))
+				if tool != "" {
+					attrs = append(attrs, attribute.String(AttrToolName, tool))
+				}
+			}
+			if v := protocolOf(req); v != "" {
+				attrs = append(attrs, attribute.String(AttrMCPProtocol, v))
+			}
+			// The session id lets its holder go on in the session: the span
+			// names it by digest, as the audit names handles.
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil && ss.ID() != "" {
+				attrs = append(attrs, attribute.String(AttrMCPSession, audit.Digest12(ss.ID())))
+			}
+			if c := CallerDigest(callerOf(req).ID); c != "" {
+				attrs = append(attrs, attribute.String(AttrCaller, c))
+			}
+			span.SetAttributes(attrs...)
+		}
+		res, err := next(ctx, method, req)
+		switch {
+		case err != nil:
+			code := "_OTHER"
+			var we *jsonrpc.Error
+			if errors.As(err, &we) {
+				code = strconv.FormatInt(we.Code, 10)
+				span.SetAttributes(attribute.String(AttrRPCStatusCode, code))
+			}
+			span.SetAttributes(attribute.String(AttrErrorType, code))
+			// The error's message may quote the request: not recorded.
+			span.SetStatus(codes.Error, "JSON-RPC error "+code)
+		default:
+			if r, ok := res.(*mcp.CallToolResult); ok && r != nil && r.IsError {
+				span.SetAttributes(attribute.String(AttrErrorType, ErrorTypeTool))
+			}
+		}
+		return res, err
+	}
+}
+
+// transport is network.transport of this server's requests.
+func (s *Server) transport() string {
+	if s.cfg.Transport == "http" {
+		return TransportTCP
+	}
+	return TransportPipe
+}
+
+// protocolOf is the request's protocol revision: its _meta's from
+// 2026-07-28 on, else the session's from initialize.
+func protocolOf(req mcp.Request) string {
+	type versioned interface{ ProtocolVersion() string }
+	if v, ok := req.(versioned); ok {
+		return v.ProtocolVersion()
+	}
+	return ""
+}
+
+// traceCall records on the call's span what its audit line says of it:
+// the outcome, a refusal's layer and code, the ids the line names and how
+// many Gateway requests it made. The caller is named by digest.
+func traceCall(ctx context.Context, line *audit.ToolCall) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{attribute.String(AttrOutcome, line.Outcome),
+		attribute.Int(AttrGatewayReqs, len(line.GatewayRequests))}
+	for _, a := range []struct{ k, v string }{{AttrLayer, line.Layer}, {AttrCode, line.Code},
+		{AttrDocumentID, line.DocumentID}, {AttrFragmentID, line.FragmentID}, {AttrStepID, line.StepID}} {
+		if a.v != "" {
+			attrs = append(attrs, attribute.String(a.k, a.v))
+		}
+	}
+	if line.Version != 0 {
+		attrs = append(attrs, attribute.Int(AttrVersion, line.Version))
+	}
+	if line.SessionReplaced {
+		attrs = append(attrs, attribute.Bool(AttrReplaced, true))
+	}
+	span.SetAttributes(attrs...)
+}

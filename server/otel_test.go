@@ -1,0 +1,221 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/server"
+)
+
+// The host's trace, as a traceparent in _meta names it.
+const (
+	hostTraceID  = "4bf92f3577b34da6a3ce929d0e0e4736"
+	hostSpanID   = "00f067aa0ba902b7"
+	hostParent   = "00-" + hostTraceID + "-" + hostSpanID + "-01"
+	secretMarker = "never-in-a-span"
+)
+
+func attrOf(sp tracetest.SpanStub, key string) (string, bool) {
+	for _, a := range sp.Attributes {
+		if string(a.Key) == key {
+			return a.Value.Emit(), true
+		}
+	}
+	return "", false
+}
+
+// tracedFixture is newFixture with an in-memory span exporter on the
+// server and its Gateway client.
+func tracedFixture(t *testing.T) (*fixture, *tracetest.InMemoryExporter) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	docs := append([]doc{{id: "secret", contentType: "text/plain", text: []byte("synthetic " + secretMarker + " text"),
+		approved: true, inGrant: true}}, basicDocs...)
+	f := newFixture(t, docs, nil, func(c *server.Config) { c.Tracer = tp.Tracer("test"); c.Transport = "stdio" })
+	return f, exp
+}
+
+func callWithMeta(t *testing.T, f *fixture, meta mcp.Meta, name string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := f.cs.CallTool(context.Background(), &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestToolCallSpans: each MCP request is a SERVER span named by method and
+// tool, under the trace context of its _meta, with the MCP conventions'
+// attributes; its Gateway requests are its children; a refusal is
+// error.type tool_error with its layer and code and no error status; a
+// tool name the build does not know never names a span.
+func TestToolCallSpans(t *testing.T) {
+	f, exp := tracedFixture(t)
+	meta := mcp.Meta{"traceparent": hostParent, "tracestate": "host=1", "baggage": "k=v"}
+
+	res := callWithMeta(t, f, meta, grant.ToolReadProtectedDocument, map[string]any{"documentId": "secret"})
+	if res.IsError {
+		t.Fatalf("read refused: %+v", res.Content)
+	}
+	spans := exp.GetSpans()
+	var call tracetest.SpanStub
+	for _, sp := range spans {
+		if sp.Name == "tools/call "+grant.ToolReadProtectedDocument {
+			call = sp
+		}
+	}
+	if call.Name == "" {
+		t.Fatalf("no tools/call span among %d", len(spans))
+	}
+	if call.SpanKind != trace.SpanKindServer || call.SpanContext.TraceID().String() != hostTraceID ||
+		call.Parent.SpanID().String() != hostSpanID || !call.Parent.IsRemote() {
+		t.Fatalf("the call's span is not a SERVER child of the host's: kind %v trace %s parent %s",
+			call.SpanKind, call.SpanContext.TraceID(), call.Parent.SpanID())
+	}
+	if call.Parent.TraceState().Get("host") != "1" {
+		t.Errorf("tracestate lost: %q", call.Parent.TraceState().String())
+	}
+	for k, want := range map[string]string{
+		server.AttrMCPMethod: "tools/call", server.AttrToolName: grant.ToolReadProtectedDocument,
+		server.AttrOperationName: "execute_tool", server.AttrNetworkTransport: "pipe",
+		server.AttrOutcome: "ok", server.AttrDocumentID: "secret",
+	} {
+		if got, _ := attrOf(call, k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if v, ok := attrOf(call, server.AttrMCPProtocol); !ok || v == "" {
+		t.Errorf("no %s", server.AttrMCPProtocol)
+	}
+	// stdio has no session id (HTTP's is checked in internal/serve).
+	if v, ok := attrOf(call, server.AttrMCPSession); ok {
+		t.Errorf("a stdio request has %s %q", server.AttrMCPSession, v)
+	}
+	if _, ok := attrOf(call, server.AttrErrorType); ok || call.Status.Code == codes.Error {
+		t.Errorf("a good call is marked an error")
+	}
+	decrypts := 0
+	for _, sp := range spans {
+		if r, _ := attrOf(sp, gateway.AttrGatewayRoute); r == api.RouteDecrypt {
+			decrypts++
+			if sp.Parent.SpanID() != call.SpanContext.SpanID() || sp.SpanContext.TraceID() != call.SpanContext.TraceID() {
+				t.Errorf("the decrypt's span is not the call's child")
+			}
+		}
+	}
+	if decrypts != 1 {
+		t.Errorf("%d decrypt spans, want 1", decrypts)
+	}
+
+	exp.Reset()
+	res = callWithMeta(t, f, nil, grant.ToolReadProtectedDocument, map[string]any{"documentId": "other"})
+	if !res.IsError {
+		t.Fatal("a read of a document outside the grant was not refused")
+	}
+	refused := exp.GetSpans()
+	if len(refused) != 1 {
+		t.Fatalf("refused call: %d spans, want 1 (it sent nothing)", len(refused))
+	}
+	r := refused[0]
+	if r.Parent.IsValid() {
+		t.Errorf("a call without trace context has a parent")
+	}
+	for k, want := range map[string]string{server.AttrErrorType: server.ErrorTypeTool, server.AttrLayer: "adapter",
+		server.AttrCode: "DOCUMENT_NOT_IN_GRANT", server.AttrOutcome: "refused"} {
+		if got, _ := attrOf(r, k); got != want {
+			t.Errorf("refused: %s = %q, want %q", k, got, want)
+		}
+	}
+	if r.Status.Code == codes.Error {
+		t.Error("a refusal's span has status ERROR")
+	}
+
+	exp.Reset()
+	made := "made_up_" + secretMarker
+	res = callWithMeta(t, f, mcp.Meta{"traceparent": hostParent}, made, map[string]any{"x": secretMarker})
+	if !res.IsError {
+		t.Fatal("an unknown tool was not refused")
+	}
+	for _, sp := range exp.GetSpans() {
+		if sp.Name != "tools/call" {
+			t.Errorf("an unknown tool's span is named %q", sp.Name)
+		}
+		if _, ok := attrOf(sp, server.AttrToolName); ok {
+			t.Error("an unknown tool's name is recorded")
+		}
+	}
+
+	exp.Reset()
+	if _, err := f.cs.ListTools(context.Background(), &mcp.ListToolsParams{Meta: mcp.Meta{"traceparent": hostParent}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := exp.GetSpans(); len(got) != 1 || got[0].Name != "tools/list" || got[0].Parent.SpanID().String() != hostSpanID {
+		t.Fatalf("tools/list spans: %+v", got)
+	}
+}
+
+// TestSpansCarryNoForbiddenValue scans every attribute, event and status
+// of every span of a read, a refused read, a save and a failed request
+// for the fixture's texts, t-Tags, argument values and principal names.
+func TestSpansCarryNoForbiddenValue(t *testing.T) {
+	f, exp := tracedFixture(t)
+	meta := mcp.Meta{"traceparent": hostParent}
+	callWithMeta(t, f, meta, grant.ToolReadProtectedDocument, map[string]any{"documentId": "secret"})
+	callWithMeta(t, f, meta, grant.ToolReadProtectedDocument, map[string]any{"documentId": "other", "extra": secretMarker})
+	callWithMeta(t, f, meta, grant.ToolSaveProtectedResult, map[string]any{"destinationId": "summary",
+		"text": "saved " + secretMarker, "idempotencyKey": "idem-" + secretMarker})
+	m, err := grant.LoadManifest(f.manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forbidden := []string{secretMarker, "svc.agent", "svc.owner", "plain synthetic notes"}
+	for _, d := range m.Documents {
+		forbidden = append(forbidden, d.TTag)
+	}
+	for _, d := range m.Destinations {
+		if d.TTag != "" {
+			forbidden = append(forbidden, d.TTag)
+		}
+	}
+	spans := exp.GetSpans()
+	if len(spans) < 3 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	for _, sp := range spans {
+		var values []string
+		values = append(values, sp.Name, sp.Status.Description)
+		for _, a := range sp.Attributes {
+			values = append(values, a.Value.Emit())
+		}
+		for _, ev := range sp.Events {
+			values = append(values, ev.Name)
+			for _, a := range ev.Attributes {
+				values = append(values, a.Value.Emit())
+			}
+		}
+		for _, l := range sp.Links {
+			for _, a := range l.Attributes {
+				values = append(values, a.Value.Emit())
+			}
+		}
+		for _, v := range values {
+			for _, bad := range forbidden {
+				if strings.Contains(v, bad) {
+					t.Errorf("span %q carries a forbidden value (%q)", sp.Name, bad)
+				}
+			}
+		}
+	}
+}
