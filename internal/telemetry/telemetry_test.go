@@ -39,7 +39,7 @@ func TestResolve(t *testing.T) {
 		{name: "the file alone", file: &Settings{Endpoint: "http://127.0.0.1:9", ServiceName: "f", Headers: map[string]string{"k": "v"}},
 			enabled: true, url: "http://127.0.0.1:9/v1/traces", service: "f", headers: map[string]string{"k": "v"}},
 		{name: "the environment overrides the file", file: &Settings{Endpoint: "http://127.0.0.1:9", ServiceName: "f"},
-			env: []string{"OTEL_SERVICE_NAME=e", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:8"},
+			env:     []string{"OTEL_SERVICE_NAME=e", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:8"},
 			enabled: true, url: "http://127.0.0.1:8/v1/traces", service: "e"},
 		{name: "the environment turns the file off", file: &Settings{Endpoint: "http://127.0.0.1:9"}, env: []string{"OTEL_SDK_DISABLED=true"}},
 		{name: "console refused", env: []string{"OTEL_TRACES_EXPORTER=console"}, errMatch: "standard output is the MCP channel"},
