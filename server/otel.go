@@ -166,6 +166,10 @@ func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// Tracer is the server's tracer, nil when it does not trace: the serving
+// edge traces its HTTP requests and token checks with it.
+func (s *Server) Tracer() trace.Tracer { return s.cfg.Tracer }
+
 // transport is network.transport of this server's requests.
 func (s *Server) transport() string {
 	if s.cfg.Transport == "http" {

@@ -80,6 +80,10 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 		tracked.ServeHTTP(w, r)
 	})
 	resource := cfg.Resource
+	tracer := srv.Tracer()
+	if tracer != nil {
+		verifier = tracingVerifier{next: verifier, tracer: tracer}
+	}
 	mw := auth.Middleware(verifier, auth.MiddlewareOptions{
 		ResourceMetadataURL: cfg.ResourceMetadataURL(),
 		Scopes:              cfg.RequiredScopes,
@@ -92,7 +96,12 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 	})
 	limits := NewUserLimiter(UserLimitsOf(cfg), refused, m, log)
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", traced(mw(markSignedIn(limits.Wrap(jsonRPCShape(mcp.SupportedProtocolVersions(), mcpHandler))))))
+	var endpoint http.Handler = traced(mw(markSignedIn(limits.Wrap(jsonRPCShape(mcp.SupportedProtocolVersions(), mcpHandler)))))
+	if tracer != nil {
+		// Outside the token check, so a refused request is traced too.
+		endpoint = tracedHTTP(tracer, "/mcp", endpoint)
+	}
+	mux.Handle("/mcp", endpoint)
 	mux.Handle(cfg.MetadataPath(), auth.MetadataHandler(resource, cfg.Provider.Issuer, cfg.RequiredScopes))
 	return &HTTPHandler{Resource: resource,
 		Handler: boundRequests(limitsOf(cfg.Connections, limits.Limits().BodyTimeout), recoverHTTP(log, m, hygiene(newOwnAddrs(resource), mux)))}
@@ -277,7 +286,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	d, err := open(ctx, &o, true)
+	d, err := open(ctx, &o, true, cfg.Tracing)
 	if err != nil {
 		return err
 	}

@@ -26,11 +26,13 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/crashpoint"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 	"github.com/pdmcp/pdmcp/server"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/record"
@@ -80,6 +82,11 @@ type Options struct {
 	// Hangup, when set, delivers SIGHUP: each one reopens the audit file
 	// (log rotation); it never ends the run (see watchHangup).
 	Hangup <-chan os.Signal
+	// Tracing, when set, is used instead of the one the OTEL_* variables
+	// of Environ and mcp-http.json's tracing block describe; its owner
+	// shuts it down (tests read its spans after the server stopped).
+	// Otherwise Run starts its own and flushes it when it stops.
+	Tracing *telemetry.Tracing
 }
 
 // deps is what both transports open before serving.
@@ -96,17 +103,55 @@ type deps struct {
 	// provider is the OpenID provider over HTTP (its reachability is
 	// reported by /healthz); nil over stdio.
 	provider pinger
+	// tracing is the run's trace set-up; ownTracing says Run started it,
+	// so flushes it at close.
+	tracing    *telemetry.Tracing
+	ownTracing bool
 }
 
 func (d *deps) close() {
 	d.stopHangup()
 	d.journal.Close()
 	d.audit.Close()
+	if d.ownTracing {
+		// Last: the spans of the stop's own revokes are flushed too.
+		_ = d.tracing.Shutdown(context.Background())
+	}
+}
+
+// tracer is the run's tracer, nil when tracing is off (the server then
+// adds no tracing middleware at all).
+func (d *deps) tracer() trace.Tracer {
+	if !d.tracing.Enabled() {
+		return nil
+	}
+	return d.tracing.Tracer()
+}
+
+// startTracing resolves the run's tracing from the environment and the
+// HTTP config's block (nil over stdio), unless the options bring one.
+func startTracing(ctx context.Context, o *Options, file *telemetry.Settings) (t *telemetry.Tracing, own bool, err error) {
+	if o.Tracing != nil {
+		return o.Tracing, false, nil
+	}
+	cfg, err := telemetry.Resolve(file, o.Environ)
+	if err != nil {
+		return nil, false, err
+	}
+	if t, err = telemetry.Start(ctx, cfg, o.Version); err != nil {
+		return nil, false, err
+	}
+	if t.Enabled() {
+		// The endpoint's URL may carry a token in its query; only its
+		// presence and the service name are logged.
+		o.Logger.Info("tracing on: spans are exported over OTLP/HTTP", "serviceName", cfg.ServiceName)
+	}
+	return t, true, nil
 }
 
 // open loads and checks everything a server needs and signs in as the
 // service. httpMode selects which kind of grant is acceptable.
-func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
+func open(ctx context.Context, o *Options, httpMode bool, tracingFile *telemetry.Settings) (*deps, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -116,6 +161,18 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 	if err := CheckEnvironment(o.Environ); err != nil {
 		return nil, err
 	}
+	// Checked before anything is opened: a bad OTEL_* value refuses the
+	// start by name rather than serving untraced.
+	tr, ownTracing, err := startTracing(ctx, o, tracingFile)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok && ownTracing {
+			_ = tr.Shutdown(ctx)
+		}
+	}()
 	c, err := checkStart(StartFiles{ConfigPath: o.ConfigPath, ManifestPath: o.ManifestPath, GrantPath: o.GrantPath},
 		httpMode, o.Now())
 	if err != nil {
@@ -171,10 +228,11 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 		return nil, err
 	}
 	d := &deps{service: sc, grant: g, manifest: m, journal: j, audit: a,
-		stopHangup: watchHangup(o.Hangup, a, o.Logger)}
+		stopHangup: watchHangup(o.Hangup, a, o.Logger), tracing: tr, ownTracing: ownTracing}
 	cc := sc.ClientConfig()
 	cc.Logger = o.Logger
 	cc.Timeout = o.GatewayTimeout
+	cc.Tracer = d.tracer()
 	if d.client, err = gateway.New(cc); err != nil {
 		d.close()
 		return nil, err
@@ -183,6 +241,7 @@ func open(ctx context.Context, o *Options, httpMode bool) (*deps, error) {
 		d.close()
 		return nil, fmt.Errorf("service sign-in: %w", err)
 	}
+	ok = true
 	return d, nil
 }
 
@@ -224,6 +283,7 @@ func (d *deps) server(ctx context.Context, o *Options, sessions endingSessions, 
 		Sessions: sessions, Version: o.Version, RunID: d.runID, Now: o.Now, Logger: o.Logger, CrashPoint: o.CrashPoint,
 		SDKLogger: sdkLogger(o.Logger), ClockOffset: d.client.ClockOffset, Revoker: d.client,
 		NonDurableForBenchmarks: o.NonDurableJournalForBenchmarks, OnGrant: ops.setGrant,
+		Tracer: d.tracer(), Transport: transport,
 	}
 	if m != nil {
 		cfg.Metrics = m
@@ -270,7 +330,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.HTTPConfigPath != "" {
 		return runHTTP(ctx, o)
 	}
-	d, err := open(ctx, &o, false)
+	d, err := open(ctx, &o, false, nil)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/internal/stack"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
@@ -66,6 +67,8 @@ type httpStack struct {
 	// idpDown makes the provider drop every connection unanswered, as a
 	// provider that cannot be reached.
 	idpDown atomic.Bool
+	// tracing, when set, is serve.Options.Tracing.
+	tracing *telemetry.Tracing
 }
 
 // stackOption changes what newHTTPStack serves: it may replace the
@@ -131,6 +134,7 @@ func newHTTPStackAt(t *testing.T, clock *testutil.Clock, maxCallers int, opts ..
 			o.CrashPoint = hs.crashPoint
 			o.GrantCheckInterval = hs.grantCheck
 			o.Now, o.Hangup = now, hs.hangup
+			o.Tracing = hs.tracing
 		},
 	})
 	if err != nil {

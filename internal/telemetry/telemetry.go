@@ -282,6 +282,14 @@ func WithExporter(exp sdktrace.SpanExporter, cfg Config, version string) *Tracin
 	return &Tracing{provider: tp, shutdown: tp.Shutdown, enabled: true}
 }
 
+// Flush hands every span ended so far to the exporter.
+func (t *Tracing) Flush(ctx context.Context) error {
+	if tp, ok := t.provider.(*sdktrace.TracerProvider); ok {
+		return tp.ForceFlush(ctx)
+	}
+	return nil
+}
+
 // Enabled reports whether spans are exported.
 func (t *Tracing) Enabled() bool { return t != nil && t.enabled }
 

@@ -1,0 +1,229 @@
+package serve_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/serve"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
+	"github.com/pdmcp/pdmcp/server"
+)
+
+// Two traces: the host's, in the MCP request's _meta, and the HTTP
+// client's, in the request's own traceparent header.
+const (
+	metaTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	metaSpanID  = "00f067aa0ba902b7"
+	httpTraceID = "0af7651916cd43dd8448eb211c80319c"
+	httpSpanID  = "b7ad6b7169203331"
+)
+
+func withTracing(exp *tracetest.InMemoryExporter) stackOption {
+	return func(t *testing.T, hs *httpStack, _ string, _ *grant.LaunchOptions) {
+		hs.tracing = telemetry.WithExporter(exp, telemetry.Config{Enabled: true}, "test")
+		t.Cleanup(func() { _ = hs.tracing.Shutdown(context.Background()) })
+	}
+}
+
+func spanAttr(sp tracetest.SpanStub, key string) (string, bool) {
+	for _, a := range sp.Attributes {
+		if string(a.Key) == key {
+			return a.Value.Emit(), true
+		}
+	}
+	return "", false
+}
+
+// flushed is every span ended so far, once the batcher has handed them on.
+func flushed(t *testing.T, hs *httpStack, exp *tracetest.InMemoryExporter) []tracetest.SpanStub {
+	t.Helper()
+	if err := hs.tracing.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return exp.GetSpans()
+}
+
+// TestHTTPTraceFromHostToKeyServer: a stateless (2026-07-28) read over
+// HTTP is one trace from the host's _meta traceparent to the key server:
+// the MCP request's SERVER span is the host span's child and links the
+// HTTP request's span (itself the child of the HTTP traceparent header);
+// the token check is the HTTP span's child; the Gateway requests (the
+// caller's mint and the decrypt) are the MCP span's children; the key
+// server's decrypt row carries the host's trace id. No span carries the
+// access token, a JWT, the document's text, the t-Tag or the subject.
+func TestHTTPTraceFromHostToKeyServer(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	hs := newHTTPStack(t, 4, withTracing(exp))
+	tok := hs.token(t, "alice", "pw-a")
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{},"traceparent":"00-` + metaTraceID + `-` + metaSpanID + `-01"}`
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_protected_document","arguments":{"documentId":"proposal-aurora"},` + meta + `}}`
+	status, msg := rawMCP(t, hs, false, tok, call, map[string]string{"Mcp-Protocol-Version": server.NewestProtocol,
+		"Mcp-Method": "tools/call", "Mcp-Name": "read_protected_document", "traceparent": "00-" + httpTraceID + "-" + httpSpanID + "-01"})
+	if status != 200 || msg == nil {
+		t.Fatalf("read: status %d, %v", status, msg)
+	}
+	res, _ := msg["result"].(map[string]any)
+	if res == nil || res["isError"] == true {
+		t.Fatalf("read refused: %v", msg)
+	}
+	text := ""
+	if content, _ := res["content"].([]any); len(content) > 0 {
+		text, _ = content[0].(map[string]any)["text"].(string)
+	}
+	spans := flushed(t, hs, exp)
+
+	var mcpSpan, httpSpan tracetest.SpanStub
+	for _, sp := range spans {
+		switch sp.Name {
+		case "tools/call read_protected_document":
+			mcpSpan = sp
+		case "POST /mcp":
+			if sp.SpanContext.TraceID().String() == httpTraceID {
+				httpSpan = sp
+			}
+		}
+	}
+	if mcpSpan.Name == "" || httpSpan.Name == "" {
+		t.Fatalf("spans %v: no MCP or no HTTP span", names(spans))
+	}
+	if mcpSpan.SpanContext.TraceID().String() != metaTraceID || mcpSpan.Parent.SpanID().String() != metaSpanID {
+		t.Errorf("the MCP span is not the host span's child")
+	}
+	if httpSpan.Parent.SpanID().String() != httpSpanID || httpSpan.SpanKind != trace.SpanKindServer {
+		t.Errorf("the HTTP span is not the HTTP client span's SERVER child")
+	}
+	if len(mcpSpan.Links) != 1 || mcpSpan.Links[0].SpanContext.SpanID() != httpSpan.SpanContext.SpanID() {
+		t.Errorf("the MCP span does not link the HTTP span: %+v", mcpSpan.Links)
+	}
+	for k, want := range map[string]string{server.AttrNetworkTransport: "tcp", server.AttrMCPProtocol: server.NewestProtocol,
+		server.AttrToolName: grant.ToolReadProtectedDocument, server.AttrOutcome: "ok", server.AttrDocumentID: "proposal-aurora"} {
+		if got, _ := spanAttr(mcpSpan, k); got != want {
+			t.Errorf("MCP span %s = %q, want %q", k, got, want)
+		}
+	}
+	if v, ok := spanAttr(mcpSpan, server.AttrMCPSession); ok {
+		t.Errorf("a stateless request has a session id %q", v)
+	}
+	if v, _ := spanAttr(mcpSpan, server.AttrCaller); len(v) != 12 {
+		t.Errorf("caller = %q, want a 12-character digest", v)
+	}
+	if v, _ := spanAttr(httpSpan, "http.response.status_code"); v != "200" {
+		t.Errorf("HTTP span status %q", v)
+	}
+	checked := false
+	routes := map[string]bool{}
+	for _, sp := range spans {
+		if sp.Name == serve.SpanTokenCheck && sp.Parent.SpanID() == httpSpan.SpanContext.SpanID() {
+			checked = true
+		}
+		if r, ok := spanAttr(sp, gateway.AttrGatewayRoute); ok && sp.Parent.SpanID() == mcpSpan.SpanContext.SpanID() {
+			routes[r] = true
+		}
+	}
+	if !checked {
+		t.Error("no token check span under the HTTP span")
+	}
+	if !routes[api.RouteDecrypt] || !routes[api.RouteScoped] {
+		t.Errorf("Gateway spans under the call: %v; want the mint and the decrypt", routes)
+	}
+
+	rows, err := hs.env.Gateway.KeyServerAudit(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := false
+	for _, r := range rows {
+		if r.Operation == "decrypt" && r.TraceID == metaTraceID {
+			joined = true
+		}
+	}
+	if !joined {
+		t.Error("no key-server decrypt row carries the host's trace id")
+	}
+
+	forbidden := []string{tok, "eyJ", "alice"}
+	if len(text) > 40 {
+		// The document's text, framed by the read: a run from its middle.
+		forbidden = append(forbidden, text[len(text)/2:len(text)/2+20])
+	}
+	m, err := grant.LoadManifest(hs.manifst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.Documents {
+		forbidden = append(forbidden, d.TTag)
+	}
+	for _, sp := range spans {
+		vals := []string{sp.Name, sp.Status.Description}
+		for _, a := range sp.Attributes {
+			vals = append(vals, a.Value.Emit())
+		}
+		for _, v := range vals {
+			for _, bad := range forbidden {
+				if bad != "" && strings.Contains(v, bad) {
+					t.Errorf("span %q carries a forbidden value (%.8q…)", sp.Name, bad)
+				}
+			}
+		}
+	}
+}
+
+// TestHTTPSessionSpansNameTheSessionByDigest: a request in an MCP session
+// (2025-11-25) names it by digest, never the Mcp-Session-Id itself; a
+// refused token is a token check span with its class, under a 401.
+func TestHTTPSessionSpansNameTheSessionByDigest(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	hs := newHTTPStack(t, 4, withTracing(exp))
+	cs := hs.dial(t, "session-host", hs.as(hs.token(t, "bob", "pw-b"), nil), nil, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: grant.ToolListApprovedDocuments, Arguments: map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	var list tracetest.SpanStub
+	for _, sp := range flushed(t, hs, exp) {
+		if sp.Name == "tools/call "+grant.ToolListApprovedDocuments {
+			list = sp
+		}
+	}
+	sid, ok := spanAttr(list, server.AttrMCPSession)
+	if cs.ID() == "" || !ok || len(sid) != 12 || strings.Contains(cs.ID(), sid) {
+		t.Fatalf("session attribute %q for session %q", sid, cs.ID())
+	}
+
+	exp.Reset()
+	resp, _ := hs.post(t, "not-a-token", "", "2025-11-25", initBody)
+	if resp.StatusCode != 401 {
+		t.Fatalf("a bad token: %d", resp.StatusCode)
+	}
+	var check, req tracetest.SpanStub
+	for _, sp := range flushed(t, hs, exp) {
+		switch sp.Name {
+		case serve.SpanTokenCheck:
+			check = sp
+		case "POST /mcp":
+			req = sp
+		}
+	}
+	if c, _ := spanAttr(check, serve.AttrAuthClass); c == "" {
+		t.Errorf("the token check span has no class: %v", check.Attributes)
+	}
+	if s, _ := spanAttr(req, "http.response.status_code"); s != "401" {
+		t.Errorf("the refused request's span: status %q", s)
+	}
+}
+
+func names(spans []tracetest.SpanStub) []string {
+	var out []string
+	for _, sp := range spans {
+		out = append(out, sp.Name)
+	}
+	return out
+}
