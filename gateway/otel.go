@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -9,6 +10,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 )
 
 // Attribute names of a Gateway request's span beyond the HTTP client
@@ -17,6 +21,32 @@ const (
 	AttrGatewayRoute = "pdmcp.gateway.route"
 	AttrGatewayCode  = "pdmcp.gateway.code"
 )
+
+// The pool's spans, children of the tool call's, and its events: the
+// caller's subject token (the exchange, or the one held), the wait for a
+// place (an eviction or a wait for one freed is an event on it), and the
+// mint of the caller's session (its Gateway request is the mint's child).
+const (
+	SpanPoolSubject   = "pdmcp.pool.subject_token"
+	SpanPoolPlace     = "pdmcp.pool.place"
+	SpanPoolMint      = "pdmcp.pool.mint"
+	EventPoolEviction = "pdmcp.pool.eviction"
+	EventPoolWait     = "pdmcp.pool.wait"
+)
+
+// endPoolSpan ends a pool step's span, failed with the refusal's code when
+// err is one (a constant of the contract), else with no detail at all.
+func endPoolSpan(span trace.Span, err error) {
+	if err != nil {
+		code := ""
+		var ae *api.Error
+		if errors.As(err, &ae) {
+			code = ae.Code
+		}
+		telemetry.Fail(span, code)
+	}
+	span.End()
+}
 
 // traceHeaders is what crosses to the Gateway: the W3C traceparent and
 // tracestate only. Baggage stays here: it is the host's, and the key

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 )
 
 // Pool limits and defaults.
@@ -451,19 +452,26 @@ func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (
 		p.givePlaceLocked(e)
 	}
 	p.mu.Unlock()
-	tok, err := p.subjectToken(ctx, e, subject)
+	tctx, span := telemetry.Child(ctx, SpanPoolSubject)
+	tok, err := p.subjectToken(tctx, e, subject)
+	endPoolSpan(span, err)
 	if err != nil {
 		p.forget(e)
 		return nil, false, err
 	}
-	if again, err := p.takePlace(ctx, e); again || err != nil {
+	wctx, span := telemetry.Child(ctx, SpanPoolPlace)
+	again, err = p.takePlace(wctx, e)
+	endPoolSpan(span, err)
+	if again || err != nil {
 		if err != nil {
 			p.forget(e)
 		}
 		return nil, again, err
 	}
 
-	s, deadline, err := p.mint(ctx, e, tok)
+	mctx, span := telemetry.Child(ctx, SpanPoolMint)
+	s, deadline, err := p.mint(mctx, e, tok)
+	endPoolSpan(span, err)
 
 	p.mu.Lock()
 	if err != nil {

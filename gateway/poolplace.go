@@ -9,6 +9,9 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pdmcp/pdmcp/gateway/api"
 )
 
@@ -91,6 +94,8 @@ func (p *Pool) takePlace(ctx context.Context, e *poolEntry) (again bool, _ error
 			vs := v.sess
 			v.gone, v.sess, v.place, v.reserved, e.place = true, nil, false, false, true
 			p.mu.Unlock()
+			// The evicted user is named by their audit digest only.
+			trace.SpanFromContext(ctx).AddEvent(EventPoolEviction, trace.WithAttributes(attribute.String("pdmcp.pool.evicted", v.digest)))
 			if vs != nil {
 				p.revoke(ctx, taken{v, vs}, "evicted")
 			}
@@ -100,6 +105,7 @@ func (p *Pool) takePlace(ctx context.Context, e *poolEntry) (again bool, _ error
 		freed := p.freed
 		p.mu.Unlock()
 		if timer == nil {
+			trace.SpanFromContext(ctx).AddEvent(EventPoolWait)
 			timer = time.NewTimer(p.maxPlaceWait)
 			defer timer.Stop()
 			p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: every place busy; waiting",

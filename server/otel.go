@@ -14,6 +14,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 )
 
 // Attribute names of the MCP request's span (the OpenTelemetry semantic
@@ -211,4 +212,30 @@ func traceCall(ctx context.Context, line *audit.ToolCall) {
 		attrs = append(attrs, attribute.Bool(AttrReplaced, true))
 	}
 	span.SetAttributes(attrs...)
+}
+
+// SpanTokenExchange names the span of a caller's token exchange (HTTP),
+// under the pool's subject-token step.
+const SpanTokenExchange = "pdmcp.token_exchange"
+
+// The file steps of a save, each a span under the call's: the encrypted
+// bytes written to a temporary file, linked to the version's name, and
+// made durable with the folder. They name no path: the call's span names
+// the document.
+const (
+	SpanFileWrite = "pdmcp.file.write"
+	SpanFileLink  = "pdmcp.file.link"
+	SpanFileSync  = "pdmcp.file.sync"
+)
+
+// fileStep runs fn as the span name under ctx's span (nothing when not
+// tracing); a failure is marked by class only (the error may name a path).
+func fileStep(ctx context.Context, name string, fn func() error) error {
+	_, span := telemetry.Child(ctx, name)
+	err := fn()
+	if err != nil {
+		telemetry.Fail(span, "file_error")
+	}
+	span.End()
+	return err
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/server"
+	"github.com/pdmcp/pdmcp/server/journal"
 )
 
 // The host's trace, as a traceparent in _meta names it.
@@ -216,6 +217,38 @@ func TestSpansCarryNoForbiddenValue(t *testing.T) {
 					t.Errorf("span %q carries a forbidden value (%q)", sp.Name, bad)
 				}
 			}
+		}
+	}
+}
+
+// TestSaveSpans: a save's journal transactions and its file steps (write,
+// link, sync) are spans under the call's span.
+func TestSaveSpans(t *testing.T) {
+	f, exp := tracedFixture(t)
+	res := callWithMeta(t, f, mcp.Meta{"traceparent": hostParent}, grant.ToolSaveProtectedResult,
+		map[string]any{"destinationId": "summary", "text": "a synthetic summary", "idempotencyKey": "k1"})
+	if res.IsError {
+		t.Fatalf("save refused: %+v", res.Content)
+	}
+	spans := exp.GetSpans()
+	var save tracetest.SpanStub
+	for _, sp := range spans {
+		if sp.Name == "tools/call "+grant.ToolSaveProtectedResult {
+			save = sp
+		}
+	}
+	if save.Name == "" {
+		t.Fatalf("no save span among %d", len(spans))
+	}
+	under := map[string]int{}
+	for _, sp := range spans {
+		if sp.SpanContext.TraceID() == save.SpanContext.TraceID() && sp.Parent.SpanID() == save.SpanContext.SpanID() {
+			under[sp.Name]++
+		}
+	}
+	for _, name := range []string{journal.SpanTransaction, server.SpanFileWrite, server.SpanFileLink, server.SpanFileSync, "POST " + api.RouteEncrypt} {
+		if under[name] == 0 {
+			t.Errorf("no %s span under the save: %v", name, under)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
@@ -76,8 +77,13 @@ func (p *PooledSessions) Drop(ctx context.Context, c Caller, dead GatewaySession
 
 func (p *PooledSessions) subject(c Caller) gateway.SubjectSource {
 	return func(ctx context.Context) (gateway.SubjectToken, error) {
+		ctx, span := telemetry.Child(ctx, SpanTokenExchange)
+		defer span.End()
 		t, err := p.ex.Exchange(ctx, c.Credential.Caller, c.Credential.AccessToken())
 		if err != nil {
+			// The provider's answer may quote the token's claims: the
+			// span keeps that it failed, not why.
+			telemetry.Fail(span, "exchange_failed")
 			return gateway.SubjectToken{}, err
 		}
 		return gateway.SubjectToken{Token: t.AccessToken, Expiry: t.Expiry}, nil

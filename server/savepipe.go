@@ -217,12 +217,15 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 			}
 			s.cfg.CrashPoint(pts.sidecar)
 			if tmp == "" {
-				if tmp, err = s.writeTemp(job, pl.Path, enc.Ciphertext); err != nil {
+				if err = fileStep(ctx, SpanFileWrite, func() (err error) {
+					tmp, err = s.writeTemp(job, pl.Path, enc.Ciphertext)
+					return err
+				}); err != nil {
 					return journal.Receipt{}, false, err
 				}
 				s.cfg.CrashPoint(pts.written)
 			}
-			if err := s.root.Link(tmp, rel); err != nil {
+			if err := fileStep(ctx, SpanFileLink, func() error { return s.root.Link(tmp, rel) }); err != nil {
 				if errors.Is(err, fs.ErrExist) {
 					// Taken between the look and the link: look again.
 					res.State = journal.SavePlaced
@@ -245,7 +248,9 @@ func (s *Server) placeAndCommit(ctx context.Context, job saveJob, answer *journa
 		// take for this save's, which the retry skips.
 		// The sidecar's bytes in the same round (server/sidecars.go).
 		if !s.cfg.NonDurableForBenchmarks {
-			if err := s.syncFileAndFolder(s.root, rel, filepath.FromSlash(sidecar.PathOf(pl.Path))); err != nil {
+			if err := fileStep(ctx, SpanFileSync, func() error {
+				return s.syncFileAndFolder(s.root, rel, filepath.FromSlash(sidecar.PathOf(pl.Path)))
+			}); err != nil {
 				return journal.Receipt{}, false, fmt.Errorf("make the saved file durable: %w", err)
 			}
 		}

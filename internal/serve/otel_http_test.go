@@ -121,11 +121,30 @@ func TestHTTPTraceFromHostToKeyServer(t *testing.T) {
 	}
 	checked := false
 	routes := map[string]bool{}
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	for _, sp := range spans {
+		byID[sp.SpanContext.SpanID()] = sp
+	}
+	// under reports whether sp descends from the MCP span.
+	under := func(sp tracetest.SpanStub) bool {
+		for i := 0; i < 10 && sp.Parent.IsValid(); i++ {
+			if sp.Parent.SpanID() == mcpSpan.SpanContext.SpanID() {
+				return true
+			}
+			sp = byID[sp.Parent.SpanID()]
+		}
+		return false
+	}
+	steps := map[string]bool{}
 	for _, sp := range spans {
 		if sp.Name == serve.SpanTokenCheck && sp.Parent.SpanID() == httpSpan.SpanContext.SpanID() {
 			checked = true
 		}
-		if r, ok := spanAttr(sp, gateway.AttrGatewayRoute); ok && sp.Parent.SpanID() == mcpSpan.SpanContext.SpanID() {
+		if !under(sp) {
+			continue
+		}
+		steps[sp.Name] = true
+		if r, ok := spanAttr(sp, gateway.AttrGatewayRoute); ok {
 			routes[r] = true
 		}
 	}
@@ -134,6 +153,11 @@ func TestHTTPTraceFromHostToKeyServer(t *testing.T) {
 	}
 	if !routes[api.RouteDecrypt] || !routes[api.RouteScoped] {
 		t.Errorf("Gateway spans under the call: %v; want the mint and the decrypt", routes)
+	}
+	for _, name := range []string{gateway.SpanPoolSubject, gateway.SpanPoolPlace, gateway.SpanPoolMint, server.SpanTokenExchange} {
+		if !steps[name] {
+			t.Errorf("no %s span under the call: %v", name, steps)
+		}
 	}
 
 	rows, err := hs.env.Gateway.KeyServerAudit(context.Background())

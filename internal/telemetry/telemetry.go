@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -319,4 +320,28 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // cross into and out of pdmcp in (params._meta, the Gateway's headers).
 func Propagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+}
+
+// Child starts an INTERNAL span named name under ctx's span, made by the
+// provider that made it: the parts a request passes through (the pool, the
+// journal, the file steps) need no tracer of their own. Under no recording
+// span it starts nothing and returns a no-op span, so it costs a lookup
+// when tracing is off.
+func Child(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return parent.TracerProvider().Tracer(InstrumentationName).Start(ctx, name, trace.WithAttributes(attrs...))
+}
+
+// Fail marks span failed with a constant code (a refusal code, an error
+// class): error.type and the status both carry it, never an error's text,
+// which may quote what a span must not hold.
+func Fail(span trace.Span, code string) {
+	if code == "" {
+		code = "_OTHER"
+	}
+	span.SetAttributes(attribute.String("error.type", code))
+	span.SetStatus(codes.Error, code)
 }

@@ -26,7 +26,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/pdmcp/pdmcp/internal/lowerhex"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -427,7 +430,18 @@ func (j *Journal) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return inTxOn(ctx, j.db, fn)
 }
 
-func inTxOn(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+// SpanTransaction names a journal write transaction's span, from waiting
+// for the write lock to the commit's fsync.
+const SpanTransaction = "pdmcp.journal.transaction"
+
+func inTxOn(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) (err error) {
+	ctx, span := telemetry.Child(ctx, SpanTransaction, attribute.String("db.system.name", "sqlite"))
+	defer func() {
+		if err != nil {
+			telemetry.Fail(span, "journal_error")
+		}
+		span.End()
+	}()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("journal: begin: %w", err)
