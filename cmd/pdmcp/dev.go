@@ -34,7 +34,7 @@ func newDevCmd() *cobra.Command {
 				return fmt.Errorf("--access-token-lifetime %s: it must be positive", lifetime)
 			}
 			opts := devstack.Options{State: state, Version: versionString(), Logger: loggerFrom(cmd.Context()),
-				AccessTokenLifetime: lifetime,
+				AccessTokenLifetime: lifetime, Tracing: otelEnviron(os.Environ()),
 				Ready:               func(info *devstack.Info) { printDevInfo(cmd.OutOrStdout(), state, info) }}
 			switch provider {
 			case "dev":
@@ -137,4 +137,16 @@ func newDevGatewayCmd(state *string) *cobra.Command {
 	})
 	cmd.Flags().IntVar(&port, "port", 0, "the loopback port to serve on, failing when it is taken (0: the last run's, any free one the first time)")
 	return cmd
+}
+
+// otelEnviron is the OTEL_* entries of environ: tracing's configuration,
+// the only part of the environment dev hands its server.
+func otelEnviron(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "OTEL_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/pdmcp/pdmcp/auth/devpki"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
+	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/internal/stack"
 )
 
@@ -110,6 +111,11 @@ type Options struct {
 	// it replaces the development provider (its users are made there, and
 	// the Gateway maps them by Keycloak's subjects).
 	Keycloak string
+	// Tracing is the OTEL_* variables the server reads its tracing from
+	// (KEY=VALUE; docs/operating.md "Tracing"); none leaves it off. Only
+	// these reach the server: dev does not apply serve's refusal of model
+	// credentials to a developer's shell.
+	Tracing []string
 }
 
 // InfoPath is where Run writes dev.json.
@@ -157,6 +163,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	so.Serve = func(sv *serve.Options) { sv.Environ = o.Tracing }
 	st, err := stack.Start(ctx, so)
 	if err != nil {
 		return err
