@@ -35,7 +35,7 @@ func newDevCmd() *cobra.Command {
 			}
 			opts := devstack.Options{State: state, Version: versionString(), Logger: loggerFrom(cmd.Context()),
 				AccessTokenLifetime: lifetime, Tracing: otelEnviron(os.Environ()),
-				Ready:               func(info *devstack.Info) { printDevInfo(cmd.OutOrStdout(), state, info) }}
+				Ready: func(info *devstack.Info) { printDevInfo(cmd.OutOrStdout(), state, info) }}
 			switch provider {
 			case "dev":
 				if cmd.Flags().Changed("keycloak-info") {
