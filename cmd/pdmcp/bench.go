@@ -56,7 +56,8 @@ same TLS, a bearer check) on 127.0.0.1, and measures, in alternating rounds in t
 
 Each figure is printed with its baselines and their ratio, and the ratio's
 least and greatest over the rounds; only ratios mean anything on a shared
-machine. --trace FILE breaks a P1 read's time, and a P5 new user's first read,
+machine. --tracing runs pdmcp with its OpenTelemetry tracing on (every span
+exported to a loopback sink): compare P1 with a run without. --trace FILE breaks a P1 read's time, and a P5 new user's first read,
 down from a runtime/trace. Progress goes to stderr; --json prints the report
 for machines.`,
 		Args: cobra.NoArgs,
@@ -64,7 +65,7 @@ for machines.`,
 			o := opts
 			if quick {
 				q := bench.Quick()
-				q.Only = o.Only
+				q.Only, q.Tracing = o.Only, o.Tracing
 				o = q
 			}
 			o.Only, o.Dir, o.HeapProfiles, o.Trace = only, dir, heapDir, traceFile
@@ -107,6 +108,8 @@ for machines.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.BoolVar(&opts.Tracing, "tracing", false, "run pdmcp with OpenTelemetry tracing on, every span exported over OTLP/HTTP "+
+		"to a loopback sink that drops it (compare P1 with a run without)")
 	f.BoolVar(&quick, "quick", false, "small counts (seconds): checks that every figure runs, measures little")
 	f.StringSliceVar(&only, "only", nil, "measure only these figures (P1,...,P7)")
 	f.StringVar(&dir, "dir", "", "state folder (default: a temporary one, removed afterwards)")

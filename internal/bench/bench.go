@@ -57,8 +57,12 @@ type Options struct {
 	AbuseRate        float64
 	AbuseConnections int
 	Abuse            AbuseSizes
-	Progress         io.Writer // stderr
-	Logger           *slog.Logger
+	// Tracing runs pdmcp with OpenTelemetry tracing on, every span
+	// exported to a loopback sink (StackOptions.Tracing), to price it
+	// against a run without.
+	Tracing  bool
+	Progress io.Writer // stderr
+	Logger   *slog.Logger
 }
 
 // Full is the default run; Quick keeps every figure but small.
@@ -135,7 +139,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// P5's traced new users come after P3's.
 	users := o.Users + 2*o.NewUsers + o.Churn + o.p5Group()
 	st, err := StartStack(ctx, StackOptions{Dir: filepath.Join(dir, "main"), Users: users, MaxCallers: 8,
-		BigFile: false, Logger: o.Logger})
+		BigFile: false, Tracing: o.Tracing, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}

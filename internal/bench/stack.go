@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/auth/devidp"
@@ -31,6 +33,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/internal/serve"
 	"github.com/pdmcp/pdmcp/internal/stack"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 )
 
 // DocumentID is the 4 KiB document the read figures use.
@@ -63,6 +66,11 @@ type StackOptions struct {
 	// NonDurableJournal opens pdmcp's journal without fsync (see
 	// serve.Options.NonDurableJournalForBenchmarks).
 	NonDurableJournal bool
+	// Tracing turns pdmcp's tracing on, every span sampled and exported
+	// over OTLP/HTTP to a loopback sink that reads and drops each export
+	// (startTraceSink): what tracing costs the server, a collector's own
+	// work aside.
+	Tracing bool
 	// BigFile writes the 16,777,215-byte file in the file root.
 	BigFile bool
 	// Mixed maps the users to three principals in turn (see Principals)
@@ -78,13 +86,16 @@ type StackOptions struct {
 // Gateway, the development provider, pdmcp over HTTPS, and a bare go-sdk
 // server with one no-op tool behind the same TLS and a bearer check.
 type Stack struct {
-	o       StackOptions
-	ca      *devpki.CA
-	GW      *reference.Server
-	Issuer  string
-	HC      *http.Client // trusts the stack's CA only
-	MCPURL  string
-	BareURL string
+	o StackOptions
+	// TraceBytes counts the bytes of span exports the trace sink read
+	// (StackOptions.Tracing).
+	TraceBytes atomic.Int64
+	ca         *devpki.CA
+	GW         *reference.Server
+	Issuer     string
+	HC         *http.Client // trusts the stack's CA only
+	MCPURL     string
+	BareURL    string
 	// BareToken is the bare server's bearer token.
 	BareToken string
 	Service   *gateway.ServiceConfig
@@ -172,6 +183,12 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 	}
 	users = append(users, devidp.User{Username: NoAccessUser, Password: noAccessPassword})
 	identities[NoAccessUser] = "none"
+	var tracing *telemetry.Tracing
+	if o.Tracing {
+		if tracing, err = st.startTracing(ctx); err != nil {
+			return nil, err
+		}
+	}
 	st.stack, err = stack.Start(ctx, stack.Options{Dir: o.Dir, CA: st.ca, Logger: o.Logger, Version: "bench",
 		ServiceName: "pdmcp-bench", SeedTag: "b", SeedUsers: []operator.SeedUser{
 			{Name: "reader", Documents: principalDocs["reader"], Save: true},
@@ -189,7 +206,9 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 			c.MaxCallers, c.MaxSessions, c.MaxSessionsPerUser = o.MaxCallers, max(64, 2*o.Users), 4
 			c.Connections.Max = o.Connections
 		},
-		Serve: func(so *serve.Options) { so.NonDurableJournalForBenchmarks = o.NonDurableJournal },
+		Serve: func(so *serve.Options) {
+			so.NonDurableJournalForBenchmarks, so.Tracing = o.NonDurableJournal, tracing
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pdmcp: %w", err)
@@ -398,6 +417,30 @@ func (st *Stack) IdPRequests() int64 { return st.idpRequests.Load() }
 
 // Close stops everything, pdmcp first (it revokes its sessions while the
 // Gateway still serves).
+// startTracing starts the trace sink and an always-sampling tracer
+// exporting to it; both end with the stack, the tracer flushed first.
+func (st *Stack) startTracing(ctx context.Context) (*telemetry.Tracing, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("trace sink: %w", err)
+	}
+	sink := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		st.TraceBytes.Add(n)
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = sink.Serve(ln) }()
+	t, err := telemetry.Start(ctx, telemetry.Config{Enabled: true, URL: "http://" + ln.Addr().String() + "/v1/traces",
+		ServiceName: "pdmcp-bench", Sampler: sdktrace.AlwaysSample()}, "bench")
+	if err != nil {
+		sink.Close()
+		return nil, err
+	}
+	// closers run last first: the tracer's flush before the sink closes.
+	st.closers = append(st.closers, func() { sink.Close() }, func() { _ = t.Shutdown(context.Background()) })
+	return t, nil
+}
+
 func (st *Stack) Close() {
 	if st.stack != nil {
 		st.stack.Close()
