@@ -23,12 +23,12 @@ const (
 	AttrMCPMethod        = "mcp.method.name"
 	AttrMCPSession       = "mcp.session.id"
 	AttrMCPProtocol      = "mcp.protocol.version"
-	AttrToolName         = "gen_ai.tool.name"
-	AttrOperationName    = "gen_ai.operation.name"
+	AttrToolName         = telemetry.AttrToolName
+	AttrOperationName    = telemetry.AttrOperationName
 	AttrNetworkTransport = "network.transport"
 	AttrNetworkProtocol  = "network.protocol.name"
 	AttrErrorType        = "error.type"
-	AttrRPCStatusCode    = "rpc.response.status_code"
+	AttrRPCStatusCode    = telemetry.AttrRPCStatusCode
 
 	AttrCaller      = "pdmcp.caller"
 	AttrOutcome     = "pdmcp.outcome"
@@ -44,9 +44,9 @@ const (
 	// ErrorTypeTool is error.type of a call whose result is an error (a
 	// refusal): the request itself succeeded, so the span's status stays
 	// unset.
-	ErrorTypeTool = "tool_error"
-	// OperationExecuteTool is gen_ai.operation.name of tools/call.
-	OperationExecuteTool = "execute_tool"
+	ErrorTypeTool = telemetry.ErrorTypeTool
+	// OperationExecuteTool is the operation name (AttrOperationName) of tools/call.
+	OperationExecuteTool = telemetry.OperationExecuteTool
 )
 
 // Transports as network.transport names them.
@@ -80,7 +80,7 @@ var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 // which the serving edge sets to its own span), or parented by that when
 // _meta carries none. A request that fails is an error span with the
 // JSON-RPC code; a tool call whose result is an error (a refusal) carries
-// error.type tool_error and its layer and code, its status left unset.
+// error.type ErrorTypeTool and its layer and code, its status left unset.
 // Nothing it records is an argument, a result, a token or a subject.
 func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 	tracer := s.cfg.Tracer
@@ -216,7 +216,7 @@ func traceCall(ctx context.Context, line *audit.ToolCall) {
 
 // SpanTokenExchange names the span of a caller's token exchange (HTTP),
 // under the pool's subject-token step.
-const SpanTokenExchange = "pdmcp.token_exchange"
+const SpanTokenExchange = telemetry.SpanTokenExchange
 
 // The file steps of a save, each a span under the call's: the encrypted
 // bytes written to a temporary file, linked to the version's name, and
@@ -234,7 +234,7 @@ func fileStep(ctx context.Context, name string, fn func() error) error {
 	_, span := telemetry.Child(ctx, name)
 	err := fn()
 	if err != nil {
-		telemetry.Fail(span, "file_error")
+		telemetry.Fail(span, telemetry.ErrorFile)
 	}
 	span.End()
 	return err

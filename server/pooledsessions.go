@@ -83,7 +83,7 @@ func (p *PooledSessions) subject(c Caller) gateway.SubjectSource {
 		if err != nil {
 			// The provider's answer may quote the token's claims: the
 			// span keeps that it failed, not why.
-			telemetry.Fail(span, "exchange_failed")
+			telemetry.Fail(span, telemetry.ErrorExchange)
 			return gateway.SubjectToken{}, err
 		}
 		return gateway.SubjectToken{Token: t.AccessToken, Expiry: t.Expiry}, nil

@@ -438,7 +438,7 @@ func inTxOn(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) (err error)
 	ctx, span := telemetry.Child(ctx, SpanTransaction, attribute.String("db.system.name", "sqlite"))
 	defer func() {
 		if err != nil {
-			telemetry.Fail(span, "journal_error")
+			telemetry.Fail(span, telemetry.ErrorJournal)
 		}
 		span.End()
 	}()
