@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -96,10 +97,8 @@ func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 		parent := ctx
 		var opts []trace.SpanStartOption
 		metaCtx := context.Background()
-		if p := req.GetParams(); p != nil {
-			if m := p.GetMeta(); len(m) > 0 {
-				metaCtx = propagator.Extract(metaCtx, metaTrace(m))
-			}
+		if m := metaOf(req.GetParams()); len(m) > 0 {
+			metaCtx = propagator.Extract(metaCtx, metaTrace(m))
 		}
 		httpSpan := trace.SpanContextFromContext(httpCtx)
 		if sc := trace.SpanContextFromContext(metaCtx); sc.IsValid() {
@@ -111,7 +110,7 @@ func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 			parent = trace.ContextWithRemoteSpanContext(ctx, httpSpan)
 		}
 		tool := ""
-		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && method == "tools/call" && grant.KnownTool(p.Name) {
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && p != nil && method == "tools/call" && grant.KnownTool(p.Name) {
 			tool = p.Name
 		}
 		name := method
@@ -121,6 +120,14 @@ func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 		opts = append(opts, trace.WithSpanKind(trace.SpanKindServer))
 		ctx, span := tracer.Start(parent, name, opts...)
 		defer span.End()
+		// A panic below is recovered outside (recoverPanics): the span
+		// says so and lets it pass.
+		defer func() {
+			if v := recover(); v != nil {
+				telemetry.Fail(span, "panic")
+				panic(v)
+			}
+		}()
 		if span.IsRecording() {
 			attrs := []attribute.KeyValue{attribute.String(AttrMCPMethod, method),
 				attribute.String(AttrNetworkTransport, s.transport())}
@@ -170,6 +177,19 @@ func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 // Tracer is the server's tracer, nil when it does not trace: the serving
 // edge traces its HTTP requests and token checks with it.
 func (s *Server) Tracer() trace.Tracer { return s.cfg.Tracer }
+
+// metaOf is a request's params._meta; nil when it has no params at all (a
+// notification sent without them arrives as a nil pointer in the
+// interface, whose GetMeta would panic).
+func metaOf(p mcp.Params) map[string]any {
+	if p == nil {
+		return nil
+	}
+	if v := reflect.ValueOf(p); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil
+	}
+	return p.GetMeta()
+}
 
 // transport is network.transport of this server's requests.
 func (s *Server) transport() string {

@@ -284,13 +284,15 @@ func New(cfg Config) (*Server, error) {
 		gates = append(gates, aheadOfNeed(a))
 	}
 	s.mcp.AddReceivingMiddleware(gates...)
-	// Added after the gates, so outside them: it sees a panic in the gate too.
-	s.mcp.AddReceivingMiddleware(s.recoverPanics)
-	// Outermost, so the span covers the whole request, a recovered panic
-	// included. Not there at all when not tracing: it costs nothing then.
+	// Outside the gates, so the span covers them; inside recoverPanics,
+	// so a panic in the tracing itself ends one request, not the server.
+	// Not there at all when not tracing: it costs nothing then.
 	if cfg.Tracer != nil {
 		s.mcp.AddReceivingMiddleware(s.traceRequests)
 	}
+	// Added last, so outermost: it sees a panic in the gate and the
+	// tracing too.
+	s.mcp.AddReceivingMiddleware(s.recoverPanics)
 	return s, nil
 }
 

@@ -222,6 +222,24 @@ func TestHTTPSessionSpansNameTheSessionByDigest(t *testing.T) {
 		t.Fatalf("session attribute %q for session %q", sid, cs.ID())
 	}
 
+	// A notification without params (the TypeScript SDK sends
+	// notifications/initialized so) is traced, and the server goes on.
+	tok := hs.token(t, "alice", "pw-a")
+	rawSID := hs.initialize(t, tok)
+	if resp := hs.rpc(t, tok, rawSID, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); resp.StatusCode != 202 {
+		t.Fatalf("notifications/initialized without params: %d", resp.StatusCode)
+	}
+	if resp := hs.rpc(t, tok, rawSID, `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`); resp.StatusCode != 200 {
+		t.Fatalf("tools/list after it: %d", resp.StatusCode)
+	}
+	seen := false
+	for _, sp := range flushed(t, hs, exp) {
+		seen = seen || sp.Name == "notifications/initialized"
+	}
+	if !seen {
+		t.Error("no span for notifications/initialized")
+	}
+
 	exp.Reset()
 	resp, _ := hs.post(t, "not-a-token", "", "2025-11-25", initBody)
 	if resp.StatusCode != 401 {
