@@ -29,7 +29,7 @@ const (
 func attrOf(sp tracetest.SpanStub, key string) (string, bool) {
 	for _, a := range sp.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit(), true
+			return a.Value.String(), true
 		}
 	}
 	return "", false
@@ -198,17 +198,17 @@ func TestSpansCarryNoForbiddenValue(t *testing.T) {
 		var values []string
 		values = append(values, sp.Name, sp.Status.Description)
 		for _, a := range sp.Attributes {
-			values = append(values, a.Value.Emit())
+			values = append(values, a.Value.String())
 		}
 		for _, ev := range sp.Events {
 			values = append(values, ev.Name)
 			for _, a := range ev.Attributes {
-				values = append(values, a.Value.Emit())
+				values = append(values, a.Value.String())
 			}
 		}
 		for _, l := range sp.Links {
 			for _, a := range l.Attributes {
-				values = append(values, a.Value.Emit())
+				values = append(values, a.Value.String())
 			}
 		}
 		for _, v := range values {

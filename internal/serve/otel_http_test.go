@@ -36,7 +36,7 @@ func withTracing(exp *tracetest.InMemoryExporter) stackOption {
 func spanAttr(sp tracetest.SpanStub, key string) (string, bool) {
 	for _, a := range sp.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit(), true
+			return a.Value.String(), true
 		}
 	}
 	return "", false
@@ -189,7 +189,7 @@ func TestHTTPTraceFromHostToKeyServer(t *testing.T) {
 	for _, sp := range spans {
 		vals := []string{sp.Name, sp.Status.Description}
 		for _, a := range sp.Attributes {
-			vals = append(vals, a.Value.Emit())
+			vals = append(vals, a.Value.String())
 		}
 		for _, v := range vals {
 			for _, bad := range forbidden {
