@@ -27,6 +27,8 @@ func exported(t *testing.T) map[string]bool {
 	m := NewMetrics(func() int { return 0 })
 	m.MCPSessions(func() int { return 0 })
 	NewUserLimiter(UserLimits{}, func(audit.AuthRefused) bool { return true }, m, slog.New(slog.DiscardHandler))
+	m.Connections(newConnTracker(1, 1, 1))
+	m.GrantSecondsLeft(func() float64 { return 60 })
 	// A vector shows no family until it has a series: one of each.
 	m.ToolCall(audit.ToolCall{Tool: "list_approved_documents", Outcome: "ok"}, []gateway.Request{{Route: "/r", Status: 200}})
 	m.AuthRefused("no-token", 401)
