@@ -108,6 +108,16 @@ func TestToolCallSpans(t *testing.T) {
 	if _, ok := attrOf(call, server.AttrErrorType); ok || call.Status.Code == codes.Error {
 		t.Errorf("a good call is marked an error")
 	}
+	// The call's audit line joins its span (audit.Trace).
+	joined := false
+	for _, l := range mcptest.AuditLines(t, f.auditLog) {
+		if l["documentId"] == "secret" && l["traceId"] == hostTraceID && l["spanId"] == call.SpanContext.SpanID().String() {
+			joined = true
+		}
+	}
+	if !joined {
+		t.Error("the read's audit line does not name its span")
+	}
 	decrypts := 0
 	for _, sp := range spans {
 		if r, _ := attrOf(sp, gateway.AttrGatewayRoute); r == api.RouteDecrypt {
