@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -71,8 +72,8 @@ func strictObject(data []byte, known []string) (map[string]json.RawMessage, erro
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
 		return nil, errNotObject
 	}
-	if _, err := dec.Token(); err == nil {
-		return nil, errNotObject // data after the object
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errNotObject // data after the object, well-formed or not
 	}
 	return members, nil
 }
