@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/strictjson"
 )
 
 // Size limits of the files read here. They are far above any real file and
@@ -70,7 +72,7 @@ func decodeStrict(data []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			if at, found := locateUnknownField(data, reflect.TypeOf(v), name); found {
-				return fmt.Errorf("%w %s at %s", ErrUnknownField, name, displayPath(at))
+				return fmt.Errorf("%w %s at %s", ErrUnknownField, name, strictjson.DisplayPath(at))
 			}
 			return fmt.Errorf("%w %s", ErrUnknownField, name)
 		}
@@ -115,7 +117,7 @@ func findUnknown(v any, t reflect.Type, name, path string) (string, bool) {
 				}
 				continue
 			}
-			if at, found := findUnknown(obj[k], ft, name, joinPath(path, k)); found {
+			if at, found := findUnknown(obj[k], ft, name, strictjson.JoinPath(path, k)); found {
 				return at, true
 			}
 		}
@@ -125,7 +127,7 @@ func findUnknown(v any, t reflect.Type, name, path string) (string, bool) {
 			return "", false
 		}
 		for _, k := range slices.Sorted(maps.Keys(obj)) {
-			if at, found := findUnknown(obj[k], t.Elem(), name, joinPath(path, k)); found {
+			if at, found := findUnknown(obj[k], t.Elem(), name, strictjson.JoinPath(path, k)); found {
 				return at, true
 			}
 		}
@@ -176,7 +178,7 @@ func checkKeys(data []byte) error {
 	if err := walkJSON(dec, "", 0); err != nil {
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
-			line, col := position(data, syn.Offset)
+			line, col := strictjson.Position(data, syn.Offset)
 			return fmt.Errorf("%w at line %d, column %d: %w", ErrMalformed, line, col, err)
 		}
 		if errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrMalformed) {
@@ -189,7 +191,7 @@ func checkKeys(data []byte) error {
 
 func walkJSON(dec *json.Decoder, path string, depth int) error {
 	if depth > maxJSONDepth {
-		return fmt.Errorf("%w: nested deeper than %d at %s", ErrMalformed, maxJSONDepth, displayPath(path))
+		return fmt.Errorf("%w: nested deeper than %d at %s", ErrMalformed, maxJSONDepth, strictjson.DisplayPath(path))
 	}
 	tok, err := dec.Token()
 	if err != nil {
@@ -206,10 +208,10 @@ func walkJSON(dec *json.Decoder, path string, depth int) error {
 			key, _ := kt.(string)
 			fold := strings.ToLower(key)
 			if first, dup := seen[fold]; dup {
-				return fmt.Errorf("%w: %s at %s (first as %s)", ErrDuplicateKey, strconv.Quote(key), displayPath(path), strconv.Quote(first))
+				return fmt.Errorf("%w: %s at %s (first as %s)", ErrDuplicateKey, strconv.Quote(key), strictjson.DisplayPath(path), strconv.Quote(first))
 			}
 			seen[fold] = key
-			if err := walkJSON(dec, joinPath(path, key), depth+1); err != nil {
+			if err := walkJSON(dec, strictjson.JoinPath(path, key), depth+1); err != nil {
 				return err
 			}
 		}
@@ -225,44 +227,6 @@ func walkJSON(dec *json.Decoder, path string, depth int) error {
 		return err
 	}
 	return nil
-}
-
-// joinPath extends a field path such as documents.ccd-0001.fragments[2]
-// with key, quoting a key that holds anything but letters, digits, '-' and
-// '_' so the path stays unambiguous.
-func joinPath(parent, key string) string {
-	plain := key != ""
-	for _, r := range key {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			plain = false
-			break
-		}
-	}
-	if !plain {
-		key = strconv.Quote(key)
-	}
-	if parent == "" {
-		return key
-	}
-	return parent + "." + key
-}
-
-func displayPath(p string) string {
-	if p == "" {
-		return "the top level"
-	}
-	return p
-}
-
-// position turns a byte offset into a 1-based line and column.
-func position(data []byte, offset int64) (line, col int) {
-	if offset > int64(len(data)) {
-		offset = int64(len(data))
-	}
-	before := data[:offset]
-	line = bytes.Count(before, []byte("\n")) + 1
-	col = int(offset) - (bytes.LastIndexByte(before, '\n') + 1)
-	return line, col
 }
 
 // WriteFileAtomic writes data to path through a synced temporary file and a

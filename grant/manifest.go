@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/strictjson"
 )
 
 // ManifestVersion is the manifest format this package reads and writes.
@@ -311,7 +312,7 @@ func (m *Manifest) Validate() error {
 		}
 	}
 	for _, dt := range slices.Sorted(maps.Keys(m.CompoundKeys)) {
-		field := joinPath("compoundKeys", dt)
+		field := strictjson.JoinPath("compoundKeys", dt)
 		if err := checkID(dt); err != nil {
 			return &FieldError{Field: field, Err: err}
 		}
@@ -338,7 +339,7 @@ func (m *Manifest) Validate() error {
 }
 
 func (m *Manifest) validateDocument(id string, d Document) error {
-	at := joinPath("documents", id)
+	at := strictjson.JoinPath("documents", id)
 	if err := checkID(id); err != nil {
 		return &FieldError{Field: at, Err: err}
 	}
@@ -440,7 +441,7 @@ func (m *Manifest) validateCompound(at string, d Document) error {
 }
 
 func validateDestination(id string, d Destination) error {
-	at := joinPath("destinations", id)
+	at := strictjson.JoinPath("destinations", id)
 	if err := checkID(id); err != nil {
 		return &FieldError{Field: at, Err: err}
 	}
@@ -481,7 +482,7 @@ func validateDestination(id string, d Destination) error {
 }
 
 func (m *Manifest) validateStep(id string, s Step) error {
-	at := joinPath("steps", id)
+	at := strictjson.JoinPath("steps", id)
 	if err := checkID(id); err != nil {
 		return &FieldError{Field: at, Err: err}
 	}
@@ -503,7 +504,7 @@ func (m *Manifest) validateStep(id string, s Step) error {
 		return fieldErr(at+".documents", ErrMissing, "a step hands at least one document's sections")
 	}
 	for _, docID := range slices.Sorted(maps.Keys(s.Documents)) {
-		dat := joinPath(at+".documents", docID)
+		dat := strictjson.JoinPath(at+".documents", docID)
 		d, ok := m.Documents[docID]
 		if !ok {
 			return fieldErr(dat, ErrUnknownDocument, "%q", docID)

@@ -42,7 +42,7 @@ func Decode(data []byte, v any) error {
 	if err := w.walk(reflect.TypeOf(v), "", 0); err != nil {
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
-			line, col := position(data, syn.Offset)
+			line, col := Position(data, syn.Offset)
 			return fmt.Errorf("%w at line %d, column %d: %w", ErrMalformed, line, col, err)
 		}
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
@@ -52,7 +52,7 @@ func Decode(data []byte, v any) error {
 	}
 	after := w.keyStart()
 	if _, err := w.dec.Token(); !errors.Is(err, io.EOF) {
-		line, col := position(data, after)
+		line, col := Position(data, after)
 		return fmt.Errorf("%w: data after the JSON object at line %d, column %d", ErrMalformed, line, col)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -61,9 +61,9 @@ func Decode(data []byte, v any) error {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			// te.Offset is just after the value, on the value's line.
-			line, _ := position(data, te.Offset)
+			line, _ := Position(data, te.Offset)
 			return fmt.Errorf("%w: %s at line %d is a JSON %s where a %s is wanted (%w)", ErrMalformed,
-				displayPath(te.Field), line, te.Value, te.Type, err)
+				DisplayPath(te.Field), line, te.Value, te.Type, err)
 		}
 		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
@@ -100,7 +100,7 @@ func schema(t reflect.Type) reflect.Type {
 
 func (w *walker) walk(t reflect.Type, path string, depth int) error {
 	if depth > maxDepth {
-		return fmt.Errorf("%w: nested deeper than %d at %s", ErrMalformed, maxDepth, displayPath(path))
+		return fmt.Errorf("%w: nested deeper than %d at %s", ErrMalformed, maxDepth, DisplayPath(path))
 	}
 	t = schema(t)
 	tok, err := w.dec.Token()
@@ -121,11 +121,11 @@ func (w *walker) walk(t reflect.Type, path string, depth int) error {
 				return err
 			}
 			key, _ := kt.(string)
-			line, col := position(w.data, at)
+			line, col := Position(w.data, at)
 			if first, dup := seen[key]; dup {
-				fl, fc := position(w.data, first)
+				fl, fc := Position(w.data, first)
 				return fmt.Errorf("%w %s at line %d, column %d (%s), first given at line %d, column %d",
-					ErrDuplicateKey, strconv.Quote(key), line, col, displayPath(joinPath(path, key)), fl, fc)
+					ErrDuplicateKey, strconv.Quote(key), line, col, DisplayPath(JoinPath(path, key)), fl, fc)
 			}
 			seen[key] = at
 			var elem reflect.Type
@@ -139,7 +139,7 @@ func (w *walker) walk(t reflect.Type, path string, depth int) error {
 			case t != nil && t.Kind() == reflect.Map:
 				elem = t.Elem()
 			}
-			if err := w.walk(elem, joinPath(path, key), depth+1); err != nil {
+			if err := w.walk(elem, JoinPath(path, key), depth+1); err != nil {
 				return err
 			}
 		}
@@ -178,7 +178,7 @@ func (w *walker) keyStart() int64 {
 }
 
 func unknown(key string, fields map[string]reflect.Type, line, col int, path string) error {
-	err := fmt.Errorf("%w %s at line %d, column %d (in %s)", ErrUnknownField, strconv.Quote(key), line, col, displayPath(path))
+	err := fmt.Errorf("%w %s at line %d, column %d (in %s)", ErrUnknownField, strconv.Quote(key), line, col, DisplayPath(path))
 	for name := range fields {
 		if strings.EqualFold(name, key) {
 			return fmt.Errorf("%w; member names are case-sensitive: did you mean %s?", err, strconv.Quote(name))
@@ -227,9 +227,10 @@ func isPromoted(t reflect.Type, f reflect.StructField) bool {
 	return true
 }
 
-// joinPath extends a JSON path such as provider.allowedAlgs[1] with key,
-// quoting a key that holds anything but letters, digits, '-' and '_'.
-func joinPath(parent, key string) string {
+// JoinPath extends a JSON path such as provider.allowedAlgs[1] with key,
+// quoting a key that holds anything but letters, digits, '-' and '_' so the
+// path stays unambiguous. grant's decoder names its fields the same way.
+func JoinPath(parent, key string) string {
 	plain := key != ""
 	for _, r := range key {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
@@ -246,15 +247,17 @@ func joinPath(parent, key string) string {
 	return parent + "." + key
 }
 
-func displayPath(p string) string {
+// DisplayPath is a JSON path as a message names it: "the top level" for
+// the empty path.
+func DisplayPath(p string) string {
 	if p == "" {
 		return "the top level"
 	}
 	return p
 }
 
-// position turns a byte offset into a 1-based line and column.
-func position(data []byte, offset int64) (line, col int) {
+// Position turns a byte offset into a 1-based line and column.
+func Position(data []byte, offset int64) (line, col int) {
 	offset = min(max(offset, 0), int64(len(data)))
 	before := data[:offset]
 	line = bytes.Count(before, []byte("\n")) + 1
