@@ -285,23 +285,35 @@ func report(action string, t aclTarget, es []api.ACLEntry) *ACLReport {
 	return r
 }
 
+// startACL is what every acl action does first: name the key and its
+// owner, sign in, look the principal up, open the owner's session on the
+// key and read its entries. The caller closes the run.
+func startACL(ctx context.Context, o ACLOptions, action string) (aclTarget, *aclRun, *api.Principal, []api.ACLEntry, error) {
+	t, owner, err := o.resolve(action)
+	if err != nil {
+		return aclTarget{}, nil, nil, nil, err
+	}
+	r, p, err := openACL(ctx, &o, t, owner)
+	if err != nil {
+		return aclTarget{}, nil, nil, nil, err
+	}
+	es, err := r.entries(ctx)
+	if err != nil {
+		r.close(ctx)
+		return aclTarget{}, nil, nil, nil, err
+	}
+	return t, r, p, es, nil
+}
+
 // ACLList reads the entries of the key the options name, as its owner.
 // With a principal named, the report names its ids and what it holds
 // (Before and After alike), whether or not it has an entry.
 func ACLList(ctx context.Context, o ACLOptions) (*ACLReport, error) {
-	t, owner, err := o.resolve("list")
-	if err != nil {
-		return nil, err
-	}
-	r, p, err := openACL(ctx, &o, t, owner)
+	t, r, p, es, err := startACL(ctx, o, "list")
 	if err != nil {
 		return nil, err
 	}
 	defer r.close(ctx)
-	es, err := r.entries(ctx)
-	if err != nil {
-		return nil, err
-	}
 	rep := report("list", t, es)
 	if p != nil {
 		rep.Principal, rep.SystemID, rep.PrincipalID = p.Name, p.SystemID, p.PrincipalID
@@ -319,19 +331,11 @@ func ACLList(ctx context.Context, o ACLOptions) (*ACLReport, error) {
 // entry with an end time or a use count (a hand-off step's) is not widened:
 // granting over it would make it permanent.
 func ACLGrant(ctx context.Context, o ACLOptions) (*ACLReport, error) {
-	t, owner, err := o.resolve("grant")
-	if err != nil {
-		return nil, err
-	}
-	r, p, err := openACL(ctx, &o, t, owner)
+	t, r, p, es, err := startACL(ctx, o, "grant")
 	if err != nil {
 		return nil, err
 	}
 	defer r.close(ctx)
-	es, err := r.entries(ctx)
-	if err != nil {
-		return nil, err
-	}
 	old := entryOf(es, p)
 	var before []string
 	if old != nil {
@@ -366,19 +370,11 @@ func ACLGrant(ctx context.Context, o ACLOptions) (*ACLReport, error) {
 // reads it back. A principal without an entry, or without those rights,
 // is left as it is and nothing is sent: revoking is safe to repeat.
 func ACLRevoke(ctx context.Context, o ACLOptions) (*ACLReport, error) {
-	t, owner, err := o.resolve("revoke")
-	if err != nil {
-		return nil, err
-	}
-	r, p, err := openACL(ctx, &o, t, owner)
+	t, r, p, es, err := startACL(ctx, o, "revoke")
 	if err != nil {
 		return nil, err
 	}
 	defer r.close(ctx)
-	es, err := r.entries(ctx)
-	if err != nil {
-		return nil, err
-	}
 	rep := &ACLReport{Principal: p.Name}
 	old := entryOf(es, p)
 	if old == nil {
