@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -105,23 +104,12 @@ func (hs *httpStack) readAurora(t *testing.T, hc *http.Client, token, what strin
 // marked failed, when absent).
 func (hs *httpStack) metricSeries(t *testing.T, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(hs.opsURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	v, ok := hs.scrape(t, series)
+	if !ok {
+		t.Errorf("/metrics has no %s", series)
+		return -1
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	t.Errorf("/metrics has no %s", series)
-	return -1
+	return v
 }
 
 const (

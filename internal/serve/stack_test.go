@@ -269,6 +269,17 @@ func (hs *httpStack) initialize(t *testing.T, token string) string {
 // metric reads one unlabelled value from /metrics.
 func (hs *httpStack) metric(t *testing.T, name string) float64 {
 	t.Helper()
+	v, ok := hs.scrape(t, name)
+	if !ok {
+		t.Fatalf("/metrics has no %s", name)
+	}
+	return v
+}
+
+// scrape reads one series from /metrics (its name with its labels, as the
+// text format prints them), and whether it is there.
+func (hs *httpStack) scrape(t *testing.T, series string) (float64, bool) {
+	t.Helper()
 	resp, err := http.Get(hs.opsURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -276,16 +287,15 @@ func (hs *httpStack) metric(t *testing.T, name string) float64 {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return f
+			return f, true
 		}
 	}
-	t.Fatalf("/metrics has no %s", name)
-	return 0
+	return 0, false
 }
 
 // withSteps serves the hand-off world instead of the seed's documents:

@@ -124,22 +124,8 @@ func openListen(t *testing.T, hs *httpStack, token string, id int) (*rawConn, *h
 // text format prints them), or 0 when it is not there yet.
 func metricOr(t *testing.T, hs *httpStack, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(hs.opsURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	return 0
+	v, _ := hs.scrape(t, series)
+	return v
 }
 
 // waitMetric waits, bounded, until /metrics says series is want.
