@@ -16,22 +16,6 @@ import (
 	"github.com/pdmcp/pdmcp/internal/check"
 )
 
-// exitError ends pdmcp with code; a silent one prints nothing more (the
-// command said it all).
-type exitError struct {
-	code   int
-	err    error
-	silent bool
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-// usageError is a wrong invocation: exit code 2.
-func usageError(format string, args ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
-}
-
 func newCheckCmd() *cobra.Command {
 	var o check.Options
 	var configPath, owner, recordPath string

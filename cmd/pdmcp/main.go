@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,26 +14,25 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
+	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		code := 1
-		var ee *exitError
-		if errors.As(err, &ee) {
-			code = ee.code
-		}
-		if ee == nil || !ee.silent {
-			fmt.Fprintln(os.Stderr, "pdmcp:", err)
-		}
-		os.Exit(code)
-	}
+	os.Exit(code)
 }
 
+// newRootCmd is pdmcp's command tree.
 func newRootCmd() *cobra.Command {
+	root, _ := newRoot()
+	return root
+}
+
+// newRoot is pdmcp's command tree and the state that tells a usage error
+// (before a command's work began) from a failure.
+func newRoot() (*cobra.Command, *runState) {
 	logs := &logFlags{}
 	root := &cobra.Command{
 		Use:           "pdmcp",
 		Short:         "MCP server for documents encrypted under Tricryption keys",
+		Long:          "pdmcp serves documents encrypted under Tricryption keys to MCP hosts, limited by a task grant.\n\n" + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// --version prints what `pdmcp version` does.
@@ -49,7 +46,12 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
 		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd(), newCloseStepCmd(),
 		newVersionsCmd(), newExportManifestCmd(), newACLCmd(), newCheckCmd(), newAuditCmd())
-	return root
+	// Every command's flag errors are usage errors that name the flag and,
+	// for an unknown one, suggest the nearest.
+	root.SetFlagErrorFunc(flagError)
+	st := &runState{}
+	guardRuns(root, st)
+	return root, st
 }
 
 // command is a subcommand that takes no arguments and runs run.
