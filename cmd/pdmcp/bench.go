@@ -15,6 +15,9 @@ import (
 	"github.com/pdmcp/pdmcp/internal/bench"
 )
 
+// benchFigures are the figures bench measures, as --only names them.
+func benchFigures() []string { return []string{"P1", "P2", "P3", "P4", "P5", "P6", "P7"} }
+
 func newBenchCmd() *cobra.Command {
 	var (
 		asJSON, quick bool
@@ -112,6 +115,7 @@ for machines.`,
 		"to a loopback sink that drops it (compare P1 with a run without)")
 	f.BoolVar(&quick, "quick", false, "small counts (seconds): checks that every figure runs, measures little")
 	f.StringSliceVar(&only, "only", nil, "measure only these figures (P1,...,P7)")
+	_ = cmd.RegisterFlagCompletionFunc("only", completeList(benchFigures()...))
 	f.StringVar(&dir, "dir", "", "state folder (default: a temporary one, removed afterwards)")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process)")
 	f.StringVar(&heapDir, "heapprofiles", "", "folder for P3's heap profiles after warm-up and at the end")

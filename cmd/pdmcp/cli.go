@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/grant"
 )
 
 // Exit statuses, the same for every command (listed in `pdmcp --help` and
@@ -104,7 +107,13 @@ func unreachable(err error) bool {
 		return true
 	}
 	var te *auth.TokenError
-	return errors.As(err, &te) && te.Class == auth.ClassProviderUnavailable
+	if errors.As(err, &te) && te.Class == auth.ClassProviderUnavailable {
+		return true
+	}
+	// Nothing answered the connection (refused, no route, timed out):
+	// the peer is down or the address is wrong.
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // runState records whether a command's own work (its RunE) began.
@@ -135,10 +144,181 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		var ee *exitError
 		if !errors.As(err, &ee) || !ee.silent {
-			fmt.Fprintln(stderr, "pdmcp:", err)
+			fmt.Fprintln(stderr, errorLine(err))
 		}
 	}
 	return code
+}
+
+// errorLine is err as pdmcp prints it: one line (cobra's own messages
+// spread a suggestion over three), prefixed with the program's name
+// unless it already names the command.
+func errorLine(err error) string {
+	msg := err.Error()
+	if m, ok := strings.CutPrefix(msg, "unknown command "); ok {
+		// Cobra's, for an unknown subcommand of a command that has none of
+		// its own Args (not ours, kept as a fallback): `unknown command
+		// "x" for "pdmcp"\n\nDid you mean this?\n\ty\n`.
+		name, rest, _ := strings.Cut(m, " for ")
+		line := "unknown command " + name
+		if _, sugg, ok := strings.Cut(rest, "Did you mean this?"); ok {
+			if f := strings.Fields(sugg); len(f) > 0 {
+				line += fmt.Sprintf("; did you mean %q?", f[0])
+			}
+		}
+		msg = line
+	}
+	msg = strings.TrimSpace(msg)
+	if strings.HasPrefix(msg, "pdmcp ") || strings.HasPrefix(msg, "pdmcp:") {
+		return msg
+	}
+	return "pdmcp: " + msg
+}
+
+// groupArgs is the Args of a command whose work is in its subcommands (the
+// root, audit): an argument that names none of them is an unknown command,
+// with the nearest names suggested.
+func groupArgs(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	return unknownCommand(c, args[0])
+}
+
+// unknownCommand is the usage error for a word c does not know as a
+// subcommand.
+func unknownCommand(c *cobra.Command, name string) error {
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // cobra's own default, set only where it suggests
+	}
+	if s := c.SuggestionsFor(name); len(s) > 0 {
+		return usageError("%s: unknown command %q; did you mean %q? (%s --help lists the commands)", c.CommandPath(), name, s[0], c.CommandPath())
+	}
+	return usageError("%s: unknown command %q (%s --help lists the commands)", c.CommandPath(), name, c.CommandPath())
+}
+
+// groupRun is the RunE of such a command: alone, it prints its help.
+func groupRun(c *cobra.Command, _ []string) error { return c.Help() }
+
+// noArgs is the Args of a command that takes none: a word after it is
+// named (a subcommand mistyped, when it has subcommands).
+func noArgs(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if c.HasSubCommands() {
+		return unknownCommand(c, args[0])
+	}
+	return usageError("%s takes no arguments, and was given %q (flags start with --)", c.CommandPath(), args[0])
+}
+
+// requiredSuffix ends the usage of every required flag in help.
+const requiredSuffix = " (required)"
+
+// isRequired reports whether f was marked required (cobra's annotation).
+func isRequired(f *pflag.Flag) bool {
+	v, ok := f.Annotations[cobra.BashCompOneRequiredFlag]
+	return ok && len(v) > 0 && v[0] == "true"
+}
+
+// markRequiredInHelp ends the usage text of every required flag under c
+// with "(required)", so help says which flags must be given.
+func markRequiredInHelp(c *cobra.Command) {
+	mark := func(f *pflag.Flag) {
+		if isRequired(f) && !strings.HasSuffix(f.Usage, requiredSuffix) {
+			f.Usage += requiredSuffix
+		}
+	}
+	c.LocalNonPersistentFlags().VisitAll(mark)
+	c.PersistentFlags().VisitAll(mark)
+	for _, sub := range c.Commands() {
+		markRequiredInHelp(sub)
+	}
+}
+
+// checkRequired is cobra's required-flag check in words: the command, each
+// flag missing and what it is (its usage). The root runs it before any
+// command's work, so cobra's own (`required flag(s) "config" not set`)
+// never shows.
+func checkRequired(c *cobra.Command) error {
+	var missing []*pflag.Flag
+	c.Flags().VisitAll(func(f *pflag.Flag) {
+		if isRequired(f) && !f.Changed {
+			missing = append(missing, f)
+		}
+	})
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		f := missing[0]
+		return usageError("%s: --%s is required (%s)", c.CommandPath(), f.Name, strings.TrimSuffix(f.Usage, requiredSuffix))
+	}
+	var sb strings.Builder
+	for i, f := range missing {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("--" + f.Name)
+	}
+	var lines strings.Builder
+	for _, f := range missing {
+		fmt.Fprintf(&lines, "\n  --%s: %s", f.Name, strings.TrimSuffix(f.Usage, requiredSuffix))
+	}
+	return usageError("%s: %s are required:%s", c.CommandPath(), sb.String(), lines.String())
+}
+
+// completeWords completes a flag or argument from a fixed set of words
+// (no file names).
+func completeWords(words ...string) cobra.CompletionFunc {
+	return cobra.FixedCompletions(words, cobra.ShellCompDirectiveNoFileComp)
+}
+
+// completeList completes a comma-separated list of words (StringSlice
+// flags): the word being typed after the last comma, from those not yet in
+// the list, with the list so far kept in front.
+func completeList(words ...string) cobra.CompletionFunc {
+	return func(_ *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		done, typed := "", toComplete
+		if i := strings.LastIndexByte(toComplete, ','); i >= 0 {
+			done, typed = toComplete[:i+1], toComplete[i+1:]
+		}
+		given := strings.Split(strings.TrimSuffix(done, ","), ",")
+		var out []cobra.Completion
+		for _, w := range words {
+			if strings.HasPrefix(w, typed) && !slices.Contains(given, w) {
+				out = append(out, done+w)
+			}
+		}
+		// No space after a word: another may follow a comma.
+		return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+	}
+}
+
+// completeTools completes a comma-separated list of the server's tool
+// names (grant --tools), in the order the server lists them.
+func completeTools(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	return completeList(grant.AllTools()...)(cmd, args, toComplete)
+}
+
+// shellQuote is s as one word for a POSIX shell: as it is when it holds
+// only characters no shell treats specially, else in single quotes (a
+// single quote in it ends the quoting, is escaped, and quoting resumes).
+func shellQuote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	safe := true
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%_-+=:,./", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // flagError turns pflag's errors into a usage error that names the flag as
@@ -323,4 +503,12 @@ func writeOutput(cmd *cobra.Command, path string, b []byte, mode os.FileMode) er
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// orList is words as a person lists them: "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }

@@ -28,7 +28,7 @@ func newDevCmd() *cobra.Command {
 			"Ctrl-C revokes every session and stops everything. With --provider keycloak the provider is a Keycloak " +
 			"that deploy/keycloak/test/keycloak.sh started with the same --state and deploy/keycloak's realm: the " +
 			"users are made there and the Gateway is bound to it.",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if lifetime <= 0 {
 				return fmt.Errorf("--access-token-lifetime %s: it must be positive", lifetime)
@@ -60,6 +60,7 @@ func newDevCmd() *cobra.Command {
 	dev.Flags().StringVar(&keycloakInfo, "keycloak-info", "", "with --provider keycloak: the keycloak.json keycloak.sh wrote (default <state>/keycloak/keycloak.json)")
 	dev.Flags().DurationVar(&lifetime, "access-token-lifetime", devidp.DefaultAccessTokenLifetime,
 		"with --provider dev: lifetime of users' access tokens (hosts refresh them with their refresh token; shorter values test that)")
+	_ = dev.RegisterFlagCompletionFunc("provider", completeWords("dev", "keycloak"))
 	dev.AddCommand(newDevGatewayCmd(&state), newDevTokenCmd(&state))
 	return dev
 }
@@ -68,7 +69,21 @@ func newDevTokenCmd(state *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "token USER",
 		Short: "Print an access token for a development user (authorization code + PKCE, as a host does)",
-		Args:  cobra.ExactArgs(1),
+		Args: func(c *cobra.Command, args []string) error {
+			switch len(args) {
+			case 0:
+				return usageError("dev token: name the user: %s", orList(devstack.UserNames()))
+			case 1:
+				return nil
+			}
+			return usageError("dev token: name one user, not %d (%s)", len(args), strings.Join(args, " "))
+		},
+		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return devstack.UserNames(), cobra.ShellCompDirectiveNoFileComp
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tok, err := devstack.Token(cmd.Context(), *state, args[0])
 			if err != nil {

@@ -67,5 +67,6 @@ func newHostConfigCmd() *cobra.Command {
 	f.StringVar(&h.Journal, "journal", "", "the journal (optional)")
 	f.StringVar(&h.Cwd, "cwd", "", "Codex cwd (default: the grant's file root)")
 	f.StringVar(&h.ApprovalMode, "approval-mode", "prompt", "Codex default_tools_approval_mode")
+	_ = cmd.RegisterFlagCompletionFunc("format", completeWords("json", "codex-toml"))
 	return requireFlags(cmd, "config", "manifest", "grant", "audit")
 }

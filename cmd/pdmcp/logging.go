@@ -26,6 +26,8 @@ func (f *logFlags) register(cmd *cobra.Command) {
 		"(default: info for serve and dev, warn for the other commands)")
 	p.StringVar(&f.format, "log-format", "text", "log lines as text (key=value) or json (one object a line, for journald and collectors)")
 	p.BoolVarP(&f.verbose, "verbose", "v", false, "log one level more: info for the operator commands, debug for serve and dev")
+	_ = cmd.RegisterFlagCompletionFunc("log-level", completeWords("debug", "info", "warn", "error"))
+	_ = cmd.RegisterFlagCompletionFunc("log-format", completeWords("text", "json"))
 }
 
 // serverCommands log at INFO by default: they run for long and their log

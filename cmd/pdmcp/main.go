@@ -42,21 +42,42 @@ func newRoot() (*cobra.Command, *runState) {
 	// Cobra's own --version says only "version for pdmcp".
 	root.Flags().Bool("version", false, "print the version, commit, commit date and Go version (as pdmcp version)")
 	logs.register(root)
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return logs.setUp(cmd) }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := logs.setUp(cmd); err != nil {
+			return err
+		}
+		return checkRequired(cmd)
+	}
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newServeCmd(), newCleanEnvCmd(), newHostConfigCmd(),
 		newBootstrapCmd(), newSeedCmd(), newProtectCmd(), newGrantCmd(), newDevCmd(), newCloseStepCmd(),
 		newVersionsCmd(), newExportManifestCmd(), newACLCmd(), newCheckCmd(), newAuditCmd())
 	// Every command's flag errors are usage errors that name the flag and,
 	// for an unknown one, suggest the nearest.
 	root.SetFlagErrorFunc(flagError)
+	// A command made only of subcommands (the root, audit, acl) prints its
+	// help alone and names a word it does not know, with a suggestion,
+	// instead of printing its help and exiting 0.
+	commandGroups(root)
+	markRequiredInHelp(root)
 	st := &runState{}
 	guardRuns(root, st)
 	return root, st
 }
 
+// commandGroups gives every command under c that has subcommands and no work of
+// its own groupArgs and groupRun.
+func commandGroups(c *cobra.Command) {
+	if c.HasSubCommands() && c.RunE == nil && c.Run == nil {
+		c.Args, c.RunE = groupArgs, groupRun
+	}
+	for _, sub := range c.Commands() {
+		commandGroups(sub)
+	}
+}
+
 // command is a subcommand that takes no arguments and runs run.
 func command(use, short string, run func(cmd *cobra.Command) error) *cobra.Command {
-	return &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs,
+	return &cobra.Command{Use: use, Short: short, Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd) }}
 }
 

@@ -49,5 +49,6 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.AuditKeyPath, "audit-key", "", "an Ed25519 private key (PKCS #8 PEM, mode 600) to sign the audit chain's head with (off when empty)")
 	f.StringVar(&o.OpsAddr, "ops-addr", "", "serve /healthz and /metrics on this loopback address (off when empty)")
 	f.StringVar(&o.JournalPath, "journal", "", "the journal (default <manifest>.journal.sqlite)")
+	_ = cmd.RegisterFlagCompletionFunc("transport", completeWords("stdio", "http"))
 	return requireFlags(cmd, "config", "manifest", "grant", "audit")
 }
