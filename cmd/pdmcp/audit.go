@@ -11,17 +11,20 @@ import (
 	"github.com/pdmcp/pdmcp/audit"
 )
 
-// Exit statuses of `pdmcp audit verify`, as cmp(1) has them: 0 the chain
-// is whole, 1 it is broken, 2 it could not be checked.
+// Exit statuses of `pdmcp audit verify`, within pdmcp's table: 0 the chain
+// is whole, 3 it is broken (a check refused it), 2 it could not be checked
+// (a file or the key unreadable, as a wrong command line: nothing was
+// judged).
 const (
-	exitBroken    = 1
-	exitUnchecked = 2
+	exitBroken    = exitRefused
+	exitUnchecked = exitUsage
 )
 
 func newAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "audit",
-		Short: "Check the audit file",
+		Use:     "audit",
+		Short:   "Check the audit file",
+		Example: "  pdmcp audit verify audit.jsonl.1 audit.jsonl",
 	}
 	cmd.AddCommand(newAuditVerifyCmd())
 	return cmd
@@ -40,13 +43,16 @@ func newAuditVerifyCmd() *cobra.Command {
 			"the heads the server signed (serve --audit-key): only the private key's holder can write those. With\n" +
 			"--head, a head an earlier verify printed, kept elsewhere, must still be a line: lines cut off the end\n" +
 			"are then found too.\n" +
-			"Exit status: 0 whole, 1 broken (the first break is named), 2 not checked (a file or the key unreadable).",
+			"--json prints the report: {\"whole\",\"files\":[{\"path\",\"lines\",\"fragments\",\"head\"}],\"breaks\":[{\"file\",\"line\",\n" +
+			"\"kind\",\"detail\"}],\"breakCount\",\"notes\":[…as breaks],\"noteCount\",\"head\",\"signedHeads\"} (members are only ever added).\n" +
+			"Exit status: 0 whole, 3 broken (the first break is named), 2 not checked (a file or the key unreadable,\n" +
+			"or the command line wrong).",
 		Example: "  pdmcp audit verify /var/lib/pdmcp/audit.jsonl.1 /var/lib/pdmcp/audit.jsonl\n" +
 			"  pdmcp audit verify --key audit-head.pub --json audit.jsonl\n" +
 			"  pdmcp audit verify --head 4995c208971d099978ad097dbb2aeee79ad2fd1bd89326adcfcaef5194891658 audit.jsonl",
 		Args: func(_ *cobra.Command, files []string) error {
 			if len(files) == 0 {
-				return &exitError{code: exitUnchecked, err: errors.New("audit verify: name the audit files, oldest first")}
+				return &exitError{code: exitUnchecked, err: errors.New("pdmcp audit verify: name the audit files, oldest first (audit.jsonl.1 audit.jsonl)")}
 			}
 			return nil
 		},
@@ -80,7 +86,6 @@ func newAuditVerifyCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: exitUnchecked, err: err} })
 	cmd.Flags().StringVar(&keyPath, "key", "", "the public key (PEM) whose signed heads to check")
 	cmd.Flags().StringArrayVar(&heads, "head", nil, "a head an earlier verify printed, kept elsewhere: it must still be a line of the files (repeatable)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")

@@ -69,7 +69,7 @@ func headKeyFiles(t *testing.T, dir string) (priv, pub string) {
 // runs (a restart appending to it), each signing the chain's head,
 // verifies whole with the public key; copies of it with a line edited,
 // removed, inserted or reordered, or its end cut, are each found, naming
-// the first line that breaks, with exit status 1; a missing file is
+// the first line that breaks, with exit status 3; a missing file is
 // status 2.
 func TestAuditVerifyOnAServedFile(t *testing.T) {
 	s := newStack(t)
@@ -140,8 +140,8 @@ func TestAuditVerifyOnAServedFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, stderr, code := auditVerify(t, "--json", path)
-			if code != 1 {
-				t.Fatalf("status %d, want 1\n%s%s", code, out, stderr)
+			if code != 3 {
+				t.Fatalf("status %d, want 3\n%s%s", code, out, stderr)
 			}
 			var rep audit.Report
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -170,7 +170,7 @@ func TestAuditVerifyOnAServedFile(t *testing.T) {
 	if out, stderr, code := auditVerify(t, cut); code != 0 {
 		t.Fatalf("the cut file without a kept head: status %d\n%s%s", code, out, stderr)
 	}
-	if out, stderr, code := auditVerify(t, "--head", whole.Head, cut); code != 1 || !strings.Contains(out, audit.BreakHeadMissing) {
+	if out, stderr, code := auditVerify(t, "--head", whole.Head, cut); code != 3 || !strings.Contains(out, audit.BreakHeadMissing) {
 		t.Fatalf("the cut file with the kept head: status %d, want 1 and %s\n%s%s", code, audit.BreakHeadMissing, out, stderr)
 	}
 	if out, stderr, code := auditVerify(t, "--head", whole.Head, s.audit); code != 0 {

@@ -21,11 +21,12 @@ func newCheckCmd() *cobra.Command {
 	var configPath, owner, recordPath string
 	var asJSON bool
 	cmd := command("check", "Check that the task folder, its record (the journal) and the manifest agree; --repair does what is safe", func(cmd *cobra.Command) error {
-		if o.ManifestPath == "" {
-			return usageError("check: --manifest is required")
-		}
 		if configPath == "" && (owner != "" || recordPath != "") {
-			return usageError("check: --owner and --record name the keys' owner for --key-server; give --key-server too")
+			given := "--owner"
+			if recordPath != "" {
+				given = "--seed-record"
+			}
+			return usageError("pdmcp check: %s names the keys' owner for the key check, which --config turns on; give --config config.json too", given)
 		}
 		if configPath != "" {
 			keys, err := gatewayKeys(configPath, o.ManifestPath, owner, recordPath)
@@ -36,7 +37,7 @@ func newCheckCmd() *cobra.Command {
 		}
 		rep, err := check.Run(cmd.Context(), o)
 		if errors.Is(err, check.ErrNoJournal) {
-			return &exitError{code: 2, err: err}
+			return &exitError{code: exitUsage, err: err}
 		}
 		if err != nil {
 			return err
@@ -52,23 +53,40 @@ func newCheckCmd() *cobra.Command {
 			writeCheck(out, rep)
 		}
 		if !rep.OK {
-			return &exitError{code: 1, err: fmt.Errorf("check: %d findings", len(rep.Findings)), silent: true}
+			return &exitError{code: exitRefused, err: fmt.Errorf("check: %d findings", len(rep.Findings)), silent: true}
 		}
 		return nil
 	})
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
+	cmd.Long = `check reads the task folder beside --manifest, the record in its journal and the manifest, and
+reports where they disagree: versions missing, changed or unrecorded, leftovers of stopped writes,
+overdue hand-offs. --repair does what is safe (rebuilds the record from the sidecars, removes
+leftovers) and reports what it did. With --config (the service's config.json) it also asks the
+Gateway, as the keys' owner, whether each recorded key still exists.
+
+--json prints the report: {"manifest","journal","ok","findings":[{"kind","path","detail",
+"repairable"}],"repaired":[{"kind","path","detail"}],
+"notes":[{"kind","path","detail"}]} (members are only ever added).
+
+Exit status: 0 they agree, 3 findings (printed), 2 the command line is wrong or the journal is
+not there, 4 the Gateway did not answer, 1 check failed while working.`
+	cmd.Example = `  pdmcp check --manifest task/manifest.json
+  pdmcp check --manifest task/manifest.json --repair
+  pdmcp check --manifest task/manifest.json --json
+  pdmcp check --manifest task/manifest.json --config config.json --seed-record task/seed-record.json`
 	f := cmd.Flags()
 	f.StringVar(&o.ManifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&o.JournalPath, "journal", "", "the server's journal, which holds the record (default <manifest>.journal.sqlite)")
 	f.BoolVar(&o.Repair, "repair", false, "do what is safe: rebuild a missing, damaged or stale record from the sidecars, remove leftovers of stopped writes")
-	f.StringVar(&configPath, "key-server", "", "the service's config.json: also ask the Gateway whether each recorded key still exists")
-	f.StringVar(&owner, "owner", "", "with --key-server: the keys' owner, as the Gateway names the principal (default: the seed record's owner)")
-	f.StringVar(&recordPath, "record", "", "with --key-server: a seed-record.json whose owner owns the keys (default: the one beside the manifest)")
+	f.StringVar(&configPath, "config", "", "the service's config.json (from pdmcp bootstrap): also ask the Gateway whether each recorded key still exists")
+	f.StringVar(&owner, "owner", "", "with --config: the keys' owner, as the Gateway names the principal (default: the seed record's owner)")
+	f.StringVar(&recordPath, "seed-record", "", "with --config: a seed-record.json whose owner owns the keys (default: the one beside the manifest)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	return cmd
+	aliasFlag(f, "key-server", "config", nil)
+	aliasFlag(f, "record", "seed-record", nil)
+	return requireFlags(cmd, "manifest")
 }
 
-// gatewayKeys is the key checker for --key-server: the service's client,
+// gatewayKeys is the key checker for --config: the service's client,
 // acting as the keys' owner (--owner, or the seed record's).
 func gatewayKeys(configPath, manifestPath, owner, recordPath string) (check.KeyChecker, error) {
 	cfg, err := gateway.LoadServiceConfig(configPath)
@@ -79,7 +97,7 @@ func gatewayKeys(configPath, manifestPath, owner, recordPath string) (check.KeyC
 		if recordPath == "" {
 			recordPath = filepath.Join(filepath.Dir(manifestPath), "seed-record.json")
 			if _, err := os.Lstat(recordPath); err != nil {
-				return nil, usageError("check: name the keys' owner with --owner, or --record a seed record whose owner it is (there is no %s)", recordPath)
+				return nil, usageError("pdmcp check: name the keys' owner with --owner, or --seed-record a seed record whose owner it is (there is no %s)", recordPath)
 			}
 		}
 		rec, err := grant.LoadSeedRecord(recordPath)
@@ -87,7 +105,7 @@ func gatewayKeys(configPath, manifestPath, owner, recordPath string) (check.KeyC
 			return nil, err
 		}
 		if rec.OwnerUser == "" {
-			return nil, usageError("check: the seed record %s names no owner; name it with --owner", recordPath)
+			return nil, usageError("pdmcp check: the seed record %s names no owner; name it with --owner", recordPath)
 		}
 		owner = rec.OwnerUser
 	}

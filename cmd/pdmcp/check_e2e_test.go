@@ -113,7 +113,7 @@ type receipted struct {
 
 // TestOperatorRestoresTheRecord: two servers save results and sections
 // into one folder; then the journal is deleted, replaced by an older
-// backup, or corrupted. `pdmcp check` reports it (exit 1), `pdmcp check
+// backup, or corrupted. `pdmcp check` reports it (exit 3), `pdmcp check
 // --repair` brings the record back (exit 0): every receipted version is
 // listed as before, its file is byte for byte what was saved, it decrypts
 // to the text saved, the section is served at its newest version, a retry
@@ -206,7 +206,7 @@ func TestOperatorRestoresTheRecord(t *testing.T) {
 			}
 
 			rep, code := checkJSON(t, s)
-			if code != 1 || rep.OK || !slices.Equal(findingKinds(rep), tc.want) {
+			if code != 3 || rep.OK || !slices.Equal(findingKinds(rep), tc.want) {
 				t.Fatalf("check: exit %d, findings %v, want %v\n%+v", code, findingKinds(rep), tc.want, rep.Findings)
 			}
 			for _, f := range rep.Findings {
@@ -402,7 +402,7 @@ func TestCheckCommandLine(t *testing.T) {
 		t.Fatalf("check on a new task:\n%s", out)
 	}
 	// A stopped save's temporary file: one line under its group, the
-	// summary, exit 1; --repair says what it removed and exits 0.
+	// summary, exit 3; --repair says what it removed and exits 0.
 	temp := "results/.pdmcp-save-00112233445566778899aabb.tmp"
 	if err := os.MkdirAll(filepath.Join(filepath.Dir(s.manifest), "results"), 0o700); err != nil {
 		t.Fatal(err)
@@ -412,7 +412,7 @@ func TestCheckCommandLine(t *testing.T) {
 	}
 	b, err := pdmcpCmd(t, "check", "--manifest", s.manifest).Output()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 ||
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 ||
 		!strings.Contains(string(b), "leftovers:\n  temporary "+temp+" [repairable]: ") ||
 		!strings.HasSuffix(strings.TrimSpace(string(b)), "CHECK: 1 findings (1 repairable with --repair)") {
 		t.Fatalf("check with a leftover: %v\n%s", err, b)
@@ -423,10 +423,10 @@ func TestCheckCommandLine(t *testing.T) {
 	}
 }
 
-// TestCheckAsksTheKeyServer: with --key-server, check asks the Gateway as
+// TestCheckAsksTheKeyServer: with --config, check asks the Gateway as
 // the keys' owner whether each recorded key still exists: all there is
 // exit 0; once the destination's key is removed, key-gone names a version
-// under it (the key by its first characters only) and exit 1.
+// under it (the key by its first characters only) and exit 3.
 func TestCheckAsksTheKeyServer(t *testing.T) {
 	ctx := context.Background()
 	s := newStack(t)
@@ -435,7 +435,7 @@ func TestCheckAsksTheKeyServer(t *testing.T) {
 		t.Fatalf("save: %v", m)
 	}
 	_ = cs.Close()
-	if rep, code := checkJSON(t, s, "--key-server", s.config); code != 0 || !rep.OK {
+	if rep, code := checkJSON(t, s, "--config", s.config); code != 0 || !rep.OK {
 		t.Fatalf("check with every key there: exit %d, %+v", code, rep)
 	}
 	var ttag string
@@ -449,8 +449,8 @@ func TestCheckAsksTheKeyServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = owner.Revoke(ctx)
-	rep, code := checkJSON(t, s, "--key-server", s.config)
-	if code != 1 || !slices.Equal(findingKinds(rep), []string{"key-gone results/evaluation-summary.v1.bin"}) {
+	rep, code := checkJSON(t, s, "--config", s.config)
+	if code != 3 || !slices.Equal(findingKinds(rep), []string{"key-gone results/evaluation-summary.v1.bin"}) {
 		t.Fatalf("check after the key was removed: exit %d, %+v", code, rep)
 	}
 	if strings.Contains(rep.Findings[0].Detail, ttag) {

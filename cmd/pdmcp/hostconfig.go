@@ -21,7 +21,7 @@ func newHostConfigCmd() *cobra.Command {
 		// the operator is (a host shows only "Connection closed").
 		if err := serve.CheckStart(serve.StartFiles{ConfigPath: h.Config, ManifestPath: h.Manifest, GrantPath: h.Grant},
 			false, time.Now()); err != nil {
-			return fmt.Errorf("the server would refuse to start: %w", err)
+			return startRefused(fmt.Errorf("pdmcp host-config: the server would refuse to start: %w", err))
 		}
 		g, err := grant.Load(h.Grant)
 		if err != nil {

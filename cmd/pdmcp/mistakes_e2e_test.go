@@ -12,7 +12,8 @@ import (
 )
 
 // Why 6: operator mistakes are refused where the operator is. host-config
-// refuses, with rc 1 and the reason, what serve would refuse at its start;
+// refuses, with exit 3 (2 for a file that is not there) and the reason,
+// what serve would refuse at its start, as serve does;
 // serve refuses a local user outside the service's prefix instead of
 // starting and having the model meet ACTING_AS_REFUSED.
 func TestHostConfigAndServeRefuseOperatorMistakes(t *testing.T) {
@@ -39,11 +40,12 @@ func TestHostConfigAndServeRefuseOperatorMistakes(t *testing.T) {
 		Now: time.Now().Add(-time.Hour)})
 	for _, tc := range []struct {
 		name, config, grant, want string
+		code                      int
 	}{
-		{"local user outside the prefix", s.config, outside, `does not start with "` + sc.Prefix + `"`},
-		{"caller-identity grant", s.config, caller, "over stdio write the grant with --local-user"},
-		{"expired grant", s.config, expired, "the grant ended at"},
-		{"missing config file", filepath.Join(s.dir, "no-config.json"), s.grant, "no-config.json"},
+		{"local user outside the prefix", s.config, outside, `does not start with "` + sc.Prefix + `"`, exitRefused},
+		{"caller-identity grant", s.config, caller, "over stdio write the grant with --local-user", exitRefused},
+		{"expired grant", s.config, expired, "the grant ended at", exitRefused},
+		{"missing config file", filepath.Join(s.dir, "no-config.json"), s.grant, "no-config.json", exitUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, args := range [][]string{
@@ -54,8 +56,8 @@ func TestHostConfigAndServeRefuseOperatorMistakes(t *testing.T) {
 				var stderr strings.Builder
 				cmd.Stderr = &stderr
 				out, err := cmd.Output()
-				if err == nil || cmd.ProcessState.ExitCode() != 1 {
-					t.Fatalf("%s: rc %d, want 1\nstdout: %s", args[0], cmd.ProcessState.ExitCode(), out)
+				if err == nil || cmd.ProcessState.ExitCode() != tc.code {
+					t.Fatalf("%s: rc %d, want %d\nstdout: %s", args[0], cmd.ProcessState.ExitCode(), tc.code, out)
 				}
 				if !strings.Contains(stderr.String(), tc.want) {
 					t.Fatalf("%s: %q does not say %q", args[0], stderr.String(), tc.want)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,17 +17,34 @@ import (
 // (see server.Config.CrashPoint). It exists for the crash-recovery tests.
 const crashEnv = "PDMCP_TEST_KILL_AT"
 
+// startRefused is the error of a start check (serve.CheckStart) that
+// refused the files named: a file that is not there is a wrong command
+// line (exit 2); anything else does not hold (exit 3).
+func startRefused(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return refusedError(err)
+}
+
 func newServeCmd() *cobra.Command {
 	var o serve.Options
 	var transport string
 	cmd := command("serve", "Serve the grant's tools to an MCP host (stdio, or Streamable HTTP over TLS)", func(cmd *cobra.Command) error {
 		switch {
-		case transport == "http" && o.HTTPConfigPath == "":
-			return errors.New("--transport http needs --http-config mcp-http.json")
-		case transport == "stdio" && o.HTTPConfigPath != "":
-			return errors.New("--http-config is for --transport http")
 		case transport != "http" && transport != "stdio":
-			return errors.New("--transport: use stdio or http")
+			return usageError("pdmcp serve: --transport %q: use stdio or http", transport)
+		case transport == "http" && o.HTTPConfigPath == "":
+			return usageError("pdmcp serve: --transport http needs --http-config mcp-http.json (the listener's address, certificate and provider)")
+		case transport == "stdio" && o.HTTPConfigPath != "":
+			return usageError("pdmcp serve: --http-config %s is for --transport http; add --transport http, or leave --http-config out for stdio", o.HTTPConfigPath)
+		}
+		// The files' checks first, so that what does not hold (an ended
+		// grant, a local user outside the prefix) is a refusal (exit 3),
+		// as host-config reports it, not a failure while serving.
+		if err := serve.CheckStart(serve.StartFiles{ConfigPath: o.ConfigPath, ManifestPath: o.ManifestPath, GrantPath: o.GrantPath},
+			transport == "http", time.Now()); err != nil {
+			return startRefused(err)
 		}
 		o.Version = versionString()
 		o.Environ = os.Environ()
