@@ -30,9 +30,14 @@ func newRootCmd() *cobra.Command {
 func newRoot() (*cobra.Command, *runState) {
 	logs := &logFlags{}
 	root := &cobra.Command{
-		Use:           "pdmcp",
-		Short:         "MCP server for documents encrypted under Tricryption keys",
-		Long:          "pdmcp serves documents encrypted under Tricryption keys to MCP hosts, limited by a task grant.\n\n" + exitCodesHelp,
+		Use:   "pdmcp",
+		Short: "MCP server for documents encrypted under Tricryption keys",
+		Long:  "pdmcp serves documents encrypted under Tricryption keys to MCP hosts, limited by a task grant.\n\n" + exitCodesHelp,
+		Example: `  pdmcp dev                                   # the whole stack on loopback, to try it
+  pdmcp serve --config config.json --manifest task/manifest.json --grant task/grant.json --audit task/audit.jsonl
+  pdmcp check --manifest task/manifest.json --json
+  pdmcp audit verify task/audit.jsonl
+  pdmcp completion bash > /etc/bash_completion.d/pdmcp`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// --version prints what `pdmcp version` does.

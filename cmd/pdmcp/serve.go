@@ -58,6 +58,16 @@ func newServeCmd() *cobra.Command {
 		o.Hangup = hangup
 		return serve.Run(cmd.Context(), o)
 	})
+	cmd.Long = `serve serves the grant's tools to one MCP host over stdio (the host starts it, usually through
+clean-env: see pdmcp host-config), or to many callers over Streamable HTTP with TLS on 127.0.0.1
+(--transport http, with mcp-http.json naming the listener, its certificate and the OpenID provider).
+It first makes the start checks host-config makes: a grant that has ended, a local user outside the
+service's prefix, a grant that does not fit the manifest are refused (exit 3) before it signs in.
+It logs to standard error (--log-level, --log-format) and runs until its host closes stdio, or
+SIGINT/SIGTERM; SIGHUP reopens the audit file (after logrotate).`
+	cmd.Example = `  pdmcp serve --config config.json --manifest task/manifest.json --grant task/grant.json --audit task/audit.jsonl
+  pdmcp serve --transport http --http-config mcp-http.json --config config.json --manifest task/manifest.json \
+    --grant task/grant.json --audit task/audit.jsonl --ops-addr 127.0.0.1:9464 --log-format json`
 	f := cmd.Flags()
 	f.StringVar(&transport, "transport", "stdio", "stdio, or http (Streamable HTTP over TLS on 127.0.0.1)")
 	f.StringVar(&o.HTTPConfigPath, "http-config", "", "mcp-http.json, for --transport http")
