@@ -139,6 +139,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	warnTo(root, stderr)
 	err := root.ExecuteContext(ctx)
 	code := exitCode(err, st.ran)
 	if err != nil {
@@ -148,6 +149,19 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// warnTo sends the flags' warnings (an old spelling's "Flag --x has been
+// deprecated, use --y instead") of every command under c to w. Cobra
+// would print them to the command's standard output (it prints with
+// OutOrStderr, which is the output once one is set), into a --json
+// object or an output written to "-".
+func warnTo(c *cobra.Command, w io.Writer) {
+	c.Flags().SetOutput(w)
+	c.PersistentFlags().SetOutput(w)
+	for _, sub := range c.Commands() {
+		warnTo(sub, w)
+	}
 }
 
 // errorLine is err as pdmcp prints it: one line (cobra's own messages

@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -308,4 +309,77 @@ var ownedByOps = map[string]bool{
 	"pdmcp acl": true, "pdmcp acl grant": true, "pdmcp acl list": true, "pdmcp acl revoke": true,
 	"pdmcp bootstrap": true, "pdmcp close-step": true, "pdmcp export-manifest": true, "pdmcp grant": true,
 	"pdmcp seed": true, "pdmcp versions": true,
+}
+
+// TestRefusalTexts: each refusal the frame's commands print, from the
+// command line that causes it: the exit status and the words, which name
+// what was given.
+func TestRefusalTexts(t *testing.T) {
+	files := []string{"--config", "c.json", "--manifest", "m.json", "--grant", "g.json", "--audit", "a.jsonl"}
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{append([]string{"serve", "--transport", "htp"}, files...), exitUsage, `pdmcp serve: --transport "htp": use stdio or http`},
+		{append([]string{"serve", "--transport", "http"}, files...), exitUsage, "pdmcp serve: --transport http needs --http-config mcp-http.json"},
+		{append([]string{"serve", "--http-config", "h.json"}, files...), exitUsage, "pdmcp serve: --http-config h.json is for --transport http"},
+		{append([]string{"host-config", "--format", "yaml"}, files...), exitUsage, `pdmcp host-config: --format "yaml": use json (an mcpServers object) or codex-toml`},
+		{append([]string{"host-config", "--json"}, files...), exitUsage, "pdmcp host-config: --json prints what --out FILE wrote"},
+		{[]string{"dev", "--provider", "okta"}, exitUsage, `pdmcp dev: --provider "okta": use dev (the built-in development provider) or keycloak`},
+		{[]string{"dev", "--keycloak-info", "k.json"}, exitUsage, "pdmcp dev: --keycloak-info k.json is for --provider keycloak (the provider is dev)"},
+		{[]string{"dev", "--provider", "keycloak", "--access-token-lifetime", "1m"}, exitUsage, "pdmcp dev: --access-token-lifetime 1m0s is for --provider dev"},
+		{[]string{"dev", "--access-token-lifetime", "0s"}, exitUsage, "pdmcp dev: --access-token-lifetime 0s: a lifetime must be more than zero"},
+		{[]string{"dev", "gateway", "--port", "70000"}, exitUsage, "pdmcp dev gateway: --port 70000: a port is 1 to 65535"},
+		{[]string{"dev", "token", "zed"}, exitUsage, `pdmcp dev token: "zed" is not a development user: use alice, bob, carol, patient or doctor`},
+		{[]string{"dev", "token", "alice", "bob"}, exitUsage, "dev token: name one user, not 2 (alice bob)"},
+		{[]string{"bench", "--only", "P8"}, exitUsage, `pdmcp bench: --only "P8": the figures are P1 to P7`},
+		{[]string{"check", "--manifest", "m.json", "--owner", "alice"}, exitUsage, "pdmcp check: --owner names the keys' owner for the key check, which --config turns on"},
+		{[]string{"check", "--manifest", "m.json", "--seed-record", "r.json"}, exitUsage, "pdmcp check: --seed-record names the keys' owner"},
+		{[]string{"check", "--manifest", "m.json", "--record", "r.json"}, exitUsage, "Flag --record has been deprecated, use --seed-record instead"},
+		{[]string{"check", "--manifest", "m.json", "--key-server", "c.json", "--owner", "o"}, exitUsage, "Flag --key-server has been deprecated, use --config instead"},
+		{[]string{"audit", "verify"}, exitUsage, "pdmcp audit verify: name the audit files, oldest first"},
+		{[]string{"audit", "nosuch"}, exitUsage, `pdmcp audit: unknown command "nosuch"`},
+		{[]string{"clean-env"}, exitUsage, "pdmcp clean-env: name the command to run, after --"},
+		{[]string{"version", "--log-level", "loud"}, exitUsage, `--log-level "loud": use debug, info, warn or error`},
+		{[]string{"version", "--log-format", "xml"}, exitUsage, `--log-format "xml": use text or json`},
+	} {
+		code, stdout, stderr := runCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+			t.Errorf("pdmcp %q: exit %d, want %d; stderr:\n%s\nwant it to say %q", tc.args, code, tc.code, stderr, tc.stderr)
+		}
+		// Standard output is the commands' result only (a --json object,
+		// a file written to -): no warning or refusal goes there.
+		if stdout != "" {
+			t.Errorf("pdmcp %q wrote to standard output:\n%s", tc.args, stdout)
+		}
+	}
+}
+
+// TestShellQuote: a word comes back from a shell as it went in, quoted
+// only when it must be.
+func TestShellQuote(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/var/lib/pdmcp/ca.pem", "/var/lib/pdmcp/ca.pem"},
+		{"https://127.0.0.1:8443/mcp", "https://127.0.0.1:8443/mcp"},
+		{"", "''"},
+		{"my state", "'my state'"},
+		{"it's", `'it'\''s'`},
+		{"$HOME", "'$HOME'"},
+	} {
+		if got := shellQuote(tc.in); got != tc.want {
+			t.Errorf("shellQuote(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	words := []string{"/tmp/dev state's/ca.pem", "a\"b", "$(touch x)", "`x`", "back\\slash", "tab\there", "new\nline", "*", "~", "!x", ""}
+	script := "printf '[%s]\\n'"
+	want := ""
+	for _, w := range words {
+		script += " " + shellQuote(w)
+		want += "[" + w + "]\n"
+	}
+	b, err := exec.Command("bash", "-c", script).CombinedOutput()
+	if err != nil || string(b) != want {
+		t.Fatalf("bash -c %s: %v\n%s\nwant\n%s", script, err, b, want)
+	}
 }
