@@ -81,7 +81,7 @@ func newAuditVerifyCmd() *cobra.Command {
 			}
 			if !rep.Whole {
 				b := rep.Breaks[0]
-				return &exitError{code: exitBroken, err: fmt.Errorf("audit verify: the chain breaks at %s", where(b))}
+				return &exitError{code: exitBroken, err: fmt.Errorf("pdmcp audit verify: the chain breaks at %s", where(b))}
 			}
 			return nil
 		},

@@ -155,11 +155,11 @@ is wrong, 1 a figure could not be measured.`,
 			if cpuProf != "" {
 				f, err := os.Create(cpuProf)
 				if err != nil {
-					return err
+					return fmt.Errorf("pdmcp bench: --cpuprofile %s: %w", cpuProf, err)
 				}
 				defer f.Close()
 				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
+					return fmt.Errorf("pdmcp bench: --cpuprofile %s: %w", cpuProf, err)
 				}
 				defer pprof.StopCPUProfile()
 			}

@@ -99,11 +99,11 @@ func newDevTokenCmd(state *string) *cobra.Command {
 		Args: func(c *cobra.Command, args []string) error {
 			switch len(args) {
 			case 0:
-				return usageError("dev token: name the user: %s", orList(devstack.UserNames()))
+				return usageError("pdmcp dev token: name the user: %s", orList(devstack.UserNames()))
 			case 1:
 				return nil
 			}
-			return usageError("dev token: name one user, not %d (%s)", len(args), strings.Join(args, " "))
+			return usageError("pdmcp dev token: name one user, not %d (%s)", len(args), strings.Join(args, " "))
 		},
 		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			if len(args) > 0 {

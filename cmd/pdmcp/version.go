@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -96,13 +95,15 @@ func newVersionCmd() *cobra.Command {
 	cmd := command("version", "Print this build's version, commit, commit date and Go version", func(cmd *cobra.Command) error {
 		b := currentBuild()
 		if asJSON {
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(b)
+			return writeJSON(cmd.OutOrStdout(), b)
 		}
 		_, err := fmt.Fprint(cmd.OutOrStdout(), b.text())
 		return err
 	})
+	cmd.Long = "version prints this build's version, its commit (and whether the tree had changes), the commit's\n" +
+		"date and the Go version, read from the build info the Go tool stamps into the binary: a plain `go build`\n" +
+		"in a clone has them. With --json: {\"version\",\"commit\",\"commitTime\",\"modified\",\"goVersion\"}\n" +
+		"(members are only ever added)."
 	cmd.Example = "  pdmcp version\n  pdmcp version --json\n  pdmcp --version"
 	cmd.Flags().BoolVar(&asJSON, "json", false,
 		`print {"version","commit","commitTime","modified","goVersion"} as JSON`)
