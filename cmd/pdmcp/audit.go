@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,10 +70,8 @@ func newAuditVerifyCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return &exitError{code: exitUnchecked, err: err}
+				if err := writeJSON(out, rep); err != nil {
+					return err
 				}
 			} else {
 				writeVerifyText(out, rep, o.Key != nil)

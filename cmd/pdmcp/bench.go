@@ -130,7 +130,7 @@ is wrong, 1 a figure could not be measured.`,
   pdmcp bench --only P1,P5 --rounds 3 --json > bench.json
   pdmcp bench --only P1 --trace p1.trace
   pdmcp bench --allow-missed --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, id := range only {
 				if !slices.ContainsFunc(benchFigures(), func(f string) bool { return strings.EqualFold(f, id) }) {

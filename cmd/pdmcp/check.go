@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,9 +43,7 @@ func newCheckCmd() *cobra.Command {
 		}
 		out := cmd.OutOrStdout()
 		if asJSON {
-			enc := json.NewEncoder(out)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(rep); err != nil {
+			if err := writeJSON(out, rep); err != nil {
 				return err
 			}
 		} else {

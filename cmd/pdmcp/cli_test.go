@@ -340,6 +340,7 @@ func TestRefusalTexts(t *testing.T) {
 		{[]string{"check", "--manifest", "m.json", "--key-server", "c.json", "--owner", "o"}, exitUsage, "Flag --key-server has been deprecated, use --config instead"},
 		{[]string{"audit", "verify"}, exitUsage, "pdmcp audit verify: name the audit files, oldest first"},
 		{[]string{"audit", "nosuch"}, exitUsage, `pdmcp audit: unknown command "nosuch"`},
+		{[]string{"completion", "bsh"}, exitUsage, `pdmcp completion: unknown command "bsh"`},
 		{[]string{"clean-env"}, exitUsage, "pdmcp clean-env: name the command to run, after --"},
 		{[]string{"version", "--log-level", "loud"}, exitUsage, `--log-level "loud": use debug, info, warn or error`},
 		{[]string{"version", "--log-format", "xml"}, exitUsage, `--log-format "xml": use text or json`},
@@ -381,5 +382,21 @@ func TestShellQuote(t *testing.T) {
 	b, err := exec.Command("bash", "-c", script).CombinedOutput()
 	if err != nil || string(b) != want {
 		t.Fatalf("bash -c %s: %v\n%s\nwant\n%s", script, err, b, want)
+	}
+}
+
+// TestErrorLine: cobra's own unknown-command message (from its NoArgs)
+// becomes one line naming the command; other errors get the program's
+// name unless they start with it.
+func TestErrorLine(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"unknown command \"x\" for \"pdmcp protect\"", `pdmcp protect: unknown command "x"`},
+		{"unknown command \"tokn\" for \"pdmcp dev\"\n\nDid you mean this?\n\ttoken\n", `pdmcp dev: unknown command "tokn"; did you mean "token"?`},
+		{"pdmcp check: --manifest is required (the operator's manifest.json)", "pdmcp check: --manifest is required (the operator's manifest.json)"},
+		{"open x.json: no such file or directory", "pdmcp: open x.json: no such file or directory"},
+	} {
+		if got := errorLine(errors.New(tc.in)); got != tc.want {
+			t.Errorf("errorLine(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

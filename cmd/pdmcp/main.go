@@ -59,6 +59,9 @@ func newRoot() (*cobra.Command, *runState) {
 	// Every command's flag errors are usage errors that name the flag and,
 	// for an unknown one, suggest the nearest.
 	root.SetFlagErrorFunc(flagError)
+	// Cobra adds `completion` when it runs; added now, the walks below
+	// reach it too.
+	root.InitDefaultCompletionCmd()
 	// A command made only of subcommands (the root, audit, acl) prints its
 	// help alone and names a word it does not know, with a suggestion,
 	// instead of printing its help and exiting 0.
