@@ -174,3 +174,13 @@ func TestDevJSONShapes(t *testing.T) {
 		t.Fatalf("dev gateway's text:\n%s", b.String())
 	}
 }
+
+// TestDevHelpNamesTheUsers: dev's help names every development user.
+func TestDevHelpNamesTheUsers(t *testing.T) {
+	long := newDevCmd().Long
+	for _, u := range devstack.UserNames() {
+		if !strings.Contains(long, u) {
+			t.Errorf("dev's help does not name the user %s", u)
+		}
+	}
+}

@@ -60,9 +60,9 @@ overdue hand-offs. --repair does what is safe (rebuilds the record from the side
 leftovers) and reports what it did. With --config (the service's config.json) it also asks the
 Gateway, as the keys' owner, whether each recorded key still exists.
 
---json prints the report: {"manifest","journal","ok","findings":[{"kind","path","detail",
-"repairable"}],"repaired":[{"kind","path","detail"}],
-"notes":[{"kind","path","detail"}]} (members are only ever added).
+--json prints the report (members are only ever added):
+  {"manifest","journal","ok","findings":[{"kind","path","detail","repairable"}],
+   "repaired":[{"kind","path","detail"}],"notes":[{"kind","path","detail"}]}
 
 Exit status: 0 they agree, 3 findings (printed), 2 the command line is wrong or the journal is
 not there, 4 the Gateway did not answer, 1 check failed while working.`

@@ -26,12 +26,12 @@ func newDevCmd() *cobra.Command {
 	dev := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole stack on loopback: Gateway, key server, OpenID provider and the MCP server over HTTPS",
-		Long: "dev runs a development CA, the reference Gateway and key server, a development OpenID provider with " +
-			"three users (alice: every document, bob: some, carol: none), seeds synthetic documents, and serves the " +
-			"MCP server over Streamable HTTP on 127.0.0.1 with TLS. Its state is kept in --state and reused. " +
-			"Ctrl-C revokes every session and stops everything. With --provider keycloak the provider is a Keycloak " +
-			"that deploy/keycloak/test/keycloak.sh started with the same --state and deploy/keycloak's realm: the " +
-			"users are made there and the Gateway is bound to it.\n\n" +
+		Long: "dev runs a development CA, the reference Gateway and key server, a development OpenID provider with\n" +
+			"five users (alice: every document, bob: some, carol: none; patient and doctor: the hand-off steps),\n" +
+			"seeds synthetic documents, and serves the MCP server over Streamable HTTP on 127.0.0.1 with TLS. Its\n" +
+			"state is kept in --state and reused. Ctrl-C revokes every session and stops everything. With\n" +
+			"--provider keycloak the provider is a Keycloak that deploy/keycloak/test/keycloak.sh started with the\n" +
+			"same --state and deploy/keycloak's realm: the users are made there and the Gateway is bound to it.\n\n" +
 			"Once everything serves, dev prints how to reach it from Claude Code, Codex and curl; with --json it\n" +
 			"prints one JSON object instead, and keeps running:\n" +
 			`  {"mcpUrl","caFile","issuer","users":["alice",…],"state","infoFile","fileRoot","hostClientId",` + "\n" +
