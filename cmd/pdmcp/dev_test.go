@@ -20,6 +20,8 @@ type devRun struct {
 	state string
 	info  map[string]any
 	out   *testutil.LogBuffer // what it printed
+	// printed is the object dev --json printed.
+	printed map[string]any
 }
 
 func startDev(t *testing.T, state string, args ...string) *devRun {
@@ -38,6 +40,10 @@ func startDev(t *testing.T, state string, args ...string) *devRun {
 		b, err := os.ReadFile(filepath.Join(state, "dev.json"))
 		return err == nil && json.Unmarshal(b, &d.info) == nil
 	})
+	if slices.Contains(args, "--json") {
+		testutil.WaitFor(t, "the printed JSON", func() bool { return json.Unmarshal([]byte(out.String()), &d.printed) == nil })
+		return d
+	}
 	testutil.WaitFor(t, "the printed instructions", func() bool { return strings.Contains(out.String(), "claude mcp add --transport http") })
 	return d
 }
@@ -138,11 +144,22 @@ func TestDevWithCurl(t *testing.T) {
 	}
 
 	// A second run reuses the state: same CA, same URL, same service.
+	// With --json it prints where everything is as one object, as
+	// dev.json has it.
 	d.stop(t)
 	cfgBefore, _ := os.ReadFile(filepath.Join(state, "config.json"))
-	d2 := startDev(t, state)
+	d2 := startDev(t, state, "--json")
 	if d2.info["caFile"] != ca || d2.info["mcpUrl"] != url {
 		t.Errorf("second run: %v, first: %s %s", d2.info, ca, url)
+	}
+	for _, k := range []string{"mcpUrl", "caFile", "issuer", "fileRoot", "hostClientId", "callbackPort", "serverName"} {
+		if d2.printed[k] == nil || d2.printed[k] != d2.info[k] {
+			t.Errorf("dev --json %s = %v, dev.json has %v", k, d2.printed[k], d2.info[k])
+		}
+	}
+	if users, _ := d2.printed["users"].([]any); len(users) != 5 || users[0] != "alice" ||
+		d2.printed["state"] != state || d2.printed["infoFile"] != filepath.Join(state, "dev.json") {
+		t.Errorf("dev --json: %v", d2.printed)
 	}
 	cfgAfter, _ := os.ReadFile(filepath.Join(state, "config.json"))
 	if string(cfgAfter) != string(cfgBefore) && !strings.Contains(string(cfgAfter), `"serviceId"`) {
