@@ -175,6 +175,9 @@ func errorLine(err error) string {
 		// "x" for "pdmcp"\n\nDid you mean this?\n\ty\n`.
 		name, rest, _ := strings.Cut(m, " for ")
 		line := "unknown command " + name
+		if path, _, _ := strings.Cut(rest, "\n"); strings.HasPrefix(path, `"pdmcp`) {
+			line = strings.Trim(path, `"`) + ": " + line
+		}
 		if _, sugg, ok := strings.Cut(rest, "Did you mean this?"); ok {
 			if f := strings.Fields(sugg); len(f) > 0 {
 				line += fmt.Sprintf("; did you mean %q?", f[0])
@@ -209,6 +212,41 @@ func unknownCommand(c *cobra.Command, name string) error {
 		return usageError("%s: unknown command %q; did you mean %q? (%s --help lists the commands)", c.CommandPath(), name, s[0], c.CommandPath())
 	}
 	return usageError("%s: unknown command %q (%s --help lists the commands)", c.CommandPath(), name, c.CommandPath())
+}
+
+// newHelpCmd is `pdmcp help [command]`: cobra's, except that a command it
+// does not know is a usage error with a suggestion (cobra's prints the
+// root's help and exits 0).
+func newHelpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Example: "  pdmcp help serve\n" +
+			"  pdmcp help dev token",
+		RunE: func(c *cobra.Command, args []string) error {
+			target, rest, err := c.Root().Find(args)
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			if len(rest) > 0 {
+				return unknownCommand(target, rest[0])
+			}
+			return target.Help()
+		},
+		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			target, _, err := c.Root().Find(args)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var out []cobra.Completion
+			for _, sub := range target.Commands() {
+				if sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					out = append(out, cobra.CompletionWithDesc(sub.Name(), sub.Short))
+				}
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		},
+	}
 }
 
 // groupRun is the RunE of such a command: alone, it prints its help.

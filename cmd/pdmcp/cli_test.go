@@ -69,6 +69,8 @@ func TestCompletion(t *testing.T) {
 		{[]string{"dev", "token", ""}, []string{"alice", "bob", "carol", "patient", "doctor"}},
 		{[]string{"dev", "token", "alice", ""}, nil},
 		{[]string{"bench", "--only", ""}, []string{"P1", "P2", "P3", "P4", "P5", "P6", "P7"}},
+		{[]string{"help", "dev", ""}, []string{"gateway\tRun the reference Gateway and key server over TLS on 127.0.0.1",
+			"token\tPrint an access token for a development user (authorization code + PKCE, as a host does)"}},
 		{[]string{"bench", "--only", "P1,P3,P"}, []string{"P1,P3,P2", "P1,P3,P4", "P1,P3,P5", "P1,P3,P6", "P1,P3,P7"}},
 	} {
 		got, _ := completions(t, tc.args...)
@@ -340,6 +342,8 @@ func TestRefusalTexts(t *testing.T) {
 		{[]string{"check", "--manifest", "m.json", "--key-server", "c.json", "--owner", "o"}, exitUsage, "Flag --key-server has been deprecated, use --config instead"},
 		{[]string{"audit", "verify"}, exitUsage, "pdmcp audit verify: name the audit files, oldest first"},
 		{[]string{"audit", "nosuch"}, exitUsage, `pdmcp audit: unknown command "nosuch"`},
+		{[]string{"help", "sevre"}, exitUsage, `pdmcp: unknown command "sevre"; did you mean "serve"?`},
+		{[]string{"help", "dev", "tokn"}, exitUsage, `pdmcp dev: unknown command "tokn"; did you mean "token"?`},
 		{[]string{"completion", "bsh"}, exitUsage, `pdmcp completion: unknown command "bsh"`},
 		{[]string{"clean-env"}, exitUsage, "pdmcp clean-env: name the command to run, after --"},
 		{[]string{"version", "--log-level", "loud"}, exitUsage, `--log-level "loud": use debug, info, warn or error`},

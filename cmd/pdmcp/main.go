@@ -59,6 +59,7 @@ func newRoot() (*cobra.Command, *runState) {
 	// Every command's flag errors are usage errors that name the flag and,
 	// for an unknown one, suggest the nearest.
 	root.SetFlagErrorFunc(flagError)
+	root.SetHelpCommand(newHelpCmd())
 	// Cobra adds `completion` when it runs; added now, the walks below
 	// reach it too.
 	root.InitDefaultCompletionCmd()
