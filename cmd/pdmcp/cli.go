@@ -392,10 +392,10 @@ func flagError(c *cobra.Command, err error) error {
 		return usageError("%s: unknown flag --%s (%s --help lists its flags)", c.CommandPath(), name, c.CommandPath())
 	case errors.As(err, &invalid):
 		f := invalid.GetFlag()
-		return usageError("--%s %q: %s", f.Name, invalid.GetValue(), valueKind(f))
+		return usageError("%s: --%s %q: %s", c.CommandPath(), f.Name, invalid.GetValue(), valueKind(f))
 	case errors.As(err, &needsValue):
 		f := needsValue.GetFlag()
-		return usageError("--%s needs a value: %s", f.Name, f.Usage)
+		return usageError("%s: --%s needs a value: %s", c.CommandPath(), f.Name, strings.TrimSuffix(f.Usage, requiredSuffix))
 	}
 	return &exitError{code: exitUsage, err: err}
 }
@@ -412,7 +412,7 @@ func valueKind(f *pflag.Flag) string {
 	case "bool":
 		return "not true or false"
 	}
-	return fmt.Sprintf("not a valid value (%s)", f.Usage)
+	return fmt.Sprintf("not a valid value (%s)", strings.TrimSuffix(f.Usage, requiredSuffix))
 }
 
 // suggestFlag is the flag of c nearest to name (a prefix of it, or at
