@@ -280,29 +280,76 @@ func TestHelpListsExitStatuses(t *testing.T) {
 }
 
 // TestEveryCommandHasExamples: each runnable command's help has an
-// Examples section whose lines run pdmcp.
+// Examples section; each example runs a pdmcp command that exists, with
+// flags it offers under their current names.
 func TestEveryCommandHasExamples(t *testing.T) {
+	root := newRootCmd()
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		if c.Hidden || c.Name() == "help" || c.Name() == "completion" || (c.HasParent() && c.Parent().Name() == "completion") {
+		if c.Hidden || c.Name() == "completion" || (c.HasParent() && c.Parent().Name() == "completion") {
 			return
 		}
 		if c.Runnable() && !ownedByOps[c.CommandPath()] {
 			if c.Example == "" {
 				t.Errorf("%s has no examples", c.CommandPath())
 			}
-			for _, l := range strings.Split(c.Example, "\n") {
-				if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "pdmcp ") && !strings.HasPrefix(l, "--") &&
-					!strings.Contains(l, "$(pdmcp ") {
-					t.Errorf("%s: example %q does not run pdmcp", c.CommandPath(), l)
-				}
+			for _, line := range strings.Split(strings.ReplaceAll(c.Example, "\\\n", " "), "\n") {
+				checkExample(t, root, line)
 			}
 		}
 		for _, sub := range c.Commands() {
 			walk(sub)
 		}
 	}
-	walk(newRootCmd())
+	walk(root)
+}
+
+// checkExample holds one example line to the command tree: the words
+// after "pdmcp" up to the first flag name a command, and every --flag is
+// one it offers, not hidden or deprecated (after clean-env's --, the
+// command it runs is held to the same). A shell comment, a redirection and
+// a $( ) around the command are left out.
+func checkExample(t *testing.T, root *cobra.Command, line string) {
+	t.Helper()
+	l, _, _ := strings.Cut(line, " #")
+	l, _, _ = strings.Cut(l, ">")
+	_, l, ok := strings.Cut(l, "pdmcp ")
+	if !ok {
+		t.Errorf("example %q does not run pdmcp", line)
+		return
+	}
+	words := strings.Fields(strings.TrimSuffix(strings.TrimSpace(l), ")"))
+	n := 0
+	for n < len(words) && !strings.HasPrefix(words[n], "-") {
+		n++
+	}
+	c, rest, err := root.Find(words[:n])
+	if err != nil || (len(rest) > 0 && c.Args == nil) || c == root && n > 0 {
+		t.Errorf("example %q: no command %q", line, words[:n])
+		return
+	}
+	for i, w := range words[n:] {
+		if w == "--" { // clean-env's command follows
+			if rest := words[n+i+1:]; len(rest) > 0 && rest[0] == "pdmcp" {
+				checkExample(t, root, strings.Join(rest, " "))
+			}
+			return
+		}
+		if !strings.HasPrefix(w, "--") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(w, "--"), "=")
+		f := c.Flags().Lookup(name)
+		if f == nil {
+			f = c.InheritedFlags().Lookup(name)
+		}
+		if f == nil && name == "version" && c == root {
+			continue
+		}
+		if f == nil || f.Hidden || f.Deprecated != "" {
+			t.Errorf("example %q: %s offers no --%s", line, c.CommandPath(), name)
+		}
+	}
 }
 
 // ownedByOps are the operator commands whose examples come with their
