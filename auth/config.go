@@ -227,25 +227,31 @@ type ExchangeConfig struct {
 func LoadHTTPConfig(path string) (*HTTPConfig, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("http config: %w", err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	// It names the issuer, the CA, the audience and the TLS material: a
-	// file group or others can write could widen who is let in.
-	raw, err := safefile.ReadConfig(abs, 0)
+	// file group or others can write could widen who is let in. Its
+	// refusals name the file as the operator gave it.
+	raw, err := safefile.ReadConfig(path, 0)
 	if err != nil {
-		return nil, fmt.Errorf("http config: %w", err)
+		return nil, err
 	}
 	// As strict as config.json and grant.json: exact member names, none
 	// given twice, every refusal with its line, column and JSON path.
 	var c HTTPConfig
-	if err := strictjson.Decode(raw, &c); err != nil {
-		return nil, fmt.Errorf("http config %s: %w", abs, err)
+	f := strictjson.File{Path: path, Holds: HTTPConfigHolds}
+	if err := f.Decode(raw, &c); err != nil {
+		return nil, err
 	}
 	if err := c.resolve(filepath.Dir(abs)); err != nil {
-		return nil, fmt.Errorf("http config %s: %w", abs, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &c, nil
 }
+
+// HTTPConfigHolds is what mcp-http.json holds, for the refusal of an empty
+// file.
+const HTTPConfigHolds = "the HTTP transport's settings as a JSON object (docs/operating.md shows one)"
 
 func (c *HTTPConfig) resolve(dir string) error {
 	if c.Listen.Host != ListenHost {

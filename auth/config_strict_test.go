@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 	"github.com/pdmcp/pdmcp/internal/strictjson"
 )
 
@@ -31,33 +32,36 @@ func TestLoadHTTPConfigStrict(t *testing.T) {
 		name    string
 		text    string
 		wantErr error
-		want    []string // each in the error
+		want    string // the message after "<path>: "
 	}{
 		{"member in lower case", replace(`"maxCallers": 8`, `"maxcallers": 8`), strictjson.ErrUnknownField,
-			[]string{`unknown field "maxcallers" at line 9, column 3 (in the top level)`, `did you mean "maxCallers"?`}},
+			`maxcallers at line 9, column 3: unknown field: member names are case-sensitive: did you mean "maxCallers"?`},
 		{"member in upper case", replace(`"maxCallers": 8`, `"MAXCALLERS": 8`), strictjson.ErrUnknownField,
-			[]string{`"MAXCALLERS"`, `did you mean "maxCallers"?`}},
+			`MAXCALLERS at line 9, column 3: unknown field: member names are case-sensitive: did you mean "maxCallers"?`},
 		{"three spellings of one member", replace(`"maxCallers": 8`, `"maxCallers": 8, "MAXCALLERS": 2, "maxcallers": 3`),
-			strictjson.ErrUnknownField, []string{`"MAXCALLERS" at line 9, column 20`}},
+			strictjson.ErrUnknownField, `MAXCALLERS at line 9, column 20: unknown field: member names are case-sensitive: did you mean "maxCallers"?`},
 		{"member given twice", replace(`"maxCallers": 8`, `"maxCallers": 8,`+"\n"+`  "maxCallers": 3`), strictjson.ErrDuplicateKey,
-			[]string{`duplicate field "maxCallers" at line 10, column 3 (maxCallers), first given at line 9, column 3`}},
+			`maxCallers at line 10, column 3: given twice (first at line 9, column 3); keep one`},
 		{"nested member given twice", replace(`"port": 8443`, `"port": 8443, "port": 9443`), strictjson.ErrDuplicateKey,
-			[]string{`"port" at line 2, column 49 (listen.port), first given at line 2, column 35`}},
+			`listen.port at line 2, column 49: given twice (first at line 2, column 35); keep one`},
 		{"nested member in another case", replace(`"caFile"`, `"cafile"`), strictjson.ErrUnknownField,
-			[]string{`"cafile" at line 4, column 61 (in provider)`, `did you mean "caFile"?`}},
+			`provider.cafile at line 4, column 61: unknown field: member names are case-sensitive: did you mean "caFile"?`},
 		{"unknown member in exchange", replace(`"clientId"`, `"clientID": "x", "clientId"`), strictjson.ErrUnknownField,
-			[]string{`"clientID"`, `(in exchange)`, `did you mean "clientId"?`}},
+			`exchange.clientID at line 6, column 16: unknown field: member names are case-sensitive: did you mean "clientId"?`},
 		{"unknown member in connections", replace(`"maxCallers": 8`, `"maxCallers": 8, "connections": {"max": 10, "maxPerUser": 2}`),
-			strictjson.ErrUnknownField, []string{`"maxPerUser"`, `(in connections)`}},
+			strictjson.ErrUnknownField, `connections.maxPerUser at line 9, column 47: unknown field: remove it or check its spelling`},
 		{"connections member given twice", replace(`"maxCallers": 8`, `"maxCallers": 8, "connections": {"max": 10, "max": 20}`),
-			strictjson.ErrDuplicateKey, []string{`(connections.max)`}},
+			strictjson.ErrDuplicateKey, `connections.max at line 9, column 47: given twice (first at line 9, column 36); keep one`},
 		{"unknown member in tls", replace(`"key": "mcp-tls.key"`, `"key": "mcp-tls.key", "chain": "x"`), strictjson.ErrUnknownField,
-			[]string{`"chain"`, `(in tls)`}},
+			`tls.chain at line 3, column 63: unknown field: remove it or check its spelling`},
 		{"wrong type", replace(`"maxCallers": 8`, `"maxCallers": "8"`), strictjson.ErrMalformed,
-			[]string{`maxCallers at line 9 is a JSON string where a int is wanted`}},
-		{"two objects", base + "{}", strictjson.ErrMalformed, []string{"data after the JSON object at line 11, column 1"}},
-		{"cut short", base[:len(base)/2], strictjson.ErrMalformed, []string{"ends inside the JSON object"}},
-		{"empty", "\n", strictjson.ErrMalformed, []string{"the file is empty"}},
+			`maxCallers at line 9, column 17: a JSON string where a whole number is wanted`},
+		{"two objects", base + "{}", strictjson.ErrMalformed,
+			"not valid JSON at line 11, column 1: more after the JSON object; the file holds one object"},
+		{"cut short", base[:len(base)/2], strictjson.ErrMalformed,
+			"not valid JSON at line 5, column 38: the file ends before the JSON object does"},
+		{"syntax", replace(`"maxCallers": 8`, `"maxCallers": 8,`), strictjson.ErrMalformed,
+			"not valid JSON at line 10, column 1: invalid character '}' looking for beginning of object key string"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,12 +73,26 @@ func TestLoadHTTPConfigStrict(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("LoadHTTPConfig: %v; want %v", err, tt.wantErr)
 			}
-			for _, w := range append(tt.want, path) {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
+			if want := path + ": " + tt.want; err.Error() != want {
+				t.Errorf("error\n %s\nwant\n %s", err, want)
 			}
 		})
+	}
+}
+
+// TestLoadHTTPConfigEmpty: an empty mcp-http.json is named and said to be
+// empty, the same wording as every other operator file.
+func TestLoadHTTPConfigEmpty(t *testing.T) {
+	for _, text := range []string{"", "\n  \n"} {
+		path := configDir(t, nil)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadHTTPConfig(path)
+		want := path + " is empty: it should hold the HTTP transport's settings as a JSON object (docs/operating.md shows one)"
+		if !errors.Is(err, fileerr.ErrEmpty) || err.Error() != want {
+			t.Errorf("LoadHTTPConfig of %q: %v; want %q", text, err, want)
+		}
 	}
 }
 

@@ -53,14 +53,14 @@ func TestLoadHTTPConfigConnections(t *testing.T) {
 		members map[string]any
 		want    string
 	}{
-		{"unknown member", map[string]any{"maxConns": 5}, `unknown field "maxConns"`},
+		{"unknown member", map[string]any{"maxConns": 5}, `connections.maxConns at line 1, column 17: unknown field: remove it or check its spelling`},
 		{"negative max", map[string]any{"max": -1}, "connections.max is -1"},
 		{"negative answer timeout", map[string]any{"answerTimeoutSeconds": -5}, "connections.answerTimeoutSeconds is -5"},
-		{"the body timeout is the per-user limits'", map[string]any{"bodyTimeoutSeconds": 5}, `unknown field "bodyTimeoutSeconds"`},
+		{"the body timeout is the per-user limits'", map[string]any{"bodyTimeoutSeconds": 5}, `connections.bodyTimeoutSeconds at line 1, column 17: unknown field`},
 		{"reserve as large as max", map[string]any{"max": 10, "signedIn": 10}, "connections.signedIn (10) must be less than connections.max (10)"},
 		{"per user over the reserve", map[string]any{"signedIn": 10, "signedInPerUser": 11}, "connections.signedInPerUser (11) is more than connections.signedIn (10)"},
 		{"header timeout of days", map[string]any{"headerTimeoutSeconds": 86400}, "connections.headerTimeoutSeconds is 86400; at most 3600"},
-		{"not a number", map[string]any{"max": "many"}, "cannot unmarshal string"},
+		{"not a number", map[string]any{"max": "many"}, "connections.max at line 1, column 23: a JSON string where a whole number is wanted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := LoadHTTPConfig(configDir(t, func(m map[string]any) { m["connections"] = tc.members }))

@@ -2,8 +2,13 @@
 // struct more strictly than encoding/json: a member name must match a
 // field's JSON name exactly (encoding/json also takes "maxcallers" for
 // "maxCallers"), a name given twice in one object is refused (encoding/json
-// keeps the last silently), and every refusal names its place: line,
-// column and the JSON path, so the operator can find it in the file.
+// keeps the last silently), a value of the wrong type is refused at its own
+// place, and every refusal names its place: the file, the line and column
+// and, for a member or value, its JSON path, so the operator can find it:
+//
+//	/etc/pdmcp/mcp-http.json: maxcallers at line 9, column 3: unknown field: member names are case-sensitive: did you mean "maxCallers"?
+//	/etc/pdmcp/config.json: not valid JSON at line 4, column 2: invalid character '}' looking for object key string
+//	/etc/pdmcp/config.json is empty: it should hold the service's settings as a JSON object
 package strictjson
 
 import (
@@ -16,63 +21,161 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 )
 
-// The kinds of refusal, matched with errors.Is.
+// The kinds of refusal, matched with errors.Is on an [*Error]. An empty
+// file is an [*fileerr.EmptyError] (ErrEmpty).
 var (
-	ErrMalformed    = errors.New("malformed JSON")
+	ErrEmpty        = fileerr.ErrEmpty
+	ErrMalformed    = errors.New("not valid JSON")
 	ErrUnknownField = errors.New("unknown field")
-	ErrDuplicateKey = errors.New("duplicate field")
+	ErrDuplicateKey = errors.New("given twice")
+	// ErrWrongType: a value of another JSON type than its field's, or one
+	// its field's type refuses (a time that is not RFC 3339). It matches
+	// ErrMalformed too.
+	ErrWrongType = errors.New("wrong type")
 )
 
 // maxDepth is deeper than any configuration file nests.
 const maxDepth = 32
 
+// Error is a refusal of a JSON file that names its place: the line and
+// column, and for a member or value the JSON path the operator would look
+// for (provider.allowedAlgs[1]).
+type Error struct {
+	File string // the file as the operator named it; "" when only bytes were decoded
+	Kind error  // ErrMalformed, ErrUnknownField, ErrDuplicateKey or ErrWrongType
+	// Field is the JSON path of the member or value; "" for the top level.
+	// A syntax error (ErrMalformed) has none.
+	Field        string
+	Line, Column int
+	Problem      string // what is wrong, in words
+	Err          error  // the decoder's own error, when there is one
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File + ": ")
+	}
+	if e.Kind == ErrMalformed {
+		fmt.Fprintf(&b, "not valid JSON at line %d, column %d: %s", e.Line, e.Column, e.Problem)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%s at line %d, column %d: %s", DisplayPath(e.Field), e.Line, e.Column, e.Problem)
+	return b.String()
+}
+
+// Is matches the error's kind; a wrong type matches ErrMalformed too.
+func (e *Error) Is(target error) bool {
+	return target == e.Kind || target == ErrMalformed && e.Kind == ErrWrongType
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// File describes the JSON file Decode reads, for its messages.
+type File struct {
+	// Path is the file as the operator named it; every refusal starts
+	// with it.
+	Path string
+	// Holds says what the file should hold, for the refusal of an empty
+	// file: "<Path> is empty: it should hold <Holds>".
+	Holds string
+	// FoldMapKeys refuses two keys of one map (not a struct's members,
+	// which must match exactly anyway) that differ only in case: ids that
+	// become file names name one file where case is ignored.
+	FoldMapKeys bool
+}
+
 // Decode decodes the one JSON object in data into v (a pointer to a
 // struct), refusing unknown or differently spelled member names, names
-// given twice and anything after the object. Members of types that decode
-// themselves (json.Unmarshaler, encoding.TextUnmarshaler) and of
-// interface or map[string]any types are checked for duplicates only.
-func Decode(data []byte, v any) error {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return fmt.Errorf("%w: the file is empty", ErrMalformed)
+// given twice, values of the wrong type and anything after the object.
+// Members of types that decode themselves (json.Unmarshaler,
+// encoding.TextUnmarshaler) are decoded alone to place their refusals;
+// interface and map[string]any values are checked for duplicates only.
+// Refusals are [*Error] or, for an empty file, [*fileerr.EmptyError].
+func (f File) Decode(data []byte, v any) error {
+	name := f.Path
+	if name == "" {
+		name = "the JSON"
 	}
-	w := walker{data: data, dec: json.NewDecoder(bytes.NewReader(data))}
+	holds := f.Holds
+	if holds == "" {
+		holds = "a JSON object"
+	}
+	if err := fileerr.CheckEmpty(name, data, holds); err != nil {
+		return err
+	}
+	err := f.decode(data, v)
+	var e *Error
+	if errors.As(err, &e) {
+		e.File = f.Path
+	}
+	return err
+}
+
+// Decode decodes data as [File.Decode] does, for bytes that are no file:
+// refusals name no file.
+func Decode(data []byte, v any) error { return File{}.Decode(data, v) }
+
+func (f File) decode(data []byte, v any) error {
+	w := walker{data: data, dec: json.NewDecoder(bytes.NewReader(data)), fold: f.FoldMapKeys}
 	w.dec.UseNumber()
 	if err := w.walk(reflect.TypeOf(v), "", 0); err != nil {
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
-			line, col := Position(data, syn.Offset)
-			return fmt.Errorf("%w at line %d, column %d: %w", ErrMalformed, line, col, err)
+			line, col := Position(data, syntaxOffset(data, syn))
+			return &Error{Kind: ErrMalformed, Line: line, Column: col, Problem: syn.Error(), Err: err}
 		}
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return fmt.Errorf("%w: the file ends inside the JSON object", ErrMalformed)
+			line, col := Position(data, int64(len(data)))
+			return &Error{Kind: ErrMalformed, Line: line, Column: col, Problem: "the file ends before the JSON object does", Err: err}
 		}
 		return err
 	}
-	after := w.keyStart()
+	after := w.nextToken()
 	if _, err := w.dec.Token(); !errors.Is(err, io.EOF) {
 		line, col := Position(data, after)
-		return fmt.Errorf("%w: data after the JSON object at line %d, column %d", ErrMalformed, line, col)
+		return &Error{Kind: ErrMalformed, Line: line, Column: col, Problem: "more after the JSON object; the file holds one object"}
 	}
+	// The walk checked names, duplicates and types; what is left is the
+	// decoding itself.
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		e := &Error{Kind: ErrWrongType, Line: 1, Column: 1, Problem: err.Error(), Err: err}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			// te.Offset is just after the value, on the value's line.
-			line, _ := Position(data, te.Offset)
-			return fmt.Errorf("%w: %s at line %d is a JSON %s where a %s is wanted (%w)", ErrMalformed,
-				DisplayPath(te.Field), line, te.Value, te.Type, err)
+			e.Field = te.Field
+			e.Line, e.Column = Position(data, te.Offset)
 		}
-		return fmt.Errorf("%w: %w", ErrMalformed, err)
+		return e
 	}
 	return nil
+}
+
+// syntaxOffset is the offset of the character a syntax error names. The
+// decoder's offset is that character's for most errors but the one before
+// it inside a literal (tru}).
+func syntaxOffset(data []byte, syn *json.SyntaxError) int64 {
+	off := syn.Offset
+	rest, ok := strings.CutPrefix(syn.Error(), "invalid character '")
+	if !ok || len(rest) < 2 || rest[1] != '\'' || off < 0 || off+1 >= int64(len(data)) {
+		return off
+	}
+	if c := rest[0]; data[off] != c && data[off+1] == c {
+		return off + 1
+	}
+	return off
 }
 
 type walker struct {
 	data []byte
 	dec  *json.Decoder
+	fold bool
 }
 
 var (
@@ -80,71 +183,67 @@ var (
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
-// schema reduces t to what the walk checks: nil when anything goes.
+// decodesItself reports whether encoding/json hands t's JSON to t's own
+// method.
+func decodesItself(t reflect.Type) bool {
+	return t.Implements(jsonUnmarshaler) || t.Implements(textUnmarshaler) ||
+		reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler)
+}
+
+// schema reduces t to what the walk looks into: a struct, map, slice or
+// array; nil for a value checked whole (a scalar, a type that decodes
+// itself, []byte) or when anything goes.
 func schema(t reflect.Type) reflect.Type {
-	for t != nil && t.Kind() == reflect.Pointer {
-		if t.Implements(jsonUnmarshaler) || t.Implements(textUnmarshaler) {
-			return nil
-		}
+	for t != nil && t.Kind() == reflect.Pointer && !decodesItself(t) {
 		t = t.Elem()
 	}
-	if t == nil || reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+	if t == nil || decodesItself(t) {
 		return nil
 	}
 	switch t.Kind() {
-	case reflect.Struct, reflect.Map, reflect.Slice, reflect.Array:
+	case reflect.Struct, reflect.Map, reflect.Array:
+		return t
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 && !decodesItself(t.Elem()) {
+			return nil // base64 in a string
+		}
 		return t
 	}
 	return nil
 }
 
-func (w *walker) walk(t reflect.Type, path string, depth int) error {
-	if depth > maxDepth {
-		return fmt.Errorf("%w: nested deeper than %d at %s", ErrMalformed, maxDepth, DisplayPath(path))
+// leaf is t when a value of it is to be decoded alone to check its type:
+// nil for an interface (anything goes) or no type.
+func leaf(t reflect.Type) reflect.Type {
+	if t == nil || t.Kind() == reflect.Interface {
+		return nil
 	}
+	return t
+}
+
+func (w *walker) walk(t reflect.Type, path string, depth int) error {
+	start := w.nextToken()
+	if depth > maxDepth {
+		line, col := Position(w.data, start)
+		return &Error{Kind: ErrMalformed, Line: line, Column: col,
+			Problem: fmt.Sprintf("nested deeper than %d levels, at %s", maxDepth, DisplayPath(path))}
+	}
+	orig := t
 	t = schema(t)
 	tok, err := w.dec.Token()
 	if err != nil {
 		return err
 	}
+	if t != nil {
+		if err := w.wantKind(t, tok, path, start); err != nil {
+			return err
+		}
+	}
 	switch tok {
 	case json.Delim('{'):
-		var fields map[string]reflect.Type
-		if t != nil && t.Kind() == reflect.Struct {
-			fields = jsonFields(t)
+		if err := w.object(t, path, depth); err != nil {
+			return err
 		}
-		seen := make(map[string]int64)
-		for w.dec.More() {
-			at := w.keyStart()
-			kt, err := w.dec.Token()
-			if err != nil {
-				return err
-			}
-			key, _ := kt.(string)
-			line, col := Position(w.data, at)
-			if first, dup := seen[key]; dup {
-				fl, fc := Position(w.data, first)
-				return fmt.Errorf("%w %s at line %d, column %d (%s), first given at line %d, column %d",
-					ErrDuplicateKey, strconv.Quote(key), line, col, DisplayPath(JoinPath(path, key)), fl, fc)
-			}
-			seen[key] = at
-			var elem reflect.Type
-			switch {
-			case fields != nil:
-				ft, known := fields[key]
-				if !known {
-					return unknown(key, fields, line, col, path)
-				}
-				elem = ft
-			case t != nil && t.Kind() == reflect.Map:
-				elem = t.Elem()
-			}
-			if err := w.walk(elem, JoinPath(path, key), depth+1); err != nil {
-				return err
-			}
-		}
-		_, err = w.dec.Token()
-		return err
 	case json.Delim('['):
 		var elem reflect.Type
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
@@ -155,20 +254,153 @@ func (w *walker) walk(t reflect.Type, path string, depth int) error {
 				return err
 			}
 		}
-		_, err = w.dec.Token()
-		return err
+		if _, err := w.dec.Token(); err != nil {
+			return err
+		}
+	}
+	if lt := leaf(orig); t == nil && lt != nil {
+		return w.checkLeaf(lt, path, start, w.dec.InputOffset())
 	}
 	return nil
 }
 
-// keyStart is the offset of the next token (a key's opening quote): the
-// decoder's offset is just after the previous token, before any comma and
-// spaces.
-func (w *walker) keyStart() int64 {
+// object walks an object's members after its '{', up to its '}'.
+func (w *walker) object(t reflect.Type, path string, depth int) error {
+	var fields map[string]reflect.Type
+	if t != nil && t.Kind() == reflect.Struct {
+		fields = jsonFields(t)
+	}
+	fold := w.fold && t != nil && t.Kind() == reflect.Map
+	type first struct {
+		key string
+		at  int64
+	}
+	seen := make(map[string]first)
+	for w.dec.More() {
+		at := w.nextToken()
+		kt, err := w.dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := kt.(string)
+		member := JoinPath(path, key)
+		line, col := Position(w.data, at)
+		same := key
+		if fold {
+			same = strings.ToLower(key)
+		}
+		if f, dup := seen[same]; dup {
+			fl, fc := Position(w.data, f.at)
+			problem := fmt.Sprintf("given twice (first at line %d, column %d); keep one", fl, fc)
+			if f.key != key {
+				problem = fmt.Sprintf("given twice: %s at line %d, column %d differs only in case, and ids that differ only in case name one file; keep one",
+					strconv.Quote(f.key), fl, fc)
+			}
+			return &Error{Kind: ErrDuplicateKey, Field: member, Line: line, Column: col, Problem: problem}
+		}
+		seen[same] = first{key, at}
+		var elem reflect.Type
+		switch {
+		case fields != nil:
+			ft, known := fields[key]
+			if !known {
+				return unknown(key, fields, member, line, col)
+			}
+			elem = ft
+		case t != nil && t.Kind() == reflect.Map:
+			elem = t.Elem()
+		}
+		if err := w.walk(elem, member, depth+1); err != nil {
+			return err
+		}
+	}
+	_, err := w.dec.Token()
+	return err
+}
+
+// wantKind refuses a token that cannot start a value of t (a struct, map,
+// slice or array); null is taken, as encoding/json takes it.
+func (w *walker) wantKind(t reflect.Type, tok json.Token, path string, start int64) error {
+	want := json.Delim('[')
+	if t.Kind() == reflect.Struct || t.Kind() == reflect.Map {
+		want = json.Delim('{')
+	}
+	if tok == nil || tok == want {
+		return nil
+	}
+	line, col := Position(w.data, start)
+	return &Error{Kind: ErrWrongType, Field: path, Line: line, Column: col,
+		Problem: fmt.Sprintf("a JSON %s where %s is wanted", jsonKind(tok), words(t))}
+}
+
+// checkLeaf decodes the value at data[start:end] alone into a new t, so a
+// value of the wrong type is refused at its own place and path.
+func (w *walker) checkLeaf(t reflect.Type, path string, start, end int64) error {
+	err := json.Unmarshal(w.data[start:end], reflect.New(t).Interface())
+	if err == nil {
+		return nil
+	}
+	line, col := Position(w.data, start)
+	e := &Error{Kind: ErrWrongType, Field: path, Line: line, Column: col, Problem: err.Error(), Err: err}
+	var te *json.UnmarshalTypeError
+	switch {
+	case t == reflect.TypeFor[time.Time]():
+		e.Problem = "a time is wanted, in RFC 3339 form such as 2026-01-02T15:04:05Z"
+	case errors.As(err, &te):
+		e.Problem = fmt.Sprintf("a JSON %s where %s is wanted", te.Value, words(te.Type))
+	}
+	return e
+}
+
+// jsonKind names a token's JSON type.
+func jsonKind(tok json.Token) string {
+	switch tok.(type) {
+	case json.Delim:
+		if tok == json.Delim('{') {
+			return "object"
+		}
+		return "array"
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	case json.Number, float64:
+		return "number"
+	}
+	return "value"
+}
+
+// words names what a value of t is in JSON, for a refusal.
+func words(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number, 0 or more"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "a " + t.String()
+}
+
+// nextToken is the offset of the next token: the decoder's offset is just
+// after the previous token, before any comma, colon and spaces.
+func (w *walker) nextToken() int64 {
 	at := w.dec.InputOffset()
 	for at < int64(len(w.data)) {
 		switch w.data[at] {
-		case ' ', '\t', '\r', '\n', ',':
+		case ' ', '\t', '\r', '\n', ',', ':':
 			at++
 			continue
 		}
@@ -177,14 +409,15 @@ func (w *walker) keyStart() int64 {
 	return at
 }
 
-func unknown(key string, fields map[string]reflect.Type, line, col int, path string) error {
-	err := fmt.Errorf("%w %s at line %d, column %d (in %s)", ErrUnknownField, strconv.Quote(key), line, col, DisplayPath(path))
+func unknown(key string, fields map[string]reflect.Type, member string, line, col int) error {
+	e := &Error{Kind: ErrUnknownField, Field: member, Line: line, Column: col,
+		Problem: "unknown field: remove it or check its spelling"}
 	for name := range fields {
 		if strings.EqualFold(name, key) {
-			return fmt.Errorf("%w; member names are case-sensitive: did you mean %s?", err, strconv.Quote(name))
+			e.Problem = fmt.Sprintf("unknown field: member names are case-sensitive: did you mean %s?", strconv.Quote(name))
 		}
 	}
-	return err
+	return e
 }
 
 // jsonFields maps each JSON member name of struct t to its field's type,
