@@ -3,7 +3,10 @@ package grant
 import (
 	"errors"
 	"fmt"
-	"io/fs"
+
+	"github.com/pdmcp/pdmcp/internal/fileerr"
+	"github.com/pdmcp/pdmcp/internal/safefile"
+	"github.com/pdmcp/pdmcp/internal/strictjson"
 )
 
 // CodeGrantTooWide is the refusal code for a grant whose documents and
@@ -13,12 +16,16 @@ const CodeGrantTooWide = "GRANT_TOO_WIDE"
 // Errors of reading and checking the files. Match them with errors.Is; most
 // arrive inside a [*FieldError] that names where in the file the problem is.
 var (
-	ErrMalformed    = errors.New("malformed JSON")
-	ErrUnknownField = errors.New("unknown field")
-	ErrDuplicateKey = errors.New("key given twice")
-	ErrTooLarge     = errors.New("file too large")
-	ErrNotRegular   = errors.New("not a regular file")
-	ErrInsecureMode = errors.New("group or others can write the file")
+	// The file's own refusals: those of every operator file
+	// (internal/strictjson, internal/safefile), so one errors.Is matches
+	// them whichever package read the file.
+	ErrEmpty        = fileerr.ErrEmpty
+	ErrMalformed    = strictjson.ErrMalformed
+	ErrUnknownField = strictjson.ErrUnknownField
+	ErrDuplicateKey = strictjson.ErrDuplicateKey
+	ErrTooLarge     = safefile.ErrTooLarge
+	ErrNotRegular   = safefile.ErrNotRegular
+	ErrInsecureMode = safefile.ErrGroupWritable
 
 	ErrMissing   = errors.New("required but missing")
 	ErrInvalid   = errors.New("invalid value")
@@ -82,18 +89,10 @@ func fieldErr(field string, sentinel error, format string, args ...any) *FieldEr
 }
 
 // ModeError refuses a file that group or others can write: anyone who can
-// write it can widen what the task may reach.
-type ModeError struct {
-	Path string
-	Mode fs.FileMode
-}
-
-func (e *ModeError) Error() string {
-	return fmt.Sprintf("%s is mode %04o: group or others can write it; make it mode 600 (chmod 600)", e.Path, uint32(e.Mode.Perm()))
-}
-
-// Is makes errors.Is(err, ErrInsecureMode) true.
-func (e *ModeError) Is(target error) bool { return target == ErrInsecureMode }
+// write it can widen what the task may reach. It is internal/safefile's, so
+// a mode reads the same from every command; errors.Is(err,
+// ErrInsecureMode) matches it.
+type ModeError = safefile.ModeError
 
 // GrantTooWideError is GRANT_TOO_WIDE: the grant covers Count distinct keys
 // and a scoped session may cover at most Max.

@@ -90,7 +90,7 @@ type Grant struct {
 // [Grant.Check] refuses. It does not refuse an expired grant: see
 // [Grant.Expired].
 func Load(path string) (*Grant, error) {
-	g, _, err := loadChecked("grant", path, maxGrantBytes, (*Grant).Check)
+	g, _, err := loadChecked(grantHolds, path, maxGrantBytes, (*Grant).Check)
 	return g, err
 }
 

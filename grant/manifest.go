@@ -182,7 +182,7 @@ type Recipient struct {
 // LoadManifest reads and checks the manifest at path. The manifest
 // remembers its absolute path, against which [Manifest.Resolve] works.
 func LoadManifest(path string) (*Manifest, error) {
-	m, abs, err := loadChecked("manifest", path, maxManifestBytes, (*Manifest).Validate)
+	m, abs, err := loadChecked(manifestHolds, path, maxManifestBytes, (*Manifest).Validate)
 	if err != nil {
 		return nil, err
 	}

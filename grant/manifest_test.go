@@ -67,10 +67,12 @@ func TestLoadManifestValid(t *testing.T) {
 
 func TestLoadManifestRefusals(t *testing.T) {
 	testLoadRefusals(t, "manifest.json", LoadManifest, []fileRefusal{
-		{"manifest-unknown-field.json", ErrUnknownField, "", `unknown field "key" at documents.ccd-0001.fragments[1]`},
-		{"manifest-duplicate-key.json", ErrDuplicateKey, "", `"Approved"`},
-		{"manifest-malformed.json", ErrMalformed, "", "line 15"},
-		{"manifest-trailing.json", ErrMalformed, "", "after the JSON object"},
+		{"manifest-unknown-field.json", ErrUnknownField, "", `: documents.ccd-0001.fragments[1].key at line 70, column 11: unknown field`},
+		// "Approved" beside "approved": encoding/json took it as the same
+		// member and kept the last; a member name must match exactly.
+		{"manifest-duplicate-key.json", ErrUnknownField, "", `: documents.proposal-aurora.Approved at line 6, column 7: unknown field: member names are case-sensitive: did you mean "approved"?`},
+		{"manifest-malformed.json", ErrMalformed, "", ": not valid JSON at line 15"},
+		{"manifest-trailing.json", ErrMalformed, "", "more after the JSON object"},
 		{"manifest-bad-version.json", ErrInvalid, "version", "version 1"},
 		{"manifest-bad-iv.json", ErrBadIV, "documents.proposal-aurora.iv", "12 bytes"},
 		{"manifest-bad-sha256.json", ErrBadSHA256, "documents.evaluation-criteria.sha256", "6 characters"},

@@ -23,7 +23,7 @@ type SeedRecord struct {
 // it is refused when group or others can write it: cleanup deletes the keys
 // it lists.
 func LoadSeedRecord(path string) (*SeedRecord, error) {
-	r, _, err := loadChecked("seed record", path, maxSeedBytes, (*SeedRecord).Check)
+	r, _, err := loadChecked(seedHolds, path, maxSeedBytes, (*SeedRecord).Check)
 	return r, err
 }
 
