@@ -1,27 +1,25 @@
 package gateway
 
 import (
-	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pdmcp/pdmcp/internal/safefile"
+	"github.com/pdmcp/pdmcp/internal/strictjson"
 )
 
 // DefaultTimeout bounds one request when Config.Timeout is zero.
@@ -98,18 +96,25 @@ func (sc *ServiceConfig) ClientConfig() Config {
 	}
 }
 
-// ConfigError names the config.json field that is missing or bad.
+// ConfigError names the config.json field that is missing or bad:
+// "<path>: <field>: <problem>", the wording of every operator file.
 type ConfigError struct {
 	Path  string // the file
 	Field string // its JSON name; "" for the file as a whole
 	Err   error
+	// named: Err names the file itself (a refusal of its mode, its JSON
+	// or its emptiness), so the message is Err's alone.
+	named bool
 }
 
 func (e *ConfigError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("service config %s: %v", e.Path, e.Err)
+	switch {
+	case e.named:
+		return e.Err.Error()
+	case e.Field == "":
+		return fmt.Sprintf("%s: %v", e.Path, e.Err)
 	}
-	return fmt.Sprintf("service config %s: %s: %v", e.Path, e.Field, e.Err)
+	return fmt.Sprintf("%s: %s: %v", e.Path, e.Field, e.Err)
 }
 
 func (e *ConfigError) Unwrap() error { return e.Err }
@@ -117,27 +122,26 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // errMissing is the cause of a ConfigError for a field that is absent.
 var errMissing = errors.New("missing; it is required")
 
+// ServiceConfigHolds is what config.json holds, for the refusal of an
+// empty file.
+const ServiceConfigHolds = "the service's settings as a JSON object (pdmcp bootstrap writes it)"
+
 // LoadServiceConfig reads and checks a config.json. It refuses unknown
-// fields, names the first field that is missing or bad, resolves file paths
-// against the file's directory and checks that those files exist.
+// fields, member names in another case and names given twice
+// (internal/strictjson), names the first field that is missing or bad,
+// resolves file paths against the file's directory and checks that those
+// files exist. Every refusal is a [*ConfigError] naming the file as path
+// names it.
 func LoadServiceConfig(path string) (*ServiceConfig, error) {
 	// It names the Gateway, the trust file and the service's keys: a file
 	// group or others can write could point the server elsewhere.
 	data, err := safefile.ReadConfig(path, 0)
 	if err != nil {
-		return nil, &ConfigError{Path: path, Err: err}
+		return nil, &ConfigError{Path: path, Err: err, named: true}
 	}
-	if err := checkKeys(data); err != nil {
-		return nil, &ConfigError{Path: path, Err: err}
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var sc ServiceConfig
-	if err := dec.Decode(&sc); err != nil {
-		return nil, &ConfigError{Path: path, Err: describeJSONError(err)}
-	}
-	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
-		return nil, &ConfigError{Path: path, Err: errors.New("trailing data after the JSON object")}
+	if err := (strictjson.File{Path: path, Holds: ServiceConfigHolds}).Decode(data, &sc); err != nil {
+		return nil, &ConfigError{Path: path, Err: err, named: true}
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -228,56 +232,6 @@ func (sc *ServiceConfig) check(path string, files bool) error {
 		}
 	}
 	return nil
-}
-
-// serviceConfigKeys are the JSON names of ServiceConfig's fields.
-var serviceConfigKeys = []string{"gatewayUrl", "trustFile", "allowHttpLoopback", "serviceCert",
-	"serviceLoginKey", "senderKey", "serviceId", "systemId", "prefix"}
-
-// checkKeys refuses keys that are not exactly a field's name: encoding/json
-// matches names without regard to case, so "gatewayURL" would otherwise be
-// taken silently, and a repeated key would override the first.
-func checkKeys(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return describeJSONError(err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return errors.New("not a JSON object")
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return describeJSONError(err)
-		}
-		key, _ := tok.(string)
-		if !slices.Contains(serviceConfigKeys, key) {
-			return fmt.Errorf("unknown field %q; remove it or check its spelling", key)
-		}
-		if seen[key] {
-			return fmt.Errorf("%s: given twice", key)
-		}
-		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return describeJSONError(err)
-		}
-	}
-	return nil
-}
-
-// describeJSONError turns a decoding error into one that names the field.
-func describeJSONError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fmt.Errorf("%s: must be a %s, not a JSON %s", te.Field, te.Type, te.Value)
-	}
-	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fmt.Errorf("unknown field %s; remove it or check its spelling", msg)
-	}
-	return fmt.Errorf("not valid JSON: %w", err)
 }
 
 // writeFileAtomic writes data to a temporary file beside path and renames

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 )
 
 // configDir copies a config fixture into a temp dir beside freshly made
@@ -45,23 +47,23 @@ func TestLoadServiceConfig(t *testing.T) {
 	cases := []struct {
 		fixture string
 		field   string // "" with want "" means it loads
-		want    string
+		want    string // the message after "<path>: "
 	}{
 		{"good.json", "", ""},
 		{"no-trust-file.json", "", ""},
 		{"plain-http-allowed.json", "", ""},
-		{"unknown-field.json", "", `unknown field "timeout"`},
-		{"wrong-case-field.json", "", `unknown field "gatewayURL"`},
-		{"duplicate-field.json", "", "prefix: given twice"},
-		{"missing-sender-key.json", "senderKey", "missing"},
-		{"missing-system-id.json", "systemId", "missing"},
-		{"missing-prefix.json", "prefix", "missing"},
-		{"system-id-string.json", "", "systemId: must be a int64"},
-		{"plain-http.json", "gatewayUrl", "plain http is refused"},
-		{"plain-http-remote.json", "gatewayUrl", "only to a loopback address"},
-		{"missing-cert-file.json", "serviceCert", "absent-cert.pem"},
-		{"truncated.json", "", "not valid JSON"},
-		{"trailing.json", "", "trailing data"},
+		{"unknown-field.json", "", `timeout at line 10, column 3: unknown field: remove it or check its spelling`},
+		{"wrong-case-field.json", "", `gatewayURL at line 9, column 3: unknown field: member names are case-sensitive: did you mean "gatewayUrl"?`},
+		{"duplicate-field.json", "", `prefix at line 10, column 3: given twice (first at line 9, column 3); keep one`},
+		{"missing-sender-key.json", "senderKey", "senderKey: missing; it is required"},
+		{"missing-system-id.json", "systemId", "systemId: missing; it is required"},
+		{"missing-prefix.json", "prefix", "prefix: missing; it is required"},
+		{"system-id-string.json", "", "systemId at line 8, column 15: a JSON string where a whole number is wanted"},
+		{"plain-http.json", "gatewayUrl", "gatewayUrl: plain http is refused"},
+		{"plain-http-remote.json", "gatewayUrl", "gatewayUrl: plain http is allowed only to a loopback address"},
+		{"missing-cert-file.json", "serviceCert", "serviceCert: stat "},
+		{"truncated.json", "", "not valid JSON at line 1, column 41: the file ends before the JSON object does"},
+		{"trailing.json", "", "not valid JSON at line 1, column 42: more after the JSON object; the file holds one object"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fixture, func(t *testing.T) {
@@ -92,13 +94,28 @@ func TestLoadServiceConfig(t *testing.T) {
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %v is not a *ConfigError", err)
 			}
-			if ce.Field != tc.field || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %q (field %q), want field %q and %q", err, ce.Field, tc.field, tc.want)
+			if ce.Field != tc.field || !strings.HasPrefix(err.Error(), path+": "+tc.want) {
+				t.Fatalf("error %q (field %q), want field %q and %q", err, ce.Field, tc.field, path+": "+tc.want)
 			}
 		})
 	}
 	if _, err := LoadServiceConfig(filepath.Join(t.TempDir(), "absent.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("absent file: %v", err)
+	}
+}
+
+// TestLoadServiceConfigEmpty: an empty config.json is said to be empty, in
+// the wording of every operator file.
+func TestLoadServiceConfigEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(path, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadServiceConfig(path)
+	want := path + " is empty: it should hold the service's settings as a JSON object (pdmcp bootstrap writes it)"
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !errors.Is(err, fileerr.ErrEmpty) || err.Error() != want {
+		t.Fatalf("LoadServiceConfig: %v\nwant %s", err, want)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
@@ -55,6 +56,9 @@ func LoadCertificate(path string) (*x509.Certificate, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read certificate: %w", err)
+	}
+	if err := fileerr.CheckEmpty(path, data, "a certificate in PEM form"); err != nil {
+		return nil, err
 	}
 	for rest := data; ; {
 		var block *pem.Block
@@ -119,6 +123,9 @@ func loadPrivateKey(path string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := fileerr.CheckEmpty(path, data, "a private key in PEM form"); err != nil {
+		return nil, err
+	}
 	for rest := data; ; {
 		var block *pem.Block
 		block, rest = pem.Decode(rest)
@@ -152,11 +159,9 @@ func loadPrivateKey(path string) (any, error) {
 // symbolic link, refused unless it is a regular file group and others
 // cannot access.
 func readOwnerOnly(path string) ([]byte, error) {
-	data, err := safefile.ReadSecret(path, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read key: %w", err)
-	}
-	return data, nil
+	// Its refusals name the file already, a mode in the wording of every
+	// operator file.
+	return safefile.ReadSecret(path, 0)
 }
 
 // sameKey reports whether a signer's public key is the certificate's.

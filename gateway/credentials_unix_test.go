@@ -9,11 +9,12 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
@@ -53,8 +54,9 @@ func TestKeyFileModes(t *testing.T) {
 				if tc.ok && err != nil {
 					t.Errorf("%s key mode %v refused: %v", name, tc.mode, err)
 				}
-				if !tc.ok && (err == nil || !strings.Contains(err.Error(), "chmod 600")) {
-					t.Errorf("%s key mode %v: got %v, want a refusal saying chmod 600", name, tc.mode, err)
+				want := fmt.Sprintf("%s has mode %04o: group and others must have no access (chmod 600)", f, tc.mode)
+				if !tc.ok && (err == nil || err.Error() != want) {
+					t.Errorf("%s key mode %v: got %v, want %q", name, tc.mode, err, want)
 				}
 			}
 		})
@@ -78,8 +80,9 @@ func TestServiceConfigMode(t *testing.T) {
 			if tc.ok && err != nil {
 				t.Fatalf("mode %v refused: %v", tc.mode, err)
 			}
-			if !tc.ok && (!errors.Is(err, safefile.ErrGroupWritable) || !strings.Contains(err.Error(), "config.json has mode")) {
-				t.Fatalf("mode %v: got %v, want a refusal naming the file and its mode", tc.mode, err)
+			want := fmt.Sprintf("%s has mode %04o: group and others must not be able to write it (chmod go-w)", path, tc.mode)
+			if !tc.ok && (!errors.Is(err, safefile.ErrGroupWritable) || err.Error() != want) {
+				t.Fatalf("mode %v: got %v, want %q", tc.mode, err, want)
 			}
 		})
 	}
@@ -130,5 +133,28 @@ func TestTrustFileMode(t *testing.T) {
 	}
 	if _, err := New(sc.ClientConfig()); !errors.Is(err, safefile.ErrGroupWritable) {
 		t.Fatalf("trust file others can write: %v, want ErrGroupWritable", err)
+	}
+}
+
+// TestEmptyCredentialFiles: an empty certificate or key file is said to be
+// empty, in the wording of every operator file.
+func TestEmptyCredentialFiles(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.pem")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, holds string
+		load        func(string) error
+	}{
+		{"certificate", "a certificate in PEM form", func(p string) error { _, err := LoadCertificate(p); return err }},
+		{"login key", "a private key in PEM form", func(p string) error { _, err := LoadLoginKey(p); return err }},
+		{"sender key", "a private key in PEM form", func(p string) error { _, err := LoadSenderKey(p); return err }},
+	} {
+		want := empty + " is empty: it should hold " + tc.holds
+		if err := tc.load(empty); !errors.Is(err, fileerr.ErrEmpty) || err.Error() != want {
+			t.Errorf("%s: %v, want %q", tc.name, err, want)
+		}
 	}
 }
