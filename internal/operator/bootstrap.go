@@ -14,6 +14,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
@@ -298,7 +299,7 @@ func readSecretFile(path string) (string, error) {
 	}
 	s := strings.TrimRight(string(b), "\r\n")
 	if s == "" {
-		return "", fmt.Errorf("secret file %s is empty", path)
+		return "", &fileerr.EmptyError{Path: path, Holds: "the secret on its first line"}
 	}
 	return s, nil
 }

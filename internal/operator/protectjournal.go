@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // ProtectJournalName is the protect journal's file, beside the manifest.
@@ -64,7 +65,7 @@ func loadProtectJournal(path string) (*protectJournal, error) {
 		return nil, fmt.Errorf("protect journal: %w", err)
 	}
 	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("protect journal %s: mode %#o; run chmod 600 on it", path, fi.Mode().Perm())
+		return nil, fmt.Errorf("protect journal: %w", &safefile.ModeError{Path: path, Mode: fi.Mode(), Secret: true})
 	}
 	if err := json.Unmarshal(data, j); err != nil {
 		return nil, fmt.Errorf("protect journal %s: %w", path, err)
