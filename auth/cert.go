@@ -12,6 +12,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 )
 
 // CheckServerCertificate checks the first certificate in certFile (the
@@ -27,6 +29,9 @@ func CheckServerCertificate(certFile string) error {
 	raw, err := os.ReadFile(certFile)
 	if err != nil {
 		return fmt.Errorf("server certificate: %w", err)
+	}
+	if err := fileerr.CheckEmpty(certFile, raw, "the server's TLS certificate in PEM form"); err != nil {
+		return err
 	}
 	var block *pem.Block
 	rest := raw

@@ -13,6 +13,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/safefile"
 	"github.com/pdmcp/pdmcp/internal/strictjson"
 	"github.com/pdmcp/pdmcp/internal/telemetry"
+	"github.com/pdmcp/pdmcp/internal/tlspolicy"
 )
 
 // ListenHost is the only address the HTTP transport serves on.
@@ -463,11 +464,9 @@ func (c *HTTPConfig) KeyPair() (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("tls.key: %w", err)
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("tls: %w", err)
-	}
-	return pair, nil
+	// Its refusals name the file at fault, or both when they are not a
+	// pair.
+	return tlspolicy.KeyPair(c.TLS.Certificate, certPEM, c.TLS.Key, keyPEM)
 }
 
 // JWKSRefreshMin is the configured least time between key fetches.

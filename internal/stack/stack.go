@@ -15,7 +15,6 @@ package stack
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -262,7 +261,7 @@ func (st *Stack) startProvider(ctx context.Context) error {
 	if d.Handler != nil {
 		h = d.Handler(h)
 	}
-	pair, err := tls.LoadX509KeyPair(cert, key)
+	pair, err := tlspolicy.LoadKeyPair(cert, key)
 	if err != nil {
 		ln.Close()
 		idp.Close()
