@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 	"github.com/pdmcp/pdmcp/internal/strictjson"
 	"github.com/pdmcp/pdmcp/internal/telemetry"
@@ -448,7 +449,7 @@ func (c *HTTPConfig) ClientSecret() (string, error) {
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
-		return "", fmt.Errorf("exchange.clientSecretFile %s is empty", path)
+		return "", fmt.Errorf("exchange.clientSecretFile: %w", &fileerr.EmptyError{Path: path, Holds: "the secret the provider issued to exchange.clientId"})
 	}
 	return s, nil
 }

@@ -231,7 +231,7 @@ func TestLoadHTTPConfigRefuses(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "mcp-adapter-client-secret"), []byte("\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, "is empty"},
+		}, "/mcp-adapter-client-secret is empty: it should hold the secret the provider issued to exchange.clientId"},
 		{"no client id", func(m map[string]any) { delete(sub(m, "exchange"), "clientId") }, nil, "exchange.clientId is missing"},
 		{"no gateway audience", func(m map[string]any) { delete(sub(m, "exchange"), "gatewayAudience") }, nil, "exchange.gatewayAudience is missing"},
 		{"maxCallers 0", func(m map[string]any) { m["maxCallers"] = 0 }, nil, "maxCallers is 0"},
