@@ -24,6 +24,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
 	"github.com/pdmcp/pdmcp/internal/jsonb64"
+	"github.com/pdmcp/pdmcp/internal/noanswer"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
@@ -441,7 +442,7 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 	}
 	switch {
 	case err != nil:
-		result = unreachable(err)
+		result = unreachable(err, url)
 	case tooLarge:
 		result = badResponse(status, fmt.Errorf("answer is over %d bytes", maxResponseBytes))
 	case unreadable != nil:
@@ -454,6 +455,9 @@ func (c *Client) send(ctx context.Context, r *request, payload []byte) error {
 	var ae *api.Error
 	if errors.As(result, &ae) {
 		code = ae.Code
+		if code == api.CodeBadResponse {
+			ae.URL = url
+		}
 	}
 	latency := end.Sub(start)
 	endSpan(span, status, code)
@@ -539,10 +543,12 @@ func retryAfter(v, date string) time.Duration {
 	return 0
 }
 
-// unreachable is the refusal for a request that got no answer. The detail
-// goes to the model, so it classifies the cause without naming hosts.
-func unreachable(err error) *api.Error {
+// unreachable is the refusal for a request to url that got no answer. The
+// detail goes to the model, so it classifies the cause without naming
+// hosts; the cause, in the operator's text, names url ([api.Error.Error]).
+func unreachable(err error, url string) *api.Error {
 	detail := "the Gateway could not be reached; try again later, and if it persists ask the operator to check gatewayUrl"
+	var cause error = &noanswer.Error{Peer: "the Gateway", URL: url, Err: err}
 	var certErr *tls.CertificateVerificationError
 	var unknownCA x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
@@ -553,9 +559,24 @@ func unreachable(err error) *api.Error {
 		detail = "the request to the Gateway was cancelled"
 	case errors.As(err, &certErr), errors.As(err, &unknownCA), errors.As(err, &hostErr):
 		detail = "the Gateway's TLS certificate is not trusted; do not retry, ask the operator to check trustFile"
+		// It answered, with a certificate not trusted: no "did not answer".
+		cause = &untrustedError{url: url, err: err}
 	}
-	return &api.Error{Layer: api.LayerGateway, Code: api.CodeUnreachable, Detail: detail, Cause: err}
+	return &api.Error{Layer: api.LayerGateway, Code: api.CodeUnreachable, Detail: detail, Cause: cause, URL: url}
 }
+
+// untrustedError is a Gateway whose TLS certificate this client does not
+// trust: it answered, so it is not worded as one that did not.
+type untrustedError struct {
+	url string
+	err error
+}
+
+func (e *untrustedError) Error() string {
+	return fmt.Sprintf("the Gateway at %s is not trusted: %s; check trustFile", e.url, noanswer.Reason(e.err))
+}
+
+func (e *untrustedError) Unwrap() error { return e.err }
 
 // badResponse is the refusal for an answer this client cannot read.
 func badResponse(status int, cause error) *api.Error {

@@ -60,6 +60,12 @@ func TestTrustFileOnly(t *testing.T) {
 			if !errors.As(err, &certErr) && !errors.As(err, &unknownCA) {
 				t.Fatalf("cause %v is not a certificate verification failure", ae.Cause)
 			}
+			// It answered, with a certificate not trusted: named at its
+			// URL, and not as a Gateway that did not answer.
+			if want := "the Gateway at " + cfg.BaseURL + api.RouteServiceLogin + " is not trusted: "; !strings.HasPrefix(err.Error(), want) ||
+				!strings.HasSuffix(err.Error(), "; check trustFile (GATEWAY_UNREACHABLE)") {
+				t.Fatalf("text %q, want %q...; check trustFile (GATEWAY_UNREACHABLE)", err, want)
+			}
 		})
 	}
 	if n := g.loginCount(); n != 1 {
@@ -582,7 +588,14 @@ func TestErrorMapping(t *testing.T) {
 				if ae.Detail == "" || ae.Cause == nil {
 					t.Fatalf("bad response %+v has no detail or cause", ae)
 				}
-				got.Detail = ""
+				// The operator's text names where the answer came from,
+				// and refuses nothing: the Gateway answered, unreadably.
+				want := fmt.Sprintf("the Gateway at %s answered HTTP %d in a form this client cannot read: %v (GATEWAY_BAD_RESPONSE)",
+					ae.URL, tc.status, ae.Cause)
+				if !strings.HasSuffix(ae.URL, api.RouteAdminGetPrincipal) || err.Error() != want {
+					t.Fatalf("text %q (URL %q), want %q", err, ae.URL, want)
+				}
+				got.Detail, got.URL = "", ""
 			}
 			if got != tc.want {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
@@ -656,8 +669,16 @@ func TestUnreachableGateway(t *testing.T) {
 	if ae := asAPIError(t, err); ae.Code != api.CodeUnreachable || ae.Layer != api.LayerGateway || ae.Cause == nil {
 		t.Fatalf("got %+v, want GATEWAY_UNREACHABLE with a cause", ae)
 	}
-	if strings.Contains(err.Error(), url) {
-		t.Fatalf("the refusal's text names the URL: %v", err)
+	// The operator's text names the URL and says nothing answered; the
+	// detail, which the model reads, names no host.
+	ae := asAPIError(t, err)
+	if strings.Contains(ae.Detail, url) || strings.Contains(ae.Detail, "127.0.0.1") {
+		t.Fatalf("the refusal's detail names the URL: %v", ae.Detail)
+	}
+	host := strings.TrimPrefix(url, "https://")
+	want := "the Gateway at " + url + "/api/v1/admin/principals/get did not answer: nothing listens at " + host + " (ECONNREFUSED) (GATEWAY_UNREACHABLE)"
+	if err.Error() != want {
+		t.Fatalf("text %q\nwant %q", err, want)
 	}
 	if reqs := rec.Requests(); len(reqs) != 1 || reqs[0].Status != 0 || reqs[0].Code != api.CodeUnreachable {
 		t.Fatalf("recorded %+v", reqs)
@@ -1030,5 +1051,23 @@ func TestClientKeepsConnectionsForConcurrentCalls(t *testing.T) {
 	}
 	if n := newConns.Load(); n != concurrent {
 		t.Fatalf("%d connections for %d waves of %d calls at once, want %d (kept idle between waves)", n, waves, concurrent, concurrent)
+	}
+}
+
+// TestReachableSaysNoAnswer: the reachability probe (serve's /healthz)
+// words a Gateway that did not answer as every peer's, naming its URL.
+func TestReachableSaysNoAnswer(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	srv.StartTLS()
+	url := srv.URL
+	srv.Close()
+	c, err := New(Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Reachable(t.Context())
+	want := "the Gateway at " + url + "/ did not answer: nothing listens at " + strings.TrimPrefix(url, "https://") + " (ECONNREFUSED)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Reachable: %v\nwant %s", err, want)
 	}
 }

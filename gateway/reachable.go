@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/pdmcp/pdmcp/internal/noanswer"
 )
 
 // Reachable sends one unauthenticated GET to the Gateway's base URL, over
@@ -14,13 +16,14 @@ import (
 func (c *Client) Reachable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/", nil)
+	u := c.base + "/"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return fmt.Errorf("gateway reachability: %w", err)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("gateway reachability: %w", err)
+		return &noanswer.Error{Peer: "the Gateway", URL: u, Err: err}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()

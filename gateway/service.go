@@ -49,7 +49,7 @@ func (c *Client) lockSignIn(ctx context.Context) error {
 	case c.signLock <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return unreachable(ctx.Err())
+		return unreachable(ctx.Err(), c.base+api.RouteServiceLogin)
 	}
 }
 

@@ -142,9 +142,33 @@ type Error struct {
 	Detail     string        `json:"detail"`
 	RetryAfter time.Duration `json:"-"`
 	Cause      error         `json:"-"`
+	// URL is where a request that got no answer (GATEWAY_UNREACHABLE) or
+	// an unreadable one (GATEWAY_BAD_RESPONSE) went, for the operator's
+	// text; never sent, and not in Detail, which the model reads.
+	URL string `json:"-"`
 }
 
+// Error is the operator's text. A Gateway that did not answer, or whose
+// answer could not be read, refused nothing: it is named at its URL, in
+// the words every peer that did not answer gets (internal/noanswer).
 func (e *Error) Error() string {
+	at := ""
+	if e.URL != "" {
+		at = " at " + e.URL
+	}
+	switch e.Code {
+	case CodeUnreachable:
+		if e.Cause != nil && e.URL != "" {
+			return fmt.Sprintf("%v (%s)", e.Cause, e.Code)
+		}
+		return fmt.Sprintf("the Gateway%s did not answer: %s (%s)", at, e.Detail, e.Code)
+	case CodeBadResponse:
+		why := e.Detail
+		if e.Cause != nil {
+			why = e.Cause.Error()
+		}
+		return fmt.Sprintf("the Gateway%s answered HTTP %d in a form this client cannot read: %s (%s)", at, e.Status, why, e.Code)
+	}
 	return fmt.Sprintf("%s refused %s (%d): %s", e.Layer, e.Code, e.Status, e.Detail)
 }
 
