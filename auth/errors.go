@@ -121,6 +121,11 @@ func refuse(class Class, reason string) *TokenError {
 }
 
 func (e *TokenError) Error() string {
+	if e.Class == ClassProviderUnavailable && e.cause != nil {
+		// The provider did not answer (or its keys are too old): the
+		// token was not judged, so the text does not say it was refused.
+		return fmt.Sprintf("token not checked: %s (%s): %v", e.Class, e.Reason, e.cause)
+	}
 	if e.cause != nil {
 		return fmt.Sprintf("token refused: %s (%s): %v", e.Class, e.Reason, e.cause)
 	}

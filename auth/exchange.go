@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/noanswer"
 )
 
 // Token exchange (RFC 8693) constants.
@@ -392,7 +393,7 @@ func (e *Exchanger) request(ctx context.Context, subjectToken string) (Exchanged
 	resp, err := e.provider.Client().Do(req)
 	if err != nil {
 		return ExchangedToken{}, &ExchangeError{Code: CodeTokenExchangeUnavailable,
-			cause: fmt.Errorf("POST %s: %w", meta.TokenEndpoint, stripURLError(err))}
+			cause: &noanswer.Error{Peer: "the OpenID provider", URL: meta.TokenEndpoint, Err: stripURLError(err)}}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenResponse))

@@ -421,3 +421,29 @@ func TestExchangeAheadRecoversAPanic(t *testing.T) {
 		t.Errorf("%d exchange requests reached the provider, want 1 (the call's own)", n)
 	}
 }
+
+// TestExchangeNoAnswer: a token endpoint that closes the connection without
+// an answer is worded as one that did not answer, at its URL, and the
+// text never holds the token sent.
+func TestExchangeNoAnswer(t *testing.T) {
+	f := newExchangeFixture(t, nil)
+	f.p.setTokenHandler(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	})
+	meta, err := f.p.provider(t).Metadata(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.x.Exchange(t.Context(), caller("alice", f.clock.Now().Add(time.Hour)), "alice-secret-token")
+	want := "token exchange failed (TOKEN_EXCHANGE_UNAVAILABLE): the OpenID provider at " + meta.TokenEndpoint + " did not answer: EOF"
+	var xe *ExchangeError
+	if !errors.As(err, &xe) || xe.Code != CodeTokenExchangeUnavailable || err.Error() != want {
+		t.Fatalf("Exchange: %v\nwant %s", err, want)
+	}
+	if strings.Contains(err.Error(), "alice-secret-token") {
+		t.Fatal("the text holds the token")
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 
+	"github.com/pdmcp/pdmcp/internal/noanswer"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
@@ -139,6 +140,9 @@ func (p *Provider) Metadata(ctx context.Context) (ProviderMetadata, error) {
 	switch {
 	case errors.As(err, &mismatch):
 		return ProviderMetadata{}, fmt.Errorf("provider discovery at %s names issuer %q, not the configured %q", u, mismatch.Discovered, p.issuer)
+	case errors.As(err, new(*url.Error)):
+		// The transport's failure: nothing answered.
+		return ProviderMetadata{}, &noanswer.Error{Peer: "the OpenID provider", URL: u, Err: err}
 	case err != nil:
 		return ProviderMetadata{}, fmt.Errorf("provider discovery at %s: %w", u, err)
 	}
@@ -164,7 +168,7 @@ func (p *Provider) get(ctx context.Context, u string) ([]byte, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, &noanswer.Error{Peer: "the OpenID provider", URL: u, Err: err}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProviderBody+1))
@@ -200,6 +204,9 @@ func checkHTTPS(raw string) error {
 func (p *Provider) Reachable(ctx context.Context) error {
 	u := strings.TrimSuffix(p.issuer, "/") + "/.well-known/openid-configuration"
 	if _, err := p.get(ctx, u); err != nil {
+		if errors.As(err, new(*noanswer.Error)) {
+			return err // it names the URL
+		}
 		return fmt.Errorf("provider discovery at %s: %w", u, err)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -269,5 +270,36 @@ func TestProviderDiscoveryRefusals(t *testing.T) {
 				t.Fatalf("got %v, want an error with %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestProviderNoAnswer: a provider that did not answer is worded so, at the
+// URL asked, by discovery, the reachability probe and the key fetch; the
+// refused request says its token was not checked, not that it was refused.
+func TestProviderNoAnswer(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	writePEM(t, caFile, "CERTIFICATE", srv.Certificate().Raw, 0o600)
+	issuer := srv.URL
+	srv.Close() // nothing listens there any more
+	client, err := NewProviderClient(caFile, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	discovery := issuer + "/.well-known/openid-configuration"
+	noAnswer := "the OpenID provider at " + discovery + " did not answer: nothing listens at " + strings.TrimPrefix(issuer, "https://") + " (ECONNREFUSED)"
+
+	p := NewProvider(issuer, client)
+	if err := p.Reachable(t.Context()); err == nil || err.Error() != noAnswer {
+		t.Errorf("Reachable: %v\nwant %s", err, noAnswer)
+	}
+	if _, err := p.Metadata(t.Context()); err == nil || err.Error() != noAnswer {
+		t.Errorf("Metadata: %v\nwant %s", err, noAnswer)
+	}
+	v := &Verifier{provider: p, now: time.Now}
+	err = v.fetch(t.Context())
+	want := "token not checked: provider-unavailable (" + ReasonDiscoveryFailed + "): " + noAnswer
+	if !errors.Is(err, &TokenError{Class: ClassProviderUnavailable}) || err.Error() != want {
+		t.Errorf("fetch: %v\nwant %s", err, want)
 	}
 }
