@@ -30,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // Errors callers match with errors.Is.
@@ -139,7 +141,7 @@ func openChecked(path string) (*os.File, os.FileInfo, error) {
 	}
 	if err := checkPrivate(fi); err != nil {
 		f.Close()
-		return nil, nil, fmt.Errorf("audit: %s: %w (mode %#o; run chmod 600 on it)", path, err, fi.Mode().Perm())
+		return nil, nil, fmt.Errorf("audit: %w", modeError{&safefile.ModeError{Path: path, Mode: fi.Mode(), Secret: true}})
 	}
 	return f, fi, nil
 }
@@ -390,3 +392,11 @@ func Digest12(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:6])
 }
+
+// modeError is an audit file or head key group or others may access, in
+// the wording of every operator file's mode (internal/safefile); it
+// matches ErrUnsafeMode.
+type modeError struct{ *safefile.ModeError }
+
+func (e modeError) Is(target error) bool { return target == ErrUnsafeMode }
+func (e modeError) Unwrap() error        { return e.ModeError }

@@ -219,7 +219,7 @@ func TestOpenRefusals(t *testing.T) {
 		name, path, want string
 		is               error
 	}{
-		{"0644 file", shared, "chmod 600", ErrUnsafeMode},
+		{"0644 file", shared, "audit: " + shared + " has mode 0644: group and others must have no access (chmod 600)", ErrUnsafeMode},
 		{"symbolic link", link, "symbolic link", nil},
 		{"directory", dir, dir, nil},
 		{"no path", "", "Discard", nil},

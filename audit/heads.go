@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // Signed heads. The chain alone shows an edit to anyone who has the file,
@@ -81,7 +83,7 @@ func LoadHeadKey(path string) (*HeadKey, error) {
 	switch blk.Type {
 	case "PRIVATE KEY":
 		if err := checkPrivate(fi); err != nil {
-			return nil, fmt.Errorf("audit: head key %s: %w (mode %#o; run chmod 600 on it)", path, err, fi.Mode().Perm())
+			return nil, fmt.Errorf("audit: head key: %w", modeError{&safefile.ModeError{Path: path, Mode: fi.Mode(), Secret: true}})
 		}
 		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
 		priv, ok := k.(ed25519.PrivateKey)

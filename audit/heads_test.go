@@ -74,6 +74,10 @@ func TestLoadHeadKey(t *testing.T) {
 				if !errors.Is(err, tc.is) {
 					t.Fatalf("err = %v, want %v", err, tc.is)
 				}
+				// The wording of every operator file's mode.
+				if want := "audit: head key: " + tc.path + " has mode 0644: group and others must have no access (chmod 600)"; tc.is == ErrUnsafeMode && err.Error() != want {
+					t.Fatalf("err = %v, want %q", err, want)
+				}
 				return
 			}
 			if err != nil {

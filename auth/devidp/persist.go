@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/zitadel/oidc/v3/pkg/oidc"
+
+	"github.com/pdmcp/pdmcp/internal/safefile"
 )
 
 // stateFileName is the provider's state in Config.StateDir.
@@ -102,8 +104,8 @@ func loadState(dir string) (*stateFile, error) {
 		return nil, fmt.Errorf("devidp: state: %w", err)
 	}
 	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("devidp: state file %s has mode %04o: it holds the signing key; group and others must have no access (chmod 600)",
-			path, fi.Mode().Perm())
+		// It holds the signing key.
+		return nil, fmt.Errorf("devidp: state file: %w", &safefile.ModeError{Path: path, Mode: fi.Mode(), Secret: true})
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -310,8 +310,9 @@ func TestRestartKeepsTokensAndSignIns(t *testing.T) {
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(context.Background(), r.cfg); err == nil || !strings.Contains(err.Error(), "chmod 600") {
-		t.Errorf("a world-readable state file: %v", err)
+	want := "devidp: state file: " + path + " has mode 0644: group and others must have no access (chmod 600)"
+	if _, err := New(context.Background(), r.cfg); err == nil || err.Error() != want {
+		t.Errorf("a world-readable state file: %v\nwant %s", err, want)
 	}
 	// A signing key and a state folder together are refused.
 	cfg := r.cfg

@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pdmcp/pdmcp/internal/lowerhex"
+	"github.com/pdmcp/pdmcp/internal/safefile"
 	"github.com/pdmcp/pdmcp/internal/telemetry"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -226,10 +227,17 @@ func preparePrivateFile(path string, create bool) (os.FileInfo, error) {
 		return nil, fmt.Errorf("journal: %w: %s is not a regular file", ErrInvalid, path)
 	}
 	if err := checkPrivate(fi); err != nil {
-		return nil, fmt.Errorf("journal: %s: %w (mode %#o; run chmod 600 on it)", path, err, fi.Mode().Perm())
+		return nil, fmt.Errorf("journal: %w", modeError{&safefile.ModeError{Path: path, Mode: fi.Mode(), Secret: true}})
 	}
 	return fi, nil
 }
+
+// modeError is a journal group or others may access, in the wording of
+// every operator file's mode (internal/safefile); it matches ErrUnsafeMode.
+type modeError struct{ *safefile.ModeError }
+
+func (e modeError) Is(target error) bool { return target == ErrUnsafeMode }
+func (e modeError) Unwrap() error        { return e.ModeError }
 
 // CheckFile reports, as an error matching ErrReplaced, when the file at
 // the journal's path is no longer the one this handle opened: removed, or

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pdmcp/pdmcp/internal/safefile"
 	"github.com/pdmcp/pdmcp/internal/testutil"
 )
 
@@ -164,8 +165,12 @@ func TestOpenRefusesSharedFile(t *testing.T) {
 	if !errors.Is(err, ErrUnsafeMode) {
 		t.Fatalf("Open of a 0644 file: err = %v, want ErrUnsafeMode", err)
 	}
-	if !strings.Contains(err.Error(), "chmod 600") {
-		t.Errorf("error %q does not say how to fix it", err)
+	// The wording of every operator file's mode (internal/safefile).
+	if want := "journal: " + path + " has mode 0644: group and others must have no access (chmod 600)"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	if !errors.Is(err, safefile.ErrNotOwnerOnly) {
+		t.Errorf("error %q does not match safefile.ErrNotOwnerOnly", err)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
