@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -266,7 +267,7 @@ func (w *walker) walk(t reflect.Type, path string, depth int) error {
 
 // object walks an object's members after its '{', up to its '}'.
 func (w *walker) object(t reflect.Type, path string, depth int) error {
-	var fields map[string]reflect.Type
+	var fields map[string]field
 	if t != nil && t.Kind() == reflect.Struct {
 		fields = jsonFields(t)
 	}
@@ -302,11 +303,21 @@ func (w *walker) object(t reflect.Type, path string, depth int) error {
 		var elem reflect.Type
 		switch {
 		case fields != nil:
-			ft, known := fields[key]
+			f, known := fields[key]
 			if !known {
 				return unknown(key, fields, member, line, col)
 			}
-			elem = ft
+			if f.quoted && leaf(f.typ) != nil && schema(f.typ) == nil {
+				start := w.nextToken()
+				if err := w.walk(nil, member, depth+1); err != nil {
+					return err
+				}
+				if err := w.checkQuoted(f.typ, member, start, w.dec.InputOffset()); err != nil {
+					return err
+				}
+				continue
+			}
+			elem = f.typ
 		case t != nil && t.Kind() == reflect.Map:
 			elem = t.Elem()
 		}
@@ -350,6 +361,19 @@ func (w *walker) checkLeaf(t reflect.Type, path string, start, end int64) error 
 		e.Problem = fmt.Sprintf("a JSON %s where %s is wanted", te.Value, words(te.Type))
 	}
 	return e
+}
+
+// checkQuoted decodes the value at data[start:end] alone as a field of t
+// tagged ",string" decodes it: a JSON string holding t's JSON.
+func (w *walker) checkQuoted(t reflect.Type, path string, start, end int64) error {
+	holder := reflect.StructOf([]reflect.StructField{{Name: "V", Type: t, Tag: `json:"v,string"`}})
+	raw := append(append([]byte(`{"v":`), w.data[start:end]...), '}')
+	if err := json.Unmarshal(raw, reflect.New(holder).Interface()); err != nil {
+		line, col := Position(w.data, start)
+		return &Error{Kind: ErrWrongType, Field: path, Line: line, Column: col, Err: err,
+			Problem: fmt.Sprintf("a JSON string holding %s is wanted", words(t))}
+	}
+	return nil
 }
 
 // jsonKind names a token's JSON type.
@@ -409,7 +433,7 @@ func (w *walker) nextToken() int64 {
 	return at
 }
 
-func unknown(key string, fields map[string]reflect.Type, member string, line, col int) error {
+func unknown(key string, fields map[string]field, member string, line, col int) error {
 	e := &Error{Kind: ErrUnknownField, Field: member, Line: line, Column: col,
 		Problem: "unknown field: remove it or check its spelling"}
 	for name := range fields {
@@ -420,17 +444,24 @@ func unknown(key string, fields map[string]reflect.Type, member string, line, co
 	return e
 }
 
+// field is a struct field as the walk sees it: its type, and whether it is
+// tagged ",string" (a scalar written as a JSON string).
+type field struct {
+	typ    reflect.Type
+	quoted bool
+}
+
 // jsonFields maps each JSON member name of struct t to its field's type,
-// as encoding/json names them (tag name, or the Go name), following
-// embedded structs.
-func jsonFields(t reflect.Type) map[string]reflect.Type {
-	out := make(map[string]reflect.Type)
+// as encoding/json names them (tag name, or the Go name; a tag "-,omitempty" names
+// a member "-"), following embedded structs.
+func jsonFields(t reflect.Type) map[string]field {
+	out := make(map[string]field)
 	for _, f := range reflect.VisibleFields(t) {
 		if !f.IsExported() || len(f.Index) > 1 && !isPromoted(t, f) {
 			continue
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
+		name, opts, comma := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" && !comma {
 			continue
 		}
 		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
@@ -439,7 +470,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 		if name == "" {
 			name = f.Name
 		}
-		out[name] = f.Type
+		out[name] = field{typ: f.Type, quoted: slices.Contains(strings.Split(opts, ","), "string")}
 	}
 	return out
 }

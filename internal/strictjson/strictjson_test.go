@@ -27,6 +27,7 @@ type doc struct {
 	Blob    []byte           `json:"blob"`
 	Count   uint             `json:"count"`
 	Skipped string           `json:"-"`
+	Quoted  int64            `json:"quoted,string"`
 	GoName  int
 }
 
@@ -42,7 +43,9 @@ func TestDecode(t *testing.T) {
 		want    string // the whole message
 	}{
 		{"all members", `{"shared":1,"items":[{"name":"a"}],"byId":{"x":{"name":"b"}},"free":{"Any":1,"any":2},` +
-			`"when":"2026-01-02T03:04:05Z","ptr":{"name":"c"},"blob":"AQI=","count":3,"GoName":2}`, false, nil, ""},
+			`"when":"2026-01-02T03:04:05Z","ptr":{"name":"c"},"blob":"AQI=","count":3,"GoName":2,"quoted":"5"}`, false, nil, ""},
+		{"quoted number not a number", `{"quoted":"five"}`, false, ErrWrongType, file + `: quoted at line 1, column 11: a JSON string holding a whole number is wanted`},
+		{"quoted number unquoted", `{"quoted":5}`, false, ErrWrongType, file + `: quoted at line 1, column 11: a JSON string holding a whole number is wanted`},
 		{"nulls", `{"items":null,"byId":null,"ptr":null,"when":null,"shared":null}`, false, nil, ""},
 		{"in a slice", `{"items":[{"name":"a"},{"Name":"b"}]}`, false, ErrUnknownField,
 			file + `: items[1].Name at line 1, column 25: unknown field: member names are case-sensitive: did you mean "name"?`},
@@ -97,7 +100,7 @@ func TestDecode(t *testing.T) {
 	}
 	var d doc
 	if err := Decode([]byte(tests[0].in), &d); err != nil || d.Shared != 1 || d.ByID["x"].Name != "b" || d.Ptr.Name != "c" ||
-		d.GoName != 2 || string(d.Blob) != "\x01\x02" {
+		d.GoName != 2 || string(d.Blob) != "\x01\x02" || d.Quoted != 5 {
 		t.Errorf("decoded %+v, %v", d, err)
 	}
 }
