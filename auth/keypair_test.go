@@ -56,3 +56,16 @@ func TestCheckServerCertificateEmpty(t *testing.T) {
 		t.Fatalf("CheckServerCertificate: %v\nwant %s", err, want)
 	}
 }
+
+// TestProviderCAFileEmpty: an empty provider.caFile is said to be empty.
+func TestProviderCAFileEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idp-ca.pem")
+	if err := os.WriteFile(path, []byte("\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewProviderClient(path, 0)
+	want := "provider CA file: " + path + " is empty: it should hold the CA certificates the OpenID provider is trusted by, in PEM form"
+	if !errors.Is(err, fileerr.ErrEmpty) || err.Error() != want {
+		t.Fatalf("NewProviderClient: %v\nwant %s", err, want)
+	}
+}

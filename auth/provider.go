@@ -15,6 +15,7 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 	"github.com/pdmcp/pdmcp/internal/noanswer"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 )
@@ -32,6 +33,9 @@ func NewProviderClient(caFile string, timeout time.Duration) (*http.Client, erro
 	// write could add one.
 	pemBytes, err := safefile.ReadConfig(caFile, 0)
 	if err != nil {
+		return nil, fmt.Errorf("provider CA file: %w", err)
+	}
+	if err := fileerr.CheckEmpty(caFile, pemBytes, "the CA certificates the OpenID provider is trusted by, in PEM form"); err != nil {
 		return nil, fmt.Errorf("provider CA file: %w", err)
 	}
 	pool := x509.NewCertPool()

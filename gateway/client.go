@@ -23,6 +23,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/proof"
+	"github.com/pdmcp/pdmcp/internal/fileerr"
 	"github.com/pdmcp/pdmcp/internal/jsonb64"
 	"github.com/pdmcp/pdmcp/internal/noanswer"
 	"github.com/pdmcp/pdmcp/internal/safefile"
@@ -211,6 +212,9 @@ func httpClient(cfg Config) (*http.Client, error) {
 			// can write could add one.
 			pem, err := safefile.ReadConfig(cfg.TrustFile, 0)
 			if err != nil {
+				return nil, fmt.Errorf("gateway trust file: %w", err)
+			}
+			if err := fileerr.CheckEmpty(cfg.TrustFile, pem, "the CA certificates the Gateway is trusted by, in PEM form"); err != nil {
 				return nil, fmt.Errorf("gateway trust file: %w", err)
 			}
 			pool := x509.NewCertPool()

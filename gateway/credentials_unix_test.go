@@ -158,3 +158,16 @@ func TestEmptyCredentialFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestTrustFileEmpty: an empty trust file is said to be empty.
+func TestTrustFileEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway-ca.pem")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(Config{BaseURL: "https://gateway.example:8443", TrustFile: path})
+	want := "gateway trust file: " + path + " is empty: it should hold the CA certificates the Gateway is trusted by, in PEM form"
+	if !errors.Is(err, fileerr.ErrEmpty) || err.Error() != want {
+		t.Fatalf("New: %v\nwant %s", err, want)
+	}
+}
