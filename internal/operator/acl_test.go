@@ -89,10 +89,15 @@ func TestCheckTrustCA(t *testing.T) {
 	if err := os.WriteFile(junk, []byte("hello\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	empty := filepath.Join(dir, "empty.pem")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name, path, err string
 	}{
 		{"a CA", caFile, ""},
+		{"empty", empty, empty + " is empty: it should hold the CA certificate the Gateway's TLS certificate is issued by, in PEM form"},
 		{"a self-signed certificate, pinned", pinned, ""},
 		{"a server certificate a CA issued", leafFile, `holds no CA certificate ("CN=leaf" is issued by "CN=ca")`},
 		{"a key", keyFile, "holds a PRIVATE KEY block"},

@@ -209,6 +209,9 @@ func checkTrustCA(path string) error {
 	if err != nil {
 		return err
 	}
+	if err := fileerr.CheckEmpty(path, data, "the CA certificate the Gateway's TLS certificate is issued by, in PEM form"); err != nil {
+		return err
+	}
 	var certs []*x509.Certificate
 	for rest := data; ; {
 		var b *pem.Block
