@@ -1,6 +1,7 @@
 // Package safefile reads the operator's files that decide what a task may
-// do or who the server is: configuration (config.json, mcp-http.json),
-// which must not be writable by group or others, and secrets (the service's
+// do or who the server is: configuration (config.json, mcp-http.json, the
+// task's grant, manifest and seed record, trust files), which must not be
+// writable by group or others, and secrets (the service's
 // login and sender keys, the client secret, the TLS key, a password), which
 // must be the owner's alone. Each file is opened once, and the checks are
 // made on the opened file, so the file checked is the file read. A secret
@@ -32,7 +33,8 @@ var (
 
 const errPermissionModel = "group and others"
 
-// ModeError is a file refused for its permission bits.
+// ModeError is a file refused for its permission bits. Its text is the
+// one wording of a mode problem, whichever command finds it.
 type ModeError struct {
 	Path string
 	Mode fs.FileMode
