@@ -36,6 +36,8 @@ func TestLoadHTTPConfigStrict(t *testing.T) {
 	}{
 		{"member in lower case", replace(`"maxCallers": 8`, `"maxcallers": 8`), strictjson.ErrUnknownField,
 			`maxcallers at line 9, column 3: unknown field: member names are case-sensitive: did you mean "maxCallers"?`},
+		{"member misspelt", replace(`"maxCallers": 8`, `"maxcaller": 8`), strictjson.ErrUnknownField,
+			`maxcaller at line 9, column 3: unknown field: did you mean "maxCallers"? If not, remove it`},
 		{"member in upper case", replace(`"maxCallers": 8`, `"MAXCALLERS": 8`), strictjson.ErrUnknownField,
 			`MAXCALLERS at line 9, column 3: unknown field: member names are case-sensitive: did you mean "maxCallers"?`},
 		{"three spellings of one member", replace(`"maxCallers": 8`, `"maxCallers": 8, "MAXCALLERS": 2, "maxcallers": 3`),

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -433,15 +434,51 @@ func (w *walker) nextToken() int64 {
 	return at
 }
 
+// unknown refuses a member the struct does not have, naming the member
+// meant when one is near: the same name in another case, or one a typo
+// away (two edits, one for a name of four letters or fewer).
 func unknown(key string, fields map[string]field, member string, line, col int) error {
 	e := &Error{Kind: ErrUnknownField, Field: member, Line: line, Column: col,
 		Problem: "unknown field: remove it or check its spelling"}
-	for name := range fields {
+	// A short name is near another at one edit, a longer one at two.
+	best, bestDist := "", 3
+	if len(key) <= 4 {
+		bestDist = 2
+	}
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
 		if strings.EqualFold(name, key) {
 			e.Problem = fmt.Sprintf("unknown field: member names are case-sensitive: did you mean %s?", strconv.Quote(name))
+			return e
+		}
+		if d := distance(strings.ToLower(name), strings.ToLower(key)); d < bestDist {
+			best, bestDist = name, d
 		}
 	}
+	if best != "" {
+		e.Problem = fmt.Sprintf("unknown field: did you mean %s? If not, remove it", strconv.Quote(best))
+	}
 	return e
+}
+
+// distance is the Levenshtein distance between a and b, in bytes.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // field is a struct field as the walk sees it: its type, and whether it is
