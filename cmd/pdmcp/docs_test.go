@@ -904,7 +904,7 @@ func jsonCommands() []string {
 	var out []string
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		if !c.Hidden && c.Runnable() && c.Flags().Lookup("json") != nil {
+		if !c.Hidden && c.Runnable() && lookupFlag(c, "json") != nil {
 			out = append(out, c.CommandPath())
 		}
 		for _, sub := range c.Commands() {
