@@ -1018,6 +1018,99 @@ func TestDocsExitStatusesAndJSON(t *testing.T) {
 	reportProblems(t, "--json", checkJSONSection(docs))
 }
 
+var (
+	mdLink  = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading = regexp.MustCompile(`(?m)^#{1,6} (.+)$`)
+)
+
+// slug is a heading's anchor as GitHub makes it: lower case, punctuation
+// dropped, spaces as hyphens.
+func slug(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// anchors returns the anchors of a page's headings (a repeated heading's
+// second anchor ends -1, and so on).
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	inFence := false
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			inFence = !inFence
+		}
+		m := heading.FindStringSubmatch(l)
+		if inFence || m == nil {
+			continue
+		}
+		a := slug(strings.ReplaceAll(m[1], "`", ""))
+		if n := seen[a]; n > 0 {
+			out[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
+}
+
+// checkLinks checks the docs' links to files of this repository (they
+// exist) and to headings of its pages (the heading is there).
+func checkLinks(docs []doc, exists func(rel string) bool) []string {
+	byName := map[string]string{}
+	for _, d := range docs {
+		byName[d.name] = d.text
+	}
+	var problems []string
+	for _, d := range docs {
+		for _, m := range mdLink.FindAllStringSubmatchIndex(d.text, -1) {
+			target := d.text[m[2]:m[3]]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			rel := d.name
+			if file != "" {
+				rel = path.Clean(path.Join(path.Dir(d.name), file))
+				if !exists(rel) {
+					problems = append(problems, fmt.Sprintf("%s:%d: link to %s: no such file", d.name, lineOf(d.text, m[0]), target))
+					continue
+				}
+			}
+			if frag == "" {
+				continue
+			}
+			text, ok := byName[rel]
+			if !ok {
+				continue
+			}
+			if !anchors(text)[frag] {
+				problems = append(problems, fmt.Sprintf("%s:%d: link to %s: %s has no heading with that anchor", d.name, lineOf(d.text, m[0]), target, rel))
+			}
+		}
+	}
+	return problems
+}
+
+// TestDocsLinks: every link from a page to a file of this repository or
+// a heading of a page lands.
+func TestDocsLinks(t *testing.T) {
+	exists := func(rel string) bool {
+		_, err := os.Stat(filepath.Join(repoRoot, filepath.FromSlash(rel)))
+		return err == nil
+	}
+	reportProblems(t, "links", checkLinks(readDocs(t), exists))
+}
+
 // TestDocsCheckerFindsMistakes runs the checks on a page with known
 // mistakes: each must be reported, on its line, so the tests above cannot
 // pass by reading nothing.
@@ -1034,6 +1127,7 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 	got = append(got, checkCounts(d, f)...)
 	got = append(got, checkCodes(d, f)...)
 	got = append(got, checkFileNames(d, f)...)
+	got = append(got, checkLinks(d, func(rel string) bool { return rel == "handoff.md" })...)
 	for _, want := range []string{
 		"wrong.md:7: ",  // an unknown flag
 		"wrong.md:9: ",  // a required flag missing
@@ -1048,6 +1142,8 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 		"wrong.md:30: ", // a tool that does not exist
 		"wrong.md:36: ", // a code defined nowhere
 		"wrong.md:39: ", // a file name that is in no string
+		"wrong.md:41: ", // a link to a heading the page does not have
+		"wrong.md:43: ", // a link to a file that is not there
 	} {
 		n := 0
 		for _, p := range got {
@@ -1059,8 +1155,8 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 			t.Errorf("%d problems reported on %s, want 1; all: %q", n, want, got)
 		}
 	}
-	if len(got) != 13 {
-		t.Errorf("%d problems, want 13 (the right lines too were flagged?): %q", len(got), got)
+	if len(got) != 15 {
+		t.Errorf("%d problems, want 15 (the right lines too were flagged?): %q", len(got), got)
 	}
 	if checked != 15 {
 		t.Errorf("%d command lines checked, want 15", checked)
