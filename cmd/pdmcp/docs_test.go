@@ -853,6 +853,53 @@ func checkFileNames(docs []doc, f facts) []string {
 	return problems
 }
 
+// statusLine is a command's last line as the docs quote it: `SEED: OK`,
+// `AUDIT-VERIFY: WHOLE`.
+var statusLine = regexp.MustCompile("`([A-Z][A-Z -]*[A-Z]: (?:OK|DONE|WHOLE|BROKEN))")
+
+// printfVerb is a verb of a format string.
+var printfVerb = regexp.MustCompile(`%[-+# 0-9.]*[a-zA-Z]`)
+
+// printed reports whether line is a string literal, or what a format
+// literal prints ("ACL %s: OK\n" prints "ACL GRANT: OK").
+func (f facts) printed(line string) bool {
+	if f.inLiterals(line) {
+		return true
+	}
+	_, tail, _ := strings.Cut(line, ": ")
+	for l := range f.literals {
+		// Only a format whose own words (not its verbs) name the status
+		// and something before it: "%s: OK" would match any line.
+		fixed := printfVerb.ReplaceAllString(strings.TrimSpace(l), "")
+		if !strings.Contains(l, "%") || !strings.HasSuffix(fixed, ": "+tail) ||
+			strings.Trim(strings.TrimSuffix(fixed, ": "+tail), " -") == "" {
+			continue
+		}
+		parts := printfVerb.Split(strings.TrimSpace(l), -1)
+		for i := range parts {
+			parts[i] = regexp.QuoteMeta(parts[i])
+		}
+		if re, err := regexp.Compile(`^(?:.*\s)?` + strings.Join(parts, `\S+`) + `$`); err == nil && re.MatchString(line) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkStatusLines checks that the status lines the docs quote are
+// strings the commands print.
+func checkStatusLines(docs []doc, f facts) []string {
+	var problems []string
+	for _, d := range docs {
+		for _, m := range statusLine.FindAllStringSubmatchIndex(d.text, -1) {
+			if line := d.text[m[2]:m[3]]; !f.printed(line) {
+				problems = append(problems, fmt.Sprintf("%s:%d: `%s`: no command prints it", d.name, lineOf(d.text, m[0]), line))
+			}
+		}
+	}
+	return problems
+}
+
 // exitStatuses parses exitCodesHelp: each status and its meaning.
 func exitStatuses() map[string]string {
 	out := map[string]string{}
@@ -997,13 +1044,15 @@ func TestDocsCountsAndNames(t *testing.T) {
 	reportProblems(t, "counts and names", problems)
 }
 
-// TestDocsCodesAndFiles: the codes in the docs' code tables and the file
-// names they give as pdmcp's are in the code.
+// TestDocsCodesAndFiles: the codes in the docs' code tables, the file
+// names they give as pdmcp's and the status lines they quote are in the
+// code.
 func TestDocsCodesAndFiles(t *testing.T) {
 	docs := readDocs(t)
 	f := readFacts(t)
 	reportProblems(t, "codes", checkCodes(docs, f))
 	reportProblems(t, "file names", checkFileNames(docs, f))
+	reportProblems(t, "status lines", checkStatusLines(docs, f))
 }
 
 // TestDocsExitStatusesAndJSON: docs/operating.md's exit-status table is
@@ -1120,13 +1169,14 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := []doc{{name: "wrong.md", text: string(b)}}
-	f := facts{devUsers: devUsers(t), literals: map[string]bool{"seed-record.json": true, "DOCUMENT_NOT_IN_GRANT": true}}
+	f := facts{devUsers: devUsers(t), literals: map[string]bool{"seed-record.json": true, "DOCUMENT_NOT_IN_GRANT": true, "SEED: OK": true, "ACL %s: OK\n": true}}
 	cmds, checked := checkCommands(d, f)
 	var got []string
 	got = append(got, cmds...)
 	got = append(got, checkCounts(d, f)...)
 	got = append(got, checkCodes(d, f)...)
 	got = append(got, checkFileNames(d, f)...)
+	got = append(got, checkStatusLines(d, f)...)
 	got = append(got, checkLinks(d, func(rel string) bool { return rel == "handoff.md" })...)
 	for _, want := range []string{
 		"wrong.md:7: ",  // an unknown flag
@@ -1144,6 +1194,7 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 		"wrong.md:39: ", // a file name that is in no string
 		"wrong.md:41: ", // a link to a heading the page does not have
 		"wrong.md:43: ", // a link to a file that is not there
+		"wrong.md:45: ", // a status line no command prints
 	} {
 		n := 0
 		for _, p := range got {
@@ -1155,8 +1206,8 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 			t.Errorf("%d problems reported on %s, want 1; all: %q", n, want, got)
 		}
 	}
-	if len(got) != 15 {
-		t.Errorf("%d problems, want 15 (the right lines too were flagged?): %q", len(got), got)
+	if len(got) != 16 {
+		t.Errorf("%d problems, want 16 (the right lines too were flagged?): %q", len(got), got)
 	}
 	if checked != 15 {
 		t.Errorf("%d command lines checked, want 15", checked)
