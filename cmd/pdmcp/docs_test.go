@@ -1026,6 +1026,19 @@ func TestDocsCountsAndNames(t *testing.T) {
 	for _, d := range docs {
 		all += d.text
 	}
+	// The tools are the server's: one golden file each under
+	// server/testdata/tools.
+	golden, err := filepath.Glob(filepath.Join(repoRoot, "server", "testdata", "tools", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served []string
+	for _, g := range golden {
+		served = append(served, strings.TrimSuffix(filepath.Base(g), ".json"))
+	}
+	if want := slices.Sorted(slices.Values(grant.AllTools())); !slices.Equal(served, want) {
+		t.Fatalf("server/testdata/tools holds %v; grant.AllTools() is %v", served, want)
+	}
 	for _, tool := range grant.AllTools() {
 		if !strings.Contains(all, "`"+tool+"`") {
 			problems = append(problems, fmt.Sprintf("the tool %s is named in no doc", tool))
