@@ -32,35 +32,35 @@ import (
 // disagrees with the program fails the build instead of misleading the
 // operator who pastes it.
 
-// repoRoot is the module's root, seen from this package's folder.
-const repoRoot = "../.."
+// docsRepoRoot is the module's root, seen from this package's folder.
+const docsRepoRoot = "../.."
 
-// doc is one Markdown page: its name as the failures print it, and its
+// docPage is one Markdown page: its name as the failures print it, and its
 // text.
-type doc struct {
+type docPage struct {
 	name string
 	text string
 }
 
 // readDocs reads README.md and docs/*.md.
-func readDocs(t *testing.T) []doc {
+func readDocs(t *testing.T) []docPage {
 	t.Helper()
 	names := []string{"README.md"}
-	more, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	more, err := filepath.Glob(filepath.Join(docsRepoRoot, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range more {
-		rel, _ := filepath.Rel(repoRoot, m)
+		rel, _ := filepath.Rel(docsRepoRoot, m)
 		names = append(names, filepath.ToSlash(rel))
 	}
-	var out []doc
+	var out []docPage
 	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(n)))
+		b, err := os.ReadFile(filepath.Join(docsRepoRoot, filepath.FromSlash(n)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, doc{name: n, text: string(b)})
+		out = append(out, docPage{name: n, text: string(b)})
 	}
 	if len(out) < 8 {
 		t.Fatalf("found %d pages; has docs/ moved?", len(out))
@@ -124,10 +124,10 @@ func codeLines(text string) []codeLine {
 	return out
 }
 
-// word is one shell word: its text with quotes removed, and whether it
+// shellWord is one shell word: its text with quotes removed, and whether it
 // holds an expansion ($VAR, ${…}, $(…), `…`) or a placeholder (<…>)
 // whose value the test cannot know.
-type word struct {
+type shellWord struct {
 	text   string
 	opaque bool
 }
@@ -136,8 +136,8 @@ type word struct {
 // the docs need: quotes, backslashes, expansions kept whole as opaque
 // words, <placeholders> kept whole (spaces and all), redirections dropped.
 // It stops at a comment or at the end of the simple command (|, &, ;).
-func shellWords(line string) ([]word, error) {
-	var out []word
+func shellWords(line string) ([]shellWord, error) {
+	var out []shellWord
 	var cur strings.Builder
 	inWord, opaque, dropNext := false, false, false
 	end := func() {
@@ -145,7 +145,7 @@ func shellWords(line string) ([]word, error) {
 			if dropNext {
 				dropNext = false
 			} else {
-				out = append(out, word{text: cur.String(), opaque: opaque})
+				out = append(out, shellWord{text: cur.String(), opaque: opaque})
 			}
 		}
 		cur.Reset()
@@ -320,11 +320,11 @@ var (
 // it invokes pdmcp at all: `pdmcp …`, `./pdmcp …`, `/path/to/pdmcp …`,
 // `go run ./cmd/pdmcp …`, after a `$ ` prompt, environment assignments
 // or a crontab line's five time fields.
-func pdmcpArgs(ws []word) ([]word, bool) {
+func pdmcpArgs(ws []shellWord) ([]shellWord, bool) {
 	if len(ws) > 0 && ws[0].text == "$" {
 		ws = ws[1:]
 	}
-	if len(ws) > 5 && !slices.ContainsFunc(ws[:5], func(w word) bool { return !cronField.MatchString(w.text) }) {
+	if len(ws) > 5 && !slices.ContainsFunc(ws[:5], func(w shellWord) bool { return !cronField.MatchString(w.text) }) {
 		ws = ws[5:]
 	}
 	for len(ws) > 0 && (envAssignment.MatchString(ws[0].text) || ws[0].text == "exec" || ws[0].text == "time") {
@@ -339,9 +339,9 @@ func pdmcpArgs(ws []word) ([]word, bool) {
 	return nil, false
 }
 
-// placeholder reports whether a word stands for a value the reader fills
+// isPlaceholder reports whether a word stands for a value the reader fills
 // in: an expansion, a <placeholder>, or a name in capitals (PATH, DIR).
-func placeholder(w word) bool {
+func isPlaceholder(w shellWord) bool {
 	return w.opaque || strings.Trim(w.text, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") == ""
 }
 
@@ -371,8 +371,8 @@ func lookupFlag(c *cobra.Command, name string) *pflag.Flag {
 	return nil
 }
 
-// facts are what the docs are checked against, read from the code.
-type facts struct {
+// docFacts are what the docs are checked against, read from the code.
+type docFacts struct {
 	devUsers []string
 	// literals are every string literal in the module's non-test Go files.
 	literals map[string]bool
@@ -381,11 +381,11 @@ type facts struct {
 // checkCommand parses one pdmcp command line from the docs with the real
 // command tree, running nothing: every RunE and pre-run hook is replaced
 // by a recorder. It returns what is wrong with the line, or "".
-func checkCommand(ws []word, f facts) string {
+func checkCommand(ws []shellWord, f docFacts) string {
 	// "…" and "..." elide flags the reader knows: the required-flag check
 	// is then not made. [--x V] and [--x V]... are optional forms.
 	elided := false
-	var args []word
+	var args []shellWord
 	for _, w := range ws {
 		t := w.text
 		if t == "..." || t == "…" {
@@ -401,7 +401,7 @@ func checkCommand(ws []word, f facts) string {
 				continue
 			}
 		}
-		args = append(args, word{text: t, opaque: w.opaque})
+		args = append(args, shellWord{text: t, opaque: w.opaque})
 	}
 	root := newRootCmd()
 	var ran *cobra.Command
@@ -442,11 +442,11 @@ func checkCommand(ws []word, f facts) string {
 			continue
 		}
 		switch {
-		case hasVal && placeholder(word{text: val, opaque: args[i].opaque}):
+		case hasVal && isPlaceholder(shellWord{text: val, opaque: args[i].opaque}):
 			if v, ok := sampleValue(fl); ok {
 				plain[i] = "--" + name + "=" + v
 			}
-		case !hasVal && i+1 < len(args) && placeholder(args[i+1]):
+		case !hasVal && i+1 < len(args) && isPlaceholder(args[i+1]):
 			if v, ok := sampleValue(fl); ok {
 				plain[i+1] = v
 			}
@@ -503,7 +503,7 @@ func checkCommand(ws []word, f facts) string {
 		return fmt.Sprintf("%s: %s is an old or hidden spelling; write the flag it stands for (%s --help)",
 			ran.CommandPath(), strings.Join(bad, ", "), ran.CommandPath())
 	}
-	if ran.CommandPath() == "pdmcp dev token" && len(ranArgs) == 1 && !placeholder(word{text: ranArgs[0], opaque: args[len(args)-1].opaque}) {
+	if ran.CommandPath() == "pdmcp dev token" && len(ranArgs) == 1 && !isPlaceholder(shellWord{text: ranArgs[0], opaque: args[len(args)-1].opaque}) {
 		if !slices.Contains(f.devUsers, ranArgs[0]) {
 			return fmt.Sprintf("%q is no development user (they are %s)", ranArgs[0], strings.Join(f.devUsers, ", "))
 		}
@@ -513,7 +513,7 @@ func checkCommand(ws []word, f facts) string {
 
 // checkCommands checks every pdmcp command line in the code blocks of
 // docs, each problem as file:line.
-func checkCommands(docs []doc, f facts) (problems []string, checked int) {
+func checkCommands(docs []docPage, f docFacts) (problems []string, checked int) {
 	for _, d := range docs {
 		for _, cl := range codeLines(d.text) {
 			candidates := append([]string{strings.TrimPrefix(cl.text, "$ ")}, substitutions(cl.text)...)
@@ -523,9 +523,9 @@ func checkCommands(docs []doc, f facts) (problems []string, checked int) {
 				}
 				ws, err := shellWords(c)
 				if err != nil {
-					var fields []word
+					var fields []shellWord
 					for _, w := range strings.Fields(c) {
-						fields = append(fields, word{text: w})
+						fields = append(fields, shellWord{text: w})
 					}
 					if _, ok := pdmcpArgs(fields); !ok {
 						continue
@@ -562,8 +562,8 @@ var (
 // notTools are names spelled like tools that are something else.
 var notTools = map[string]bool{"close_reason": true}
 
-// count reads a number word or digits.
-func count(s string) int {
+// docCount reads a number word or digits.
+func docCount(s string) int {
 	if n, ok := numberWords[strings.ToLower(s)]; ok {
 		return n
 	}
@@ -571,25 +571,25 @@ func count(s string) int {
 	return n
 }
 
-// lineOf is the line number of byte offset i in text.
-func lineOf(text string, i int) int { return strings.Count(text[:i], "\n") + 1 }
+// docLineOf is the line number of byte offset i in text.
+func docLineOf(text string, i int) int { return strings.Count(text[:i], "\n") + 1 }
 
 // checkCounts checks the tool and user counts and names the docs give.
-func checkCounts(docs []doc, f facts) []string {
+func checkCounts(docs []docPage, f docFacts) []string {
 	var problems []string
 	tools := map[string]int{"": len(grant.AllTools()), "document": len(grant.DocumentTools()),
 		"file": len(grant.FileTools()), "section": len(grant.FragmentTools()), "hand-off": 2}
 	named := map[string]bool{}
 	for _, d := range docs {
 		for _, m := range toolCount.FindAllStringSubmatchIndex(d.text, -1) {
-			n := count(d.text[m[2]:m[3]])
+			n := docCount(d.text[m[2]:m[3]])
 			kind := ""
 			if m[4] >= 0 {
 				kind = strings.TrimSpace(strings.ToLower(d.text[m[4]:m[5]]))
 			}
 			if n != tools[kind] {
 				problems = append(problems, fmt.Sprintf("%s:%d: %q: this build has %d %s tools",
-					d.name, lineOf(d.text, m[0]), d.text[m[0]:m[1]], tools[kind], kind))
+					d.name, docLineOf(d.text, m[0]), d.text[m[0]:m[1]], tools[kind], kind))
 			}
 		}
 		for _, m := range toolLike.FindAllStringSubmatchIndex(d.text, -1) {
@@ -597,7 +597,7 @@ func checkCounts(docs []doc, f facts) []string {
 			named[name] = true
 			if !grant.KnownTool(name) && !notTools[name] {
 				problems = append(problems, fmt.Sprintf("%s:%d: `%s` is no tool (the tools are %s)",
-					d.name, lineOf(d.text, m[0]), name, strings.Join(grant.AllTools(), ", ")))
+					d.name, docLineOf(d.text, m[0]), name, strings.Join(grant.AllTools(), ", ")))
 			}
 		}
 		for _, m := range userCount.FindAllStringSubmatchIndex(d.text, -1) {
@@ -605,21 +605,21 @@ func checkCounts(docs []doc, f facts) []string {
 			if m[2] < 0 {
 				g = 4
 			}
-			if n := count(d.text[m[g]:m[g+1]]); n != len(f.devUsers) {
+			if n := docCount(d.text[m[g]:m[g+1]]); n != len(f.devUsers) {
 				problems = append(problems, fmt.Sprintf("%s:%d: %q: the development stack has %d users (%s)",
-					d.name, lineOf(d.text, m[0]), d.text[m[0]:m[1]], len(f.devUsers), strings.Join(f.devUsers, ", ")))
+					d.name, docLineOf(d.text, m[0]), d.text[m[0]:m[1]], len(f.devUsers), strings.Join(f.devUsers, ", ")))
 			}
 		}
 	}
 	return problems
 }
 
-// devUsers reads the development users' names from internal/devstack's
+// docsDevUsers reads the development users' names from internal/devstack's
 // devUsers (the package does not export them).
-func devUsers(t *testing.T) []string {
+func docsDevUsers(t *testing.T) []string {
 	t.Helper()
 	fset := token.NewFileSet()
-	file, err := parser.ParseFile(fset, filepath.Join(repoRoot, "internal", "devstack", "devstack.go"), nil, 0)
+	file, err := parser.ParseFile(fset, filepath.Join(docsRepoRoot, "internal", "devstack", "devstack.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,7 +656,7 @@ func devUsers(t *testing.T) []string {
 func stringLiterals(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	err := filepath.WalkDir(repoRoot, func(p string, e fs.DirEntry, err error) error {
+	err := filepath.WalkDir(docsRepoRoot, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -692,13 +692,13 @@ func stringLiterals(t *testing.T) map[string]bool {
 	return out
 }
 
-func readFacts(t *testing.T) facts {
+func readFacts(t *testing.T) docFacts {
 	t.Helper()
-	return facts{devUsers: devUsers(t), literals: stringLiterals(t)}
+	return docFacts{devUsers: docsDevUsers(t), literals: stringLiterals(t)}
 }
 
 // inLiterals reports whether s is, or is part of, a string literal.
-func (f facts) inLiterals(s string) bool {
+func (f docFacts) inLiterals(s string) bool {
 	if f.literals[s] {
 		return true
 	}
@@ -714,7 +714,7 @@ func (f facts) inLiterals(s string) bool {
 // string, as the lock of a file it names (<name>.lock), or by a suffix it
 // adds to a name the operator chooses (<manifest>.journal.sqlite,
 // <service>-cert.pem).
-func (f facts) namesFile(name string) bool {
+func (f docFacts) namesFile(name string) bool {
 	if f.inLiterals(name) {
 		return true
 	}
@@ -730,9 +730,9 @@ func (f facts) namesFile(name string) bool {
 	return false
 }
 
-// table is a Markdown table: its header cells and rows, each with the line
+// mdTable is a Markdown table: its header cells and rows, each with the line
 // it is on.
-type table struct {
+type mdTable struct {
 	header []string
 	rows   [][]string
 	lines  []int
@@ -740,7 +740,7 @@ type table struct {
 	section string
 }
 
-func cells(line string) []string {
+func mdCells(line string) []string {
 	cs := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
 	for i := range cs {
 		cs[i] = strings.TrimSpace(cs[i])
@@ -748,9 +748,9 @@ func cells(line string) []string {
 	return cs
 }
 
-// tables returns text's Markdown tables.
-func tables(text string) []table {
-	var out []table
+// mdTables returns text's Markdown tables.
+func mdTables(text string) []mdTable {
+	var out []mdTable
 	lines := strings.Split(text, "\n")
 	section := ""
 	for i := 0; i < len(lines); i++ {
@@ -760,9 +760,9 @@ func tables(text string) []table {
 		if !strings.HasPrefix(lines[i], "|") || i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "| ---") {
 			continue
 		}
-		tb := table{header: cells(lines[i]), section: section}
+		tb := mdTable{header: mdCells(lines[i]), section: section}
 		for i += 2; i < len(lines) && strings.HasPrefix(lines[i], "|"); i++ {
-			tb.rows = append(tb.rows, cells(lines[i]))
+			tb.rows = append(tb.rows, mdCells(lines[i]))
 			tb.lines = append(tb.lines, i+1)
 		}
 		out = append(out, tb)
@@ -776,10 +776,10 @@ var tableCodeRE = regexp.MustCompile("`([A-Z][A-Z0-9_]+)`")
 // "code" is a string the code defines, and that the "Reading a refused
 // request" table of operating.md lists every adapter code the catalogue
 // sends there.
-func checkCodes(docs []doc, f facts) []string {
+func checkCodes(docs []docPage, f docFacts) []string {
 	var problems []string
 	for _, d := range docs {
-		for _, tb := range tables(d.text) {
+		for _, tb := range mdTables(d.text) {
 			if len(tb.header) == 0 || tb.header[0] != "code" {
 				continue
 			}
@@ -796,7 +796,7 @@ func checkCodes(docs []doc, f facts) []string {
 			if d.name == "docs/operating.md" && tb.section == "Reading a refused request" {
 				for _, e := range refusal.Catalogue() {
 					if e.Doc == "operating.md" && !listed[string(e.Code)] {
-						problems = append(problems, fmt.Sprintf("%s:%d: the adapter's code %s (%d) is missing from the table", d.name, tb.lines[0], e.Code, e.Status))
+						problems = append(problems, fmt.Sprintf("%s:%d: the adapter's code %s (%d) is missing from the mdTable", d.name, tb.lines[0], e.Code, e.Status))
 					}
 				}
 			}
@@ -824,7 +824,7 @@ var chosenFiles = map[string]bool{
 // (a backticked name ending in .json, .jsonl, .sqlite, .lock, .pisoft or
 // .pem) are strings in the code: a renamed file fails here until the docs
 // follow. <placeholder> and * parts are matched as the suffix after them.
-func checkFileNames(docs []doc, f facts) []string {
+func checkFileNames(docs []docPage, f docFacts) []string {
 	var problems []string
 	for _, d := range docs {
 		for _, m := range backticked.FindAllStringSubmatchIndex(d.text, -1) {
@@ -846,7 +846,7 @@ func checkFileNames(docs []doc, f facts) []string {
 			}
 			if !f.namesFile(want) {
 				problems = append(problems, fmt.Sprintf("%s:%d: `%s`: no string in the code names %q",
-					d.name, lineOf(d.text, m[0]), full, want))
+					d.name, docLineOf(d.text, m[0]), full, want))
 			}
 		}
 	}
@@ -862,7 +862,7 @@ var printfVerb = regexp.MustCompile(`%[-+# 0-9.]*[a-zA-Z]`)
 
 // printed reports whether line is a string literal, or what a format
 // literal prints ("ACL %s: OK\n" prints "ACL GRANT: OK").
-func (f facts) printed(line string) bool {
+func (f docFacts) printed(line string) bool {
 	if f.inLiterals(line) {
 		return true
 	}
@@ -888,12 +888,12 @@ func (f facts) printed(line string) bool {
 
 // checkStatusLines checks that the status lines the docs quote are
 // strings the commands print.
-func checkStatusLines(docs []doc, f facts) []string {
+func checkStatusLines(docs []docPage, f docFacts) []string {
 	var problems []string
 	for _, d := range docs {
 		for _, m := range statusLine.FindAllStringSubmatchIndex(d.text, -1) {
 			if line := d.text[m[2]:m[3]]; !f.printed(line) {
-				problems = append(problems, fmt.Sprintf("%s:%d: `%s`: no command prints it", d.name, lineOf(d.text, m[0]), line))
+				problems = append(problems, fmt.Sprintf("%s:%d: `%s`: no command prints it", d.name, docLineOf(d.text, m[0]), line))
 			}
 		}
 	}
@@ -915,13 +915,13 @@ func exitStatuses() map[string]string {
 
 // checkExitTable checks docs/operating.md's exit-status table against
 // exitCodesHelp, status by status.
-func checkExitTable(docs []doc) []string {
+func checkExitTable(docs []docPage) []string {
 	want := exitStatuses()
 	for _, d := range docs {
 		if d.name != "docs/operating.md" {
 			continue
 		}
-		for _, tb := range tables(d.text) {
+		for _, tb := range mdTables(d.text) {
 			if len(tb.header) < 2 || tb.header[0] != "status" || tb.header[1] != "meaning" {
 				continue
 			}
@@ -931,17 +931,17 @@ func checkExitTable(docs []doc) []string {
 				n := strings.Trim(row[0], "`")
 				got[n] = true
 				if w, ok := want[n]; !ok || len(row) < 2 || row[1] != w {
-					problems = append(problems, fmt.Sprintf("%s:%d: exit status %s: the table says %q, pdmcp --help %q", d.name, tb.lines[i], n, row[1], w))
+					problems = append(problems, fmt.Sprintf("%s:%d: exit status %s: the mdTable says %q, pdmcp --help %q", d.name, tb.lines[i], n, row[1], w))
 				}
 			}
 			for n := range want {
 				if !got[n] {
-					problems = append(problems, fmt.Sprintf("%s: exit status %s (%s) is missing from the table", d.name, n, want[n]))
+					problems = append(problems, fmt.Sprintf("%s: exit status %s (%s) is missing from the mdTable", d.name, n, want[n]))
 				}
 			}
 			return problems
 		}
-		return []string{"docs/operating.md has no exit-status table (| status | meaning |)"}
+		return []string{"docs/operating.md has no exit-status mdTable (| status | meaning |)"}
 	}
 	return []string{"docs/operating.md not found"}
 }
@@ -965,13 +965,13 @@ func jsonCommands() []string {
 
 // checkJSONSection checks that docs/operating.md's "Output for scripts"
 // table names exactly the commands that have --json.
-func checkJSONSection(docs []doc) []string {
+func checkJSONSection(docs []docPage) []string {
 	want := jsonCommands()
 	for _, d := range docs {
 		if d.name != "docs/operating.md" {
 			continue
 		}
-		for _, tb := range tables(d.text) {
+		for _, tb := range mdTables(d.text) {
 			if len(tb.header) < 2 || tb.header[0] != "command" || tb.section != "Output for scripts" {
 				continue
 			}
@@ -986,12 +986,12 @@ func checkJSONSection(docs []doc) []string {
 			}
 			for _, c := range want {
 				if !slices.Contains(got, c) {
-					problems = append(problems, fmt.Sprintf("%s: %s has --json; the \"Output for scripts\" table does not list it", d.name, c))
+					problems = append(problems, fmt.Sprintf("%s: %s has --json; the \"Output for scripts\" mdTable does not list it", d.name, c))
 				}
 			}
 			return problems
 		}
-		return []string{"docs/operating.md has no \"Output for scripts\" table (| command | … |)"}
+		return []string{"docs/operating.md has no \"Output for scripts\" mdTable (| command | … |)"}
 	}
 	return []string{"docs/operating.md not found"}
 }
@@ -1007,7 +1007,7 @@ func reportProblems(t *testing.T, what string, problems []string) {
 // parses with the program's own command tree as written.
 func TestDocsCommands(t *testing.T) {
 	docs := readDocs(t)
-	problems, checked := checkCommands(docs, facts{devUsers: devUsers(t)})
+	problems, checked := checkCommands(docs, docFacts{devUsers: docsDevUsers(t)})
 	if checked < 40 {
 		t.Errorf("checked %d command lines; the docs have more: has the code-block reader broken?", checked)
 	}
@@ -1018,7 +1018,7 @@ func TestDocsCommands(t *testing.T) {
 // the docs give are the program's.
 func TestDocsCountsAndNames(t *testing.T) {
 	docs := readDocs(t)
-	f := facts{devUsers: devUsers(t)}
+	f := docFacts{devUsers: docsDevUsers(t)}
 	problems := checkCounts(docs, f)
 	// Every tool and every development user is named where a reader
 	// meets them first.
@@ -1028,7 +1028,7 @@ func TestDocsCountsAndNames(t *testing.T) {
 	}
 	// The tools are the server's: one golden file each under
 	// server/testdata/tools.
-	golden, err := filepath.Glob(filepath.Join(repoRoot, "server", "testdata", "tools", "*.json"))
+	golden, err := filepath.Glob(filepath.Join(docsRepoRoot, "server", "testdata", "tools", "*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1085,9 +1085,9 @@ var (
 	heading = regexp.MustCompile(`(?m)^#{1,6} (.+)$`)
 )
 
-// slug is a heading's anchor as GitHub makes it: lower case, punctuation
+// headingSlug is a heading's anchor as GitHub makes it: lower case, punctuation
 // dropped, spaces as hyphens.
-func slug(h string) string {
+func headingSlug(h string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(strings.TrimSpace(h)) {
 		switch {
@@ -1100,9 +1100,9 @@ func slug(h string) string {
 	return b.String()
 }
 
-// anchors returns the anchors of a page's headings (a repeated heading's
+// headingAnchors returns the anchors of a page's headings (a repeated heading's
 // second anchor ends -1, and so on).
-func anchors(text string) map[string]bool {
+func headingAnchors(text string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
 	inFence := false
@@ -1114,7 +1114,7 @@ func anchors(text string) map[string]bool {
 		if inFence || m == nil {
 			continue
 		}
-		a := slug(strings.ReplaceAll(m[1], "`", ""))
+		a := headingSlug(strings.ReplaceAll(m[1], "`", ""))
 		if n := seen[a]; n > 0 {
 			out[fmt.Sprintf("%s-%d", a, n)] = true
 		} else {
@@ -1127,7 +1127,7 @@ func anchors(text string) map[string]bool {
 
 // checkLinks checks the docs' links to files of this repository (they
 // exist) and to headings of its pages (the heading is there).
-func checkLinks(docs []doc, exists func(rel string) bool) []string {
+func checkLinks(docs []docPage, exists func(rel string) bool) []string {
 	byName := map[string]string{}
 	for _, d := range docs {
 		byName[d.name] = d.text
@@ -1144,7 +1144,7 @@ func checkLinks(docs []doc, exists func(rel string) bool) []string {
 			if file != "" {
 				rel = path.Clean(path.Join(path.Dir(d.name), file))
 				if !exists(rel) {
-					problems = append(problems, fmt.Sprintf("%s:%d: link to %s: no such file", d.name, lineOf(d.text, m[0]), target))
+					problems = append(problems, fmt.Sprintf("%s:%d: link to %s: no such file", d.name, docLineOf(d.text, m[0]), target))
 					continue
 				}
 			}
@@ -1155,8 +1155,8 @@ func checkLinks(docs []doc, exists func(rel string) bool) []string {
 			if !ok {
 				continue
 			}
-			if !anchors(text)[frag] {
-				problems = append(problems, fmt.Sprintf("%s:%d: link to %s: %s has no heading with that anchor", d.name, lineOf(d.text, m[0]), target, rel))
+			if !headingAnchors(text)[frag] {
+				problems = append(problems, fmt.Sprintf("%s:%d: link to %s: %s has no heading with that anchor", d.name, docLineOf(d.text, m[0]), target, rel))
 			}
 		}
 	}
@@ -1167,7 +1167,7 @@ func checkLinks(docs []doc, exists func(rel string) bool) []string {
 // a heading of a page lands.
 func TestDocsLinks(t *testing.T) {
 	exists := func(rel string) bool {
-		_, err := os.Stat(filepath.Join(repoRoot, filepath.FromSlash(rel)))
+		_, err := os.Stat(filepath.Join(docsRepoRoot, filepath.FromSlash(rel)))
 		return err == nil
 	}
 	reportProblems(t, "links", checkLinks(readDocs(t), exists))
@@ -1181,8 +1181,8 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := []doc{{name: "wrong.md", text: string(b)}}
-	f := facts{devUsers: devUsers(t), literals: map[string]bool{"seed-record.json": true, "DOCUMENT_NOT_IN_GRANT": true, "SEED: OK": true, "ACL %s: OK\n": true}}
+	d := []docPage{{name: "wrong.md", text: string(b)}}
+	f := docFacts{devUsers: docsDevUsers(t), literals: map[string]bool{"seed-record.json": true, "DOCUMENT_NOT_IN_GRANT": true, "SEED: OK": true, "ACL %s: OK\n": true}}
 	cmds, checked := checkCommands(d, f)
 	var got []string
 	got = append(got, cmds...)
