@@ -804,7 +804,7 @@ func checkCodes(docs []docPage, f docFacts) []string {
 			if d.name == "docs/operating.md" && tb.section == "Reading a refused request" {
 				for _, e := range refusal.Catalogue() {
 					if e.Doc == "operating.md" && !listed[string(e.Code)] {
-						problems = append(problems, fmt.Sprintf("%s:%d: the adapter's code %s (%d) is missing from the mdTable", d.name, tb.lines[0], e.Code, e.Status))
+						problems = append(problems, fmt.Sprintf("%s:%d: the adapter's code %s (%d) is missing from the table", d.name, tb.lines[0], e.Code, e.Status))
 					}
 				}
 			}
@@ -939,27 +939,29 @@ func checkExitTable(docs []docPage) []string {
 				n := strings.Trim(row[0], "`")
 				got[n] = true
 				if w, ok := want[n]; !ok || len(row) < 2 || row[1] != w {
-					problems = append(problems, fmt.Sprintf("%s:%d: exit status %s: the mdTable says %q, pdmcp --help %q", d.name, tb.lines[i], n, row[1], w))
+					problems = append(problems, fmt.Sprintf("%s:%d: exit status %s: the table says %q, pdmcp --help %q", d.name, tb.lines[i], n, row[1], w))
 				}
 			}
 			for n := range want {
 				if !got[n] {
-					problems = append(problems, fmt.Sprintf("%s: exit status %s (%s) is missing from the mdTable", d.name, n, want[n]))
+					problems = append(problems, fmt.Sprintf("%s: exit status %s (%s) is missing from the table", d.name, n, want[n]))
 				}
 			}
 			return problems
 		}
-		return []string{"docs/operating.md has no exit-status mdTable (| status | meaning |)"}
+		return []string{"docs/operating.md has no exit-status table (| status | meaning |)"}
 	}
 	return []string{"docs/operating.md not found"}
 }
 
-// jsonCommands are the commands that have --json, by path.
+// jsonCommands are the commands that have --json, by path. A group whose
+// --json is its subcommands' (acl) is not one.
 func jsonCommands() []string {
 	var out []string
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		if !c.Hidden && c.Runnable() && lookupFlag(c, "json") != nil {
+		group := c.HasSubCommands() && c.PersistentFlags().Lookup("json") != nil
+		if !c.Hidden && !group && c.Runnable() && lookupFlag(c, "json") != nil {
 			out = append(out, c.CommandPath())
 		}
 		for _, sub := range c.Commands() {
@@ -994,12 +996,12 @@ func checkJSONSection(docs []docPage) []string {
 			}
 			for _, c := range want {
 				if !slices.Contains(got, c) {
-					problems = append(problems, fmt.Sprintf("%s: %s has --json; the \"Output for scripts\" mdTable does not list it", d.name, c))
+					problems = append(problems, fmt.Sprintf("%s: %s has --json; the \"Output for scripts\" table does not list it", d.name, c))
 				}
 			}
 			return problems
 		}
-		return []string{"docs/operating.md has no \"Output for scripts\" mdTable (| command | … |)"}
+		return []string{"docs/operating.md has no \"Output for scripts\" table (| command | … |)"}
 	}
 	return []string{"docs/operating.md not found"}
 }
