@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"go/ast"
-	"go/parser"
 	"go/scanner"
 	"go/token"
 	"io/fs"
@@ -22,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/devstack"
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
 
@@ -622,39 +621,13 @@ func checkCounts(docs []docPage, f docFacts) []string {
 	return problems
 }
 
-// docsDevUsers reads the development users' names from internal/devstack's
-// devUsers (the package does not export them).
+// docsDevUsers are the development users' names, as internal/devstack
+// makes them.
 func docsDevUsers(t *testing.T) []string {
 	t.Helper()
-	fset := token.NewFileSet()
-	file, err := parser.ParseFile(fset, filepath.Join(docsRepoRoot, "internal", "devstack", "devstack.go"), nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var users []string
-	ast.Inspect(file, func(n ast.Node) bool {
-		vs, ok := n.(*ast.ValueSpec)
-		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "devUsers" || len(vs.Values) != 1 {
-			return true
-		}
-		lit, _ := vs.Values[0].(*ast.CompositeLit)
-		if lit == nil {
-			return false
-		}
-		for _, e := range lit.Elts {
-			el, _ := e.(*ast.CompositeLit)
-			if el == nil || len(el.Elts) == 0 {
-				continue
-			}
-			if b, ok := el.Elts[0].(*ast.BasicLit); ok && b.Kind == token.STRING {
-				s, _ := strconv.Unquote(b.Value)
-				users = append(users, s)
-			}
-		}
-		return false
-	})
+	users := devstack.UserNames()
 	if len(users) < 3 {
-		t.Fatalf("found development users %v in internal/devstack; has devUsers changed shape?", users)
+		t.Fatalf("internal/devstack names the users %v; has it changed?", users)
 	}
 	return users
 }
