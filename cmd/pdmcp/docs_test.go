@@ -560,7 +560,10 @@ var numberWords = map[string]int{"one": 1, "two": 2, "three": 3, "four": 4, "fiv
 
 var (
 	toolCount = regexp.MustCompile(`(?i)\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\d+) (document |file |section |hand-off )?tools\b`)
-	userCount = regexp.MustCompile(`(?i)\b(?:provider with) (one|two|three|four|five|six|seven|eight|nine|ten|\d+) (?:development )?users\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|\d+) development users\b`)
+	// toolsOffered is a count of the tools without the word: "this build
+	// offers three:".
+	toolsOffered = regexp.MustCompile(`(?i)\bbuild offers (one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\d+)\b`)
+	userCount    = regexp.MustCompile(`(?i)\b(?:provider with) (one|two|three|four|five|six|seven|eight|nine|ten|\d+) (?:development )?users\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|\d+) development users\b`)
 	// toolLike is a backticked name spelled as the tools are, with a
 	// verb the tools begin with.
 	toolLike = regexp.MustCompile("`((?:list|read|save|encrypt|decrypt|hand|close|get|write|delete|update)_[a-z_]+)`")
@@ -597,6 +600,12 @@ func checkCounts(docs []docPage, f docFacts) []string {
 			if n != tools[kind] {
 				problems = append(problems, fmt.Sprintf("%s:%d: %q: this build has %d %s tools",
 					d.name, docLineOf(d.text, m[0]), d.text[m[0]:m[1]], tools[kind], kind))
+			}
+		}
+		for _, m := range toolsOffered.FindAllStringSubmatchIndex(d.text, -1) {
+			if n := docCount(d.text[m[2]:m[3]]); n != tools[""] {
+				problems = append(problems, fmt.Sprintf("%s:%d: %q: this build has %d tools",
+					d.name, docLineOf(d.text, m[0]), d.text[m[0]:m[1]], tools[""]))
 			}
 		}
 		for _, m := range toolLike.FindAllStringSubmatchIndex(d.text, -1) {
@@ -1203,6 +1212,7 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 		"wrong.md:43: ", // a link to a file that is not there
 		"wrong.md:45: ", // a status line no command prints
 		"wrong.md:49: ", // an old spelling of a flag
+		"wrong.md:52: ", // a tool count without the word
 	} {
 		n := 0
 		for _, p := range got {
@@ -1214,8 +1224,8 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 			t.Errorf("%d problems reported on %s, want 1; all: %q", n, want, got)
 		}
 	}
-	if len(got) != 17 {
-		t.Errorf("%d problems, want 17 (the right lines too were flagged?): %q", len(got), got)
+	if len(got) != 18 {
+		t.Errorf("%d problems, want 18 (the right lines too were flagged?): %q", len(got), got)
 	}
 	if checked != 17 {
 		t.Errorf("%d command lines checked, want 17", checked)
