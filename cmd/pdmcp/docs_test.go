@@ -554,6 +554,84 @@ func checkCommands(docs []docPage, f docFacts) (problems []string, checked int) 
 	return problems, checked
 }
 
+// inlineCommand is a command named in running text: `pdmcp seed --out`.
+var inlineCommand = regexp.MustCompile("`pdmcp ([^`]+)`")
+
+// checkInline checks the commands the docs name in running text: the
+// command path exists and every flag named exists under its current
+// spelling. Values and required flags are not checked (the text names
+// what it speaks of, not a whole command line), nor text that is a string
+// of the program's own (`pdmcp audit head v1`).
+func checkInline(docs []docPage, f docFacts) []string {
+	newRoot := f.root
+	if newRoot == nil {
+		newRoot = newRootCmd
+	}
+	root := newRoot()
+	var problems []string
+	for _, d := range docs {
+		for _, m := range inlineCommand.FindAllStringSubmatchIndex(d.text, -1) {
+			text := d.text[m[2]:m[3]]
+			if f.inLiterals("pdmcp " + text) {
+				continue
+			}
+			where := fmt.Sprintf("%s:%d: `pdmcp %s`", d.name, docLineOf(d.text, m[0]), text)
+			words := strings.Fields(text)
+			var path []string
+			i := 0
+			for ; i < len(words) && !strings.HasPrefix(words[i], "-") && !strings.HasPrefix(words[i], "["); i++ {
+				path = append(path, words[i])
+			}
+			if slices.ContainsFunc(path, func(w string) bool { return strings.ContainsAny(w, "<.…$") }) ||
+				len(path) > 0 && (path[0] == "help" || path[0] == "completion") {
+				continue
+			}
+			// `pdmcp acl grant|revoke|list` names three commands.
+			var cmds []*cobra.Command
+			last := []string{""}
+			if len(path) > 0 {
+				last = strings.Split(path[len(path)-1], "|")
+				path = path[:len(path)-1]
+			}
+			for _, alt := range last {
+				p := path
+				if alt != "" {
+					p = append(slices.Clone(path), alt)
+				}
+				c, rest, err := root.Find(p)
+				switch {
+				case err != nil:
+					problems = append(problems, fmt.Sprintf("%s: %v", where, err))
+				case len(rest) > 0 && c.HasSubCommands():
+					problems = append(problems, fmt.Sprintf("%s: %s has no command %q", where, c.CommandPath(), rest[0]))
+				default:
+					cmds = append(cmds, c)
+				}
+			}
+			for _, w := range words[i:] {
+				w = strings.TrimPrefix(w, "[")
+				if w == "--" {
+					break
+				}
+				name, _, _ := strings.Cut(strings.TrimPrefix(w, "--"), "=")
+				name = strings.TrimRight(name, "].…")
+				if !strings.HasPrefix(w, "--") || name == "help" {
+					continue
+				}
+				for _, c := range cmds {
+					switch fl := lookupFlag(c, name); {
+					case fl == nil:
+						problems = append(problems, fmt.Sprintf("%s: %s has no flag --%s", where, c.CommandPath(), name))
+					case fl.Hidden || fl.Deprecated != "":
+						problems = append(problems, fmt.Sprintf("%s: --%s is an old or hidden spelling", where, name))
+					}
+				}
+			}
+		}
+	}
+	return problems
+}
+
 // numberWords are the counts the docs spell out.
 var numberWords = map[string]int{"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
 	"eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
@@ -1006,6 +1084,12 @@ func TestDocsCommands(t *testing.T) {
 	reportProblems(t, "commands in the docs' code blocks", problems)
 }
 
+// TestDocsInlineCommands: the commands and flags the docs name in running
+// text exist, under their current spelling.
+func TestDocsInlineCommands(t *testing.T) {
+	reportProblems(t, "commands in running text", checkInline(readDocs(t), readFacts(t)))
+}
+
 // TestDocsCountsAndNames: the tool and development-user counts and names
 // the docs give are the program's.
 func TestDocsCountsAndNames(t *testing.T) {
@@ -1185,7 +1269,7 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 		aliasFlag(g.Flags(), "old-out", "out", nil)
 		return root
 	}
-	f := docFacts{root: withAlias, devUsers: docsDevUsers(t), literals: map[string]bool{"seed-record.json": true, "DOCUMENT_NOT_IN_GRANT": true, "SEED: OK": true, "ACL %s: OK\n": true}}
+	f := docFacts{root: withAlias, devUsers: docsDevUsers(t), literals: map[string]bool{"seed-record.json": true, "DOCUMENT_NOT_IN_GRANT": true, "SEED: OK": true, "ACL %s: OK\n": true, "pdmcp audit head v1\n": true}}
 	cmds, checked := checkCommands(d, f)
 	var got []string
 	got = append(got, cmds...)
@@ -1193,6 +1277,7 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 	got = append(got, checkCodes(d, f)...)
 	got = append(got, checkFileNames(d, f)...)
 	got = append(got, checkStatusLines(d, f)...)
+	got = append(got, checkInline(d, f)...)
 	got = append(got, checkLinks(d, func(rel string) bool { return rel == "handoff.md" })...)
 	for _, want := range []string{
 		"wrong.md:7: ",  // an unknown flag
@@ -1213,6 +1298,9 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 		"wrong.md:45: ", // a status line no command prints
 		"wrong.md:49: ", // an old spelling of a flag
 		"wrong.md:52: ", // a tool count without the word
+		"wrong.md:54: ", // a flag in running text that does not exist
+		"wrong.md:55: ", // an old spelling in running text
+		"wrong.md:56: ", // a command in running text that does not exist
 	} {
 		n := 0
 		for _, p := range got {
@@ -1224,8 +1312,8 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 			t.Errorf("%d problems reported on %s, want 1; all: %q", n, want, got)
 		}
 	}
-	if len(got) != 18 {
-		t.Errorf("%d problems, want 18 (the right lines too were flagged?): %q", len(got), got)
+	if len(got) != 21 {
+		t.Errorf("%d problems, want 21 (the right lines too were flagged?): %q", len(got), got)
 	}
 	if checked != 17 {
 		t.Errorf("%d command lines checked, want 17", checked)
