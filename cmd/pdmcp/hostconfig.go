@@ -63,10 +63,11 @@ func newHostConfigCmd() *cobra.Command {
 		}
 		return printHostConfigWritten(cmd.OutOrStdout(), hostConfigWritten{Out: out, Format: format, Tools: h.AllowedTools}, asJSON)
 	})
-	cmd.Long = `host-config writes the configuration an MCP host (Claude Code, Claude Desktop, Codex) needs to
-start pdmcp serve over stdio under clean-env, with the grant's tools allowed. It first makes the
-checks serve makes at its start, so a configuration that would only start a server that refuses
-to run is refused here (exit 3), not by the host's "Connection closed".
+	cmd.Long = `host-config writes the configuration an MCP host needs to start pdmcp serve over stdio under
+clean-env, with the grant's tools allowed: an mcpServers object (--format json, as Claude Code reads
+it) or a Codex [mcp_servers] table (--format codex-toml). It first makes the checks serve makes
+at its start, so a configuration that would only start a server that refuses to run is refused
+here (exit 3), not by the host's "Connection closed".
 
 Without --out (or with --out -) the configuration is the output. With --out FILE it is written
 there (mode 600, whole or not at all) and one line says so; with --json that line is a JSON object
