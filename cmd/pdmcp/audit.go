@@ -86,6 +86,7 @@ func newAuditVerifyCmd() *cobra.Command {
 	cmd.Flags().StringVar(&keyPath, "key", "", "the public key (PEM) whose signed heads to check")
 	cmd.Flags().StringArrayVar(&heads, "head", nil, "a head an earlier verify printed, kept elsewhere: it must still be a line of the files (repeatable)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	completeFiles(cmd, "", "key")
 	return cmd
 }
 

@@ -196,5 +196,8 @@ is wrong, 1 a figure could not be measured.`,
 	f.IntVar(&opts.Saves, "saves", opts.Saves, "P4 saves per round, and P6's per round and destination")
 	f.IntVar(&opts.History, "history", opts.History, "P6 earlier versions in the record")
 	f.IntVar(&opts.AbuseCalls, "abuse-calls", opts.AbuseCalls, "P7 reads per phase (quiet, under abuse) per round")
+	_ = cmd.MarkFlagDirname("dir")
+	_ = cmd.MarkFlagDirname("heapprofiles")
+	completeFiles(cmd, "", "cpuprofile", "trace")
 	return cmd
 }

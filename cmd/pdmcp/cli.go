@@ -320,6 +320,20 @@ func checkRequired(c *cobra.Command) error {
 	return usageError("%s: %s are required:%s", c.CommandPath(), sb.String(), lines.String())
 }
 
+// completeFiles has the shell complete the named flags of cmd with file
+// names: those ending in .ext, or any file for "".
+func completeFiles(cmd *cobra.Command, ext string, names ...string) {
+	var exts []string
+	if ext != "" {
+		exts = []string{ext}
+	}
+	for _, n := range names {
+		if err := cmd.MarkFlagFilename(n, exts...); err != nil {
+			panic("completeFiles: " + err.Error()) // a wiring mistake, found by every test
+		}
+	}
+}
+
 // completeWords completes a flag or argument from a fixed set of words
 // (no file names).
 func completeWords(words ...string) cobra.CompletionFunc {

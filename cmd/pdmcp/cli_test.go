@@ -78,6 +78,26 @@ func TestCompletion(t *testing.T) {
 			t.Errorf("__complete %q = %q, want %q", tc.args, got, tc.want)
 		}
 	}
+	// Files and folders: the shell lists them, filtered by the directive
+	// (8: by extension, 16: folders only, 0: any file).
+	for _, tc := range []struct {
+		args      []string
+		want      []string
+		directive string
+	}{
+		{[]string{"serve", "--config", ""}, []string{"json"}, ":8"},
+		{[]string{"host-config", "--grant", ""}, []string{"json"}, ":8"},
+		{[]string{"check", "--seed-record", ""}, []string{"json"}, ":8"},
+		{[]string{"dev", "--state", ""}, nil, ":16"},
+		{[]string{"dev", "token", "--state", ""}, nil, ":16"},
+		{[]string{"bench", "--dir", ""}, nil, ":16"},
+		{[]string{"audit", "verify", "--key", ""}, nil, ":0"},
+	} {
+		got, directive := completions(t, tc.args...)
+		if !slices.Equal(got, tc.want) || directive != tc.directive {
+			t.Errorf("__complete %q = %q %s, want %q %s", tc.args, got, directive, tc.want, tc.directive)
+		}
+	}
 }
 
 // TestCompleteTools: completeTools offers the server's tool names not yet

@@ -83,6 +83,8 @@ func newDevCmd() *cobra.Command {
 	dev.Flags().DurationVar(&lifetime, "access-token-lifetime", devidp.DefaultAccessTokenLifetime,
 		"with --provider dev: lifetime of users' access tokens (hosts refresh them with their refresh token; shorter values test that)")
 	_ = dev.RegisterFlagCompletionFunc("provider", completeWords("dev", "keycloak"))
+	_ = dev.MarkPersistentFlagDirname("state")
+	completeFiles(dev, "json", "keycloak-info")
 	dev.AddCommand(newDevGatewayCmd(&state), newDevTokenCmd(&state))
 	return dev
 }
