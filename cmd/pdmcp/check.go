@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/check"
 )
@@ -27,16 +28,21 @@ func newCheckCmd() *cobra.Command {
 			}
 			return usageError("pdmcp check: %s names the keys' owner for the key check, which --config turns on; give --config config.json too", given)
 		}
+		var gatewayURL string
 		if configPath != "" {
-			keys, err := gatewayKeys(configPath, o.ManifestPath, owner, recordPath)
+			keys, url, err := gatewayKeys(configPath, o.ManifestPath, owner, recordPath)
 			if err != nil {
 				return err
 			}
-			o.Keys = keys
+			o.Keys, gatewayURL = keys, url
 		}
 		rep, err := check.Run(cmd.Context(), o)
 		if errors.Is(err, check.ErrNoJournal) {
 			return &exitError{code: exitUsage, err: err}
+		}
+		if errors.Is(err, &api.Error{Code: api.CodeUnreachable}) {
+			return &exitError{code: exitUnreachable, err: fmt.Errorf("pdmcp check: the Gateway at %s did not answer: %s "+
+				"(asking about the keys needs it; without --config check reads the folder alone)", gatewayURL, dialReason(err))}
 		}
 		if err != nil {
 			return err
@@ -86,33 +92,34 @@ not there, 4 the Gateway did not answer, 1 check failed while working.`
 }
 
 // gatewayKeys is the key checker for --config: the service's client,
-// acting as the keys' owner (--owner, or the seed record's).
-func gatewayKeys(configPath, manifestPath, owner, recordPath string) (check.KeyChecker, error) {
+// acting as the keys' owner (--owner, or the seed record's), and the
+// Gateway's URL.
+func gatewayKeys(configPath, manifestPath, owner, recordPath string) (check.KeyChecker, string, error) {
 	cfg, err := gateway.LoadServiceConfig(configPath)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if owner == "" {
 		if recordPath == "" {
 			recordPath = filepath.Join(filepath.Dir(manifestPath), "seed-record.json")
 			if _, err := os.Lstat(recordPath); err != nil {
-				return nil, usageError("pdmcp check: name the keys' owner with --owner, or --seed-record a seed record whose owner it is (there is no %s)", recordPath)
+				return nil, "", usageError("pdmcp check: name the keys' owner with --owner, or --seed-record a seed record whose owner it is (there is no %s)", recordPath)
 			}
 		}
 		rec, err := grant.LoadSeedRecord(recordPath)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if rec.OwnerUser == "" {
-			return nil, usageError("pdmcp check: the seed record %s names no owner; name it with --owner", recordPath)
+			return nil, "", usageError("pdmcp check: the seed record %s names no owner; name it with --owner", recordPath)
 		}
 		owner = rec.OwnerUser
 	}
 	c, err := gateway.New(cfg.ClientConfig())
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return check.GatewayKeys{Client: c, Owner: owner}, nil
+	return check.GatewayKeys{Client: c, Owner: owner}, cfg.GatewayURL, nil
 }
 
 // groups orders the human output: each finding's kind under one heading.

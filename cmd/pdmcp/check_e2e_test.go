@@ -426,7 +426,8 @@ func TestCheckCommandLine(t *testing.T) {
 // TestCheckAsksTheKeyServer: with --config, check asks the Gateway as
 // the keys' owner whether each recorded key still exists: all there is
 // exit 0; once the destination's key is removed, key-gone names a version
-// under it (the key by its first characters only) and exit 3.
+// under it (the key by its first characters only) and exit 3; with the
+// Gateway gone, exit 4.
 func TestCheckAsksTheKeyServer(t *testing.T) {
 	ctx := context.Background()
 	s := newStack(t)
@@ -455,6 +456,20 @@ func TestCheckAsksTheKeyServer(t *testing.T) {
 	}
 	if strings.Contains(rep.Findings[0].Detail, ttag) {
 		t.Fatalf("the finding names the key in full: %s", rep.Findings[0].Detail)
+	}
+
+	// With the Gateway gone the keys cannot be asked about: exit 4 and
+	// words that say so, no report (nothing was judged), not a finding.
+	url := s.env.URL
+	s.env.Server.Close()
+	cmd := pdmcpCmd(t, "check", "--manifest", s.manifest, "--config", s.config, "--json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitUnreachable || len(out) != 0 ||
+		!strings.Contains(stderr.String(), "pdmcp check: the Gateway at "+url+" did not answer: ") || strings.Contains(stderr.String(), "gateway refused") {
+		t.Fatalf("check with the Gateway gone: %v, want exit %d, no report, and words\nstdout: %s\nstderr: %s", err, exitUnreachable, out, stderr.String())
 	}
 }
 

@@ -116,6 +116,21 @@ func unreachable(err error) bool {
 	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
+// dialReason is why a peer did not answer, in its own words: the dial
+// error inside err ("connect: connection refused"), else the cause a
+// Gateway client's GATEWAY_UNREACHABLE carries (a timeout), else err.
+func dialReason(err error) string {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Cause != nil {
+		return ae.Cause.Error()
+	}
+	return err.Error()
+}
+
 // runState records whether a command's own work (its RunE) began.
 type runState struct{ ran bool }
 

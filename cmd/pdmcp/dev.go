@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -210,16 +208,6 @@ curl (a token for alice; initialize; then tools/list on the session):
 Ctrl-C stops everything and revokes every session.
 `, i.MCPURL, i.CAFile, i.Issuer, devstack.InfoPath(state), i.HostClientID, i.CallbackPort, i.ServerName, self, state,
 		i.FileRoot, devstack.SampleFile, q(i.CAFile), q(i.HostClientID), q(i.ServerName), q(i.MCPURL), q(state))
-}
-
-// dialReason is why a connection was not made ("connect: connection
-// refused"), from the dial error inside err; err itself without one.
-func dialReason(err error) string {
-	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Err != nil {
-		return oe.Err.Error()
-	}
-	return err.Error()
 }
 
 // newDevGatewayCmd runs the reference Gateway and key server on its own,
