@@ -20,6 +20,9 @@ import (
 	"github.com/pdmcp/pdmcp/auth"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/fileerr"
+	"github.com/pdmcp/pdmcp/internal/safefile"
+	"github.com/pdmcp/pdmcp/internal/strictjson"
 )
 
 // Exit statuses, the same for every command (listed in `pdmcp --help` and
@@ -97,6 +100,9 @@ func exitCode(err error, ran bool) int {
 	if errors.Is(err, fs.ErrNotExist) {
 		return exitUsage
 	}
+	if refusedFile(err) {
+		return exitRefused
+	}
 	return exitFailure
 }
 
@@ -129,6 +135,17 @@ func dialReason(err error) string {
 		return ae.Cause.Error()
 	}
 	return err.Error()
+}
+
+// refusedFile reports whether err refuses an operator's file as read: it
+// is empty, not valid JSON or not of its format (a member unknown, given
+// twice or of the wrong type), or its mode lets others in. The file is
+// there and was read; a check said no, so the status is 3, as for the
+// other checks.
+func refusedFile(err error) bool {
+	var je *strictjson.Error
+	var me *safefile.ModeError
+	return errors.Is(err, fileerr.ErrEmpty) || errors.As(err, &me) || errors.As(err, &je) && je.File != ""
 }
 
 // runState records whether a command's own work (its RunE) began.

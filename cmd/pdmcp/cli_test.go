@@ -231,6 +231,19 @@ func TestExitStatuses(t *testing.T) {
 	broken := brokenAudit(t)
 	state, issuer := deadDevState(t)
 	missing := filepath.Join(t.TempDir(), "no-such-manifest.json")
+	files := t.TempDir()
+	empty := filepath.Join(files, "empty.json")
+	malformed := filepath.Join(files, "malformed.json")
+	caseVariant := filepath.Join(files, "case.json")
+	openConfig := filepath.Join(files, "config.json")
+	for path, body := range map[string]string{empty: " \n", malformed: "{\"version\": 1,", caseVariant: `{"Version": 1}`, openConfig: "{}"} {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(openConfig, 0o666); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -251,6 +264,11 @@ func TestExitStatuses(t *testing.T) {
 		{"argument missing", []string{"dev", "token"}, exitUsage, "pdmcp dev token: name the user: alice, bob, carol, patient or doctor"},
 		{"argument too many", []string{"version", "now"}, exitUsage, `pdmcp version takes no arguments, and was given "now"`},
 		{"check's findings", []string{"check", "--manifest", manifest}, exitRefused, ""},
+		{"empty file", []string{"check", "--manifest", empty}, exitRefused, empty + " is empty: it should hold"},
+		{"malformed file", []string{"check", "--manifest", malformed}, exitRefused, malformed + ": not valid JSON at line 1"},
+		{"member in another case", []string{"check", "--manifest", caseVariant}, exitRefused, caseVariant + ": Version at line 1"},
+		{"file others may write", []string{"check", "--manifest", manifest, "--config", openConfig}, exitRefused,
+			openConfig + " has mode 0666: group and others must not be able to write it (chmod go-w)"},
 		{"broken audit chain", []string{"audit", "verify", broken}, exitRefused, "pdmcp audit verify: the chain breaks at " + broken + ":2"},
 		{"provider does not answer", []string{"dev", "token", "alice", "--state", state}, exitUnreachable,
 			"pdmcp dev token: the OpenID provider at " + issuer + " did not answer: connect: connection refused"},
