@@ -24,6 +24,7 @@ const (
 	AttrMCPMethod        = "mcp.method.name"
 	AttrMCPSession       = "mcp.session.id"
 	AttrMCPProtocol      = "mcp.protocol.version"
+	AttrJSONRPCRequestID = "jsonrpc.request.id"
 	AttrToolName         = telemetry.AttrToolName
 	AttrOperationName    = telemetry.AttrOperationName
 	AttrNetworkTransport = "network.transport"
@@ -142,6 +143,10 @@ func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			if v := protocolOf(req); v != "" {
 				attrs = append(attrs, attribute.String(AttrMCPProtocol, v))
+			}
+			// A notification has no id, and so no attribute.
+			if id := requestIDOf(req); id != "" {
+				attrs = append(attrs, attribute.String(AttrJSONRPCRequestID, id))
 			}
 			// The session id lets its holder go on in the session: the span
 			// names it by digest, as the audit names handles.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -274,6 +275,102 @@ func TestSaveSpans(t *testing.T) {
 	for _, name := range []string{journal.SpanTransaction, server.SpanFileWrite, server.SpanFileLink, server.SpanFileSync, "POST " + api.RouteEncrypt} {
 		if under[name] == 0 {
 			t.Errorf("no %s span under the save: %v", name, under)
+		}
+	}
+}
+
+// rawExchange sends each message on a raw connection to f's server, run on
+// the transport serve runs it on (Server.Transport), and waits for the
+// answer to each call.
+func rawExchange(t *testing.T, f *fixture, msgs ...*jsonrpc.Request) {
+	t.Helper()
+	ctx := context.Background()
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := f.srv.MCP().Connect(ctx, f.srv.Transport(st), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	conn, err := ct.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	for _, m := range msgs {
+		if err := conn.Write(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if !m.IsCall() {
+			continue
+		}
+		msg, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, ok := msg.(*jsonrpc.Response)
+		if !ok || resp.ID != m.ID || resp.Error != nil {
+			t.Fatalf("%s: answer %#v", m.Method, msg)
+		}
+	}
+}
+
+func rpcID(t *testing.T, v any) jsonrpc.ID {
+	t.Helper()
+	id, err := jsonrpc.MakeID(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestSpansCarryTheJSONRPCRequestID: over stdio, in a session (2025-11-25)
+// and without one (2026-07-28), each request's span carries the id the
+// client sent, a string one as it is and a number one in decimal; a
+// notification's carries none.
+func TestSpansCarryTheJSONRPCRequestID(t *testing.T) {
+	f, exp := tracedFixture(t)
+	rawExchange(t, f,
+		&jsonrpc.Request{ID: rpcID(t, "init-é 1"), Method: "initialize",
+			Params: []byte(`{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}`)},
+		&jsonrpc.Request{Method: "notifications/initialized", Params: []byte(`{}`)},
+		&jsonrpc.Request{ID: rpcID(t, float64(42)), Method: "tools/list", Params: []byte(`{}`)})
+	modern := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
+	rawExchange(t, f,
+		&jsonrpc.Request{ID: rpcID(t, "s-7"), Method: "tools/list", Params: []byte(`{` + modern + `}`)},
+		&jsonrpc.Request{ID: rpcID(t, float64(9)), Method: "tools/call",
+			Params: []byte(`{"name":"` + grant.ToolListApprovedDocuments + `","arguments":{},` + modern + `}`)})
+
+	type want struct{ protocol, id string }
+	wants := map[string]want{
+		"initialize":                                    {"", "init-é 1"},
+		"notifications/initialized":                     {"2025-11-25", ""},
+		"tools/list 2025-11-25":                         {"2025-11-25", "42"},
+		"tools/list 2026-07-28":                         {"2026-07-28", "s-7"},
+		"tools/call " + grant.ToolListApprovedDocuments: {"2026-07-28", "9"},
+	}
+	seen := map[string]bool{}
+	for _, sp := range exp.GetSpans() {
+		key := sp.Name
+		proto, _ := attrOf(sp, server.AttrMCPProtocol)
+		if sp.Name == "tools/list" {
+			key += " " + proto
+		}
+		w, ok := wants[key]
+		if !ok {
+			continue
+		}
+		seen[key] = true
+		if w.protocol != "" && proto != w.protocol {
+			t.Errorf("%s: protocol %q, want %q", key, proto, w.protocol)
+		}
+		got, has := attrOf(sp, server.AttrJSONRPCRequestID)
+		if got != w.id || has != (w.id != "") {
+			t.Errorf("%s: %s = %q (present %v), want %q", key, server.AttrJSONRPCRequestID, got, has, w.id)
+		}
+	}
+	for key := range wants {
+		if !seen[key] {
+			t.Errorf("no span for %s", key)
 		}
 	}
 }

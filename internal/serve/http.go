@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/audit"
@@ -96,7 +97,7 @@ func NewHTTPHandler(srv *server.Server, cfg *auth.HTTPConfig, verifier auth.Toke
 	})
 	limits := NewUserLimiter(UserLimitsOf(cfg), refused, m, log)
 	mux := http.NewServeMux()
-	var endpoint http.Handler = traced(mw(markSignedIn(limits.Wrap(jsonRPCShape(mcp.SupportedProtocolVersions(), mcpHandler)))))
+	var endpoint http.Handler = traced(mw(markSignedIn(limits.Wrap(jsonRPCShape(mcp.SupportedProtocolVersions(), tracer != nil, mcpHandler)))))
 	if tracer != nil {
 		// Outside the token check, so a refused request is traced too.
 		endpoint = tracedHTTP(tracer, "/mcp", endpoint)
@@ -132,8 +133,12 @@ func hygiene(own ownAddrs, next http.Handler) http.Handler {
 // header rules of 2026-07-28 the SDK does not (trimMCPHeaders,
 // protocolHeaderMismatch) and refuses a revision not among supported (the
 // server's, newest first) the way 2026-07-28 asks (unsupportedVersion).
-func jsonRPCShape(supported []string, next http.Handler) http.Handler {
+// With noteIDs (tracing) it hands the message's JSON-RPC id on to the MCP
+// request's span (server.NoteRequestID); a header of that name the client
+// sent is always dropped.
+func jsonRPCShape(supported []string, noteIDs bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		delete(r.Header, server.RequestIDHeader)
 		trimMCPHeaders(r.Header)
 		if r.Method != http.MethodPost {
 			if requested, why := unsupportedVersion(r.Header, nil, supported); why != "" {
@@ -169,7 +174,9 @@ func jsonRPCShape(supported []string, next http.Handler) http.Handler {
 		case len(trimmed) == 0 || trimmed[0] != '{':
 			writeRPCError(w, -32600, "invalid request: the body must be one JSON-RPC message object")
 			return
-		case !isMessage(trimmed):
+		}
+		isMsg, id := messageShape(trimmed)
+		if !isMsg {
 			writeRPCError(w, -32600, "invalid request: a JSON-RPC message has a method (a request or notification) or a result or error (a response)")
 			return
 		}
@@ -181,16 +188,26 @@ func jsonRPCShape(supported []string, next http.Handler) http.Handler {
 			writeUnsupportedVersion(w, messageID(trimmed), requested, why, supported)
 			return
 		}
+		if noteIDs && len(id) > 0 {
+			var v any
+			if json.Unmarshal(id, &v) == nil {
+				if jid, err := jsonrpc.MakeID(v); err == nil {
+					server.NoteRequestID(r.Header, jid)
+				}
+			}
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
 }
 
-// isMessage reports whether the object is a request, a notification or a
-// response: an object with none of method, result and error is none of
-// them, and would otherwise be taken as a response and answered 202.
-func isMessage(obj []byte) bool {
+// messageShape reports whether the object is a request, a notification or
+// a response (an object with none of method, result and error is none of
+// them, and would otherwise be taken as a response and answered 202), and
+// its raw id, if it has one.
+func messageShape(obj []byte) (bool, json.RawMessage) {
 	var m struct {
+		ID     json.RawMessage `json:"id"`
 		Method json.RawMessage `json:"method"`
 		Result json.RawMessage `json:"result"`
 		Error  json.RawMessage `json:"error"`
@@ -198,9 +215,9 @@ func isMessage(obj []byte) bool {
 	if json.Unmarshal(obj, &m) != nil {
 		// Not this check's to judge (a method of the wrong type, say):
 		// the SDK answers it.
-		return true
+		return true, nil
 	}
-	return m.Method != nil || m.Result != nil || m.Error != nil
+	return m.Method != nil || m.Result != nil || m.Error != nil, m.ID
 }
 
 // codeHeaderMismatch is the JSON-RPC error code protocol 2026-07-28 names

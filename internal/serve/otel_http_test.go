@@ -269,3 +269,69 @@ func names(spans []tracetest.SpanStub) []string {
 	}
 	return out
 }
+
+// TestHTTPSpansCarryTheJSONRPCRequestID: over HTTP, without a session
+// (2026-07-28) and in one (2025-11-25), each request's MCP span carries the
+// id the client sent, a string one as it is and a number one in decimal; a
+// notification's carries none, and a client cannot set it by sending the
+// header pdmcp passes it in.
+func TestHTTPSpansCarryTheJSONRPCRequestID(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	hs := newHTTPStack(t, 4, withTracing(exp))
+	tok := hs.token(t, "alice", "pw-a")
+	forged := map[string]string{server.RequestIDHeader: "forged"}
+	modern := func(id, method, params string) {
+		t.Helper()
+		h := map[string]string{"Mcp-Protocol-Version": server.NewestProtocol, "Mcp-Method": method}
+		for k, v := range forged {
+			h[k] = v
+		}
+		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `","params":{` + params + newMeta + `}}`
+		if status, msg := rawMCP(t, hs, false, tok, body, h); status != 200 || msg["error"] != nil {
+			t.Fatalf("%s: status %d, %v", method, status, msg)
+		}
+	}
+	modern(`"stateless-1"`, "tools/list", "")
+	modern(`17`, "tools/list", "")
+
+	sid := hs.initialize(t, tok)
+	session := func(body string, want int) {
+		t.Helper()
+		status, _ := rawMCP(t, hs, false, tok, body, map[string]string{"Mcp-Protocol-Version": "2025-11-25",
+			"Mcp-Session-Id": sid, server.RequestIDHeader: "forged"})
+		if status != want {
+			t.Fatalf("%s: status %d, want %d", body, status, want)
+		}
+	}
+	session(`{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}`, 202)
+	session(`{"jsonrpc":"2.0","id":"in session","method":"tools/list","params":{}}`, 200)
+	session(`{"jsonrpc":"2.0","id":23,"method":"tools/list","params":{}}`, 200)
+
+	ids := map[string]string{}
+	notified := false
+	for _, sp := range flushed(t, hs, exp) {
+		id, has := spanAttr(sp, server.AttrJSONRPCRequestID)
+		switch sp.Name {
+		case "tools/list", "initialize":
+			proto, _ := spanAttr(sp, server.AttrMCPProtocol)
+			if !has {
+				t.Errorf("a %s span (%s) has no %s", sp.Name, proto, server.AttrJSONRPCRequestID)
+			}
+			ids[id] = proto
+		case "notifications/initialized":
+			notified = true
+			if has {
+				t.Errorf("the notification's span has %s %q", server.AttrJSONRPCRequestID, id)
+			}
+		}
+	}
+	for id, proto := range map[string]string{"stateless-1": server.NewestProtocol, "17": server.NewestProtocol,
+		"1": "", "in session": "2025-11-25", "23": "2025-11-25"} { // initialize's "1": no revision yet
+		if got, ok := ids[id]; !ok || got != proto {
+			t.Errorf("no span of revision %q with id %q (ids seen: %v)", proto, id, ids)
+		}
+	}
+	if _, ok := ids["forged"]; ok || !notified {
+		t.Errorf("ids %v, notification traced %v", ids, notified)
+	}
+}

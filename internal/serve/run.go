@@ -347,7 +347,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	o.Logger.Info("serving over stdio", "grant", d.grant.ID, "tools", len(d.grant.AllowedTools),
 		"notAfter", d.grant.NotAfter.UTC().Format(time.RFC3339))
-	err = srv.MCP().Run(ctx, t)
+	err = srv.MCP().Run(ctx, srv.Transport(t))
 	if ctx.Err() != nil {
 		// Ended by a signal: a normal stop.
 		d.stopped(&o, "signal")
