@@ -290,6 +290,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Tracer != nil {
 		s.mcp.AddReceivingMiddleware(s.traceRequests)
 	}
+	// Outside the span, so its time counts in the request's; inside
+	// recoverPanics, which answers a panic it saw (and passed on).
+	if om, ok := cfg.Metrics.(OperationMetrics); ok {
+		s.mcp.AddReceivingMiddleware(s.measureRequests(om))
+	}
 	// Added last, so outermost: it sees a panic in the gate and the
 	// tracing too.
 	s.mcp.AddReceivingMiddleware(s.recoverPanics)

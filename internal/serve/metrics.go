@@ -29,6 +29,7 @@ type Metrics struct {
 	gwTime   *prometheus.HistogramVec
 	refusals *prometheus.CounterVec
 	panics   *prometheus.CounterVec
+	opTime   *prometheus.HistogramVec
 }
 
 // NewMetrics makes the collectors. sessions, when set, reports how many
@@ -45,6 +46,17 @@ func NewMetrics(sessions func() int) *Metrics {
 			Help:    "Latency of requests to the Gateway, by route and HTTP status class.",
 			Buckets: []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"route", "status"}),
+		// The conventions' mcp.server.operation.duration, its attributes
+		// as labels (dots made underscores); the buckets are the
+		// conventions' below 10 ms and finer at the short end, where a
+		// read's time is.
+		opTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "mcp_server_operation_duration_seconds",
+			Help: "MCP requests handled, by method, tool (tools/call), error type (a JSON-RPC code, tool_error for a " +
+				"refused call, empty when it succeeded), protocol revision and transport: the OpenTelemetry MCP " +
+				"conventions' mcp.server.operation.duration. Names outside the known sets are _OTHER.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10, 30, 60, 120, 300},
+		}, []string{"mcp_method_name", "gen_ai_tool_name", "error_type", "mcp_protocol_version", "network_transport"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdmcp_http_refusals_total",
 			Help: "HTTP requests refused before any tool ran, by class (no-token, expired, ...).",
@@ -59,7 +71,7 @@ func NewMetrics(sessions func() int) *Metrics {
 	for _, w := range []string{server.PanicTool, server.PanicMethod, server.PanicBackground, PanicHTTP} {
 		m.panics.WithLabelValues(w)
 	}
-	m.reg.MustRegister(m.calls, m.gwTime, m.refusals, m.panics,
+	m.reg.MustRegister(m.calls, m.gwTime, m.refusals, m.panics, m.opTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if sessions != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -110,6 +122,15 @@ func (m *Metrics) ToolCall(line audit.ToolCall, reqs []gateway.Request) {
 	for _, q := range reqs {
 		m.gwTime.WithLabelValues(q.Route, statusClass(q.Status)).Observe(q.Latency.Seconds())
 	}
+}
+
+// Operation records one handled MCP request (server.OperationMetrics);
+// every label value is one of a bounded set (server.Operation).
+func (m *Metrics) Operation(op server.Operation) {
+	if m == nil {
+		return
+	}
+	m.opTime.WithLabelValues(op.Method, op.Tool, op.ErrorType, op.Protocol, op.Transport).Observe(op.Duration.Seconds())
 }
 
 // Panicked counts one recovered panic (server.CallMetrics); where is one

@@ -139,3 +139,22 @@ func TestOffIsANoOp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMethodLabel: an MCP method a server receives is its own label;
+// anything else, however it is spelled, is the one bounded _OTHER.
+func TestMethodLabel(t *testing.T) {
+	for _, tc := range []struct{ method, want string }{
+		{"tools/call", "tools/call"},
+		{"initialize", "initialize"},
+		{"notifications/initialized", "notifications/initialized"},
+		{"server/discover", "server/discover"},
+		{"tools/call2", OtherValue},
+		{"Tools/Call", OtherValue},
+		{"secret/" + strings.Repeat("x", 100), OtherValue},
+		{"", OtherValue},
+	} {
+		if got := MethodLabel(tc.method); got != tc.want {
+			t.Errorf("MethodLabel(%.20q) = %q, want %q", tc.method, got, tc.want)
+		}
+	}
+}
