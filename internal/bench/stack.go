@@ -185,7 +185,7 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 	identities[NoAccessUser] = "none"
 	var tracing *telemetry.Tracing
 	if o.Tracing {
-		if tracing, err = st.startTracing(ctx); err != nil {
+		if tracing, err = st.startTracing(ctx, o.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -419,7 +419,7 @@ func (st *Stack) IdPRequests() int64 { return st.idpRequests.Load() }
 // Gateway still serves).
 // startTracing starts the trace sink and an always-sampling tracer
 // exporting to it; both end with the stack, the tracer flushed first.
-func (st *Stack) startTracing(ctx context.Context) (*telemetry.Tracing, error) {
+func (st *Stack) startTracing(ctx context.Context, log *slog.Logger) (*telemetry.Tracing, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("trace sink: %w", err)
@@ -431,7 +431,7 @@ func (st *Stack) startTracing(ctx context.Context) (*telemetry.Tracing, error) {
 	})}
 	go func() { _ = sink.Serve(ln) }()
 	t, err := telemetry.Start(ctx, telemetry.Config{Enabled: true, URL: "http://" + ln.Addr().String() + "/v1/traces",
-		ServiceName: "pdmcp-bench", Sampler: sdktrace.AlwaysSample()}, "bench")
+		ServiceName: "pdmcp-bench", Sampler: sdktrace.AlwaysSample()}, "bench", log)
 	if err != nil {
 		sink.Close()
 		return nil, err

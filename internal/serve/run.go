@@ -138,7 +138,7 @@ func startTracing(ctx context.Context, o *Options, file *telemetry.Settings) (t 
 	if err != nil {
 		return nil, false, err
 	}
-	if t, err = telemetry.Start(ctx, cfg, o.Version); err != nil {
+	if t, err = telemetry.Start(ctx, cfg, o.Version, o.Logger); err != nil {
 		return nil, false, err
 	}
 	if t.Enabled() {

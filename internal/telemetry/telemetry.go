@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -67,6 +68,10 @@ type Settings struct {
 	SamplerArg string `json:"samplerArg,omitempty"`
 	// Disabled turns tracing off whatever else is set (OTEL_SDK_DISABLED).
 	Disabled bool `json:"disabled,omitempty"`
+
+	// endpointFrom and tracesEndpointFrom name where Endpoint and
+	// TracesEndpoint were given, for check's messages.
+	endpointFrom, tracesEndpointFrom string
 }
 
 // Config is the resolved set-up: Enabled false means no tracing.
@@ -94,20 +99,27 @@ func Resolve(file *Settings, environ []string) (Config, error) {
 			s.Headers[k] = v
 		}
 	}
+	s.endpointFrom, s.tracesEndpointFrom = "the tracing block's endpoint", "the tracing block's tracesEndpoint"
 	env := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "OTEL_") {
 			env[k] = v
 		}
 	}
-	set := func(dst *string, key string) {
+	set := func(dst *string, key string) bool {
 		if v, ok := env[key]; ok && strings.TrimSpace(v) != "" {
 			*dst = strings.TrimSpace(v)
+			return true
 		}
+		return false
 	}
 	set(&s.Exporter, "OTEL_TRACES_EXPORTER")
-	set(&s.Endpoint, "OTEL_EXPORTER_OTLP_ENDPOINT")
-	set(&s.TracesEndpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if set(&s.Endpoint, "OTEL_EXPORTER_OTLP_ENDPOINT") {
+		s.endpointFrom = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	}
+	if set(&s.TracesEndpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+		s.tracesEndpointFrom = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	}
 	set(&s.Protocol, "OTEL_EXPORTER_OTLP_PROTOCOL")
 	set(&s.Protocol, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	set(&s.ServiceName, "OTEL_SERVICE_NAME")
@@ -156,18 +168,24 @@ func (s Settings) check() (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("tracing protocol %q is not offered by this build: use %s", s.Protocol, ProtocolHTTPProtobuf)
 	}
-	u := s.TracesEndpoint
+	u, from := s.TracesEndpoint, s.tracesEndpointFrom
 	if u == "" {
 		base := s.Endpoint
 		if base == "" {
 			base = "http://localhost:4318"
 		}
-		u = strings.TrimRight(base, "/") + "/v1/traces"
+		if pu, err := url.Parse(base); err == nil && (pu.RawQuery != "" || pu.ForceQuery || pu.Fragment != "") {
+			return Config{}, queryRefused(s.endpointFrom)
+		}
+		u, from = strings.TrimRight(base, "/")+"/v1/traces", s.endpointFrom
 	}
 	pu, err := url.Parse(u)
 	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.User != nil {
 		// The URL is not echoed: it may carry credentials.
-		return Config{}, errors.New("tracing endpoint is not an http:// or https:// URL with a host (and no user or password)")
+		return Config{}, fmt.Errorf("tracing endpoint is not an http:// or https:// URL with a host (and no user or password); it is given by %s", from)
+	}
+	if pu.RawQuery != "" || pu.ForceQuery || pu.Fragment != "" {
+		return Config{}, queryRefused(from)
 	}
 	sampler, err := samplerOf(s.Sampler, s.SamplerArg)
 	if err != nil {
@@ -183,6 +201,15 @@ func (s Settings) check() (Config, error) {
 		name = DefaultServiceName
 	}
 	return Config{Enabled: true, URL: u, Headers: s.Headers, ServiceName: name, Sampler: sampler}, nil
+}
+
+// queryRefused is the refusal of an endpoint URL with a query or a
+// fragment: a credential there would be quoted by every error that names
+// the URL. The URL is not echoed.
+func queryRefused(from string) error {
+	return fmt.Errorf("tracing endpoint has a query or a fragment (after ? or #), which the exporter does not send; "+
+		"it is given by %s: give the collector's URL without it, and a credential as a header "+
+		"(OTEL_EXPORTER_OTLP_HEADERS, or the tracing block's headers)", from)
 }
 
 // parseHeaders reads OTEL_EXPORTER_OTLP_HEADERS: comma-separated
@@ -251,11 +278,16 @@ func Off() *Tracing {
 
 // Start builds the provider cfg describes; version is service.version.
 // The exporter connects lazily, so an absent collector does not stop a
-// start: its spans are dropped and the SDK's own log says so.
-func Start(ctx context.Context, cfg Config, version string) (*Tracing, error) {
+// start: its spans are dropped, and log says so at WARN, once a minute
+// (see errorReporter; otel's own error output goes there too).
+func Start(ctx context.Context, cfg Config, version string, log *slog.Logger) (*Tracing, error) {
 	if !cfg.Enabled {
 		return Off(), nil
 	}
+	// Before the exporter is made: it logs a malformed OTEL_* value of
+	// its own reading through otel's logger.
+	r := newErrorReporter(log, nil)
+	r.install()
 	opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(cfg.URL)}
 	if len(cfg.Headers) > 0 {
 		opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
@@ -264,7 +296,7 @@ func Start(ctx context.Context, cfg Config, version string) (*Tracing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing exporter: %w", err)
 	}
-	return WithExporter(exp, cfg, version), nil
+	return WithExporter(reportingExporter{SpanExporter: exp, r: r}, cfg, version), nil
 }
 
 // WithExporter is Start with the exporter given (tests pass an in-memory

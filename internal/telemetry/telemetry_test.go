@@ -45,8 +45,20 @@ func TestResolve(t *testing.T) {
 		{name: "console refused", env: []string{"OTEL_TRACES_EXPORTER=console"}, errMatch: "standard output is the MCP channel"},
 		{name: "unknown exporter refused", env: []string{"OTEL_TRACES_EXPORTER=zipkin"}, errMatch: `"zipkin" is not offered`},
 		{name: "grpc refused", env: []string{"OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"}, errMatch: `protocol "grpc"`},
-		{name: "bad endpoint refused", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=ftp://x"}, errMatch: "not an http:// or https:// URL"},
+		{name: "bad endpoint refused", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=ftp://x"}, errMatch: "not an http:// or https:// URL with a host (and no user or password); it is given by OTEL_EXPORTER_OTLP_ENDPOINT"},
 		{name: "endpoint with a password refused, not echoed", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=https://u:secretpw@x"}, errMatch: "no user or password"},
+		{name: "endpoint with a query refused, not echoed", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=https://x/?token=secret1"},
+			errMatch: "has a query or a fragment (after ? or #), which the exporter does not send; it is given by OTEL_EXPORTER_OTLP_ENDPOINT:"},
+		{name: "traces endpoint with a query refused, not echoed", env: []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=https://x/v1/traces?token=secret2"},
+			errMatch: "given by OTEL_EXPORTER_OTLP_TRACES_ENDPOINT:"},
+		{name: "the file's endpoint with a query refused", file: &Settings{Endpoint: "https://x:4318?k=secret3"},
+			errMatch: "given by the tracing block's endpoint:"},
+		{name: "the file's traces endpoint with a fragment refused", file: &Settings{TracesEndpoint: "https://x/v1/traces#secret4"},
+			errMatch: "a fragment (after ? or #), which the exporter does not send; it is given by the tracing block's tracesEndpoint:"},
+		{name: "an empty query refused too", env: []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=https://x/v1/traces?"},
+			errMatch: "has a query"},
+		{name: "the environment's good endpoint over the file's bad one", file: &Settings{Endpoint: "https://x:4318?k=secret5"},
+			env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:8"}, enabled: true, url: "http://127.0.0.1:8/v1/traces", service: "pdmcp"},
 		{name: "bad sampler refused", env: []string{"OTEL_TRACES_EXPORTER=otlp", "OTEL_TRACES_SAMPLER=sometimes"}, errMatch: `"sometimes" is not one of`},
 		{name: "bad ratio refused", env: []string{"OTEL_TRACES_EXPORTER=otlp", "OTEL_TRACES_SAMPLER=traceidratio", "OTEL_TRACES_SAMPLER_ARG=2"}, errMatch: "not a ratio"},
 		{name: "bad disabled refused", env: []string{"OTEL_SDK_DISABLED=maybe"}, errMatch: "true or false"},
@@ -105,7 +117,7 @@ func TestStartExportsToTheEndpointAndFlushesAtShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := Start(context.Background(), cfg, "v-test")
+	tr, err := Start(context.Background(), cfg, "v-test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
