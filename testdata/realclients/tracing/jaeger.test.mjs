@@ -3,7 +3,7 @@
 // traceparent in _meta, `pdmcp dev` exports its spans over OTLP/HTTP to
 // Jaeger (run.sh starts both), and Jaeger's query API must hold one trace
 // with the client's span as the server span's parent, the server's spans
-// with the MCP conventions' attributes, the Gateway request's span under
+// with the MCP conventions' attributes (the JSON-RPC id among them), the Gateway request's span under
 // it, a refusal as tool_error, and no token, document text or subject
 // anywhere in it.
 import assert from 'node:assert/strict';
@@ -92,12 +92,16 @@ describe('a tool call traced into Jaeger', () => {
     assert.equal(t['pdmcp.document.id'], 'proposal-aurora');
     assert.match(String(t['pdmcp.caller']), /^[0-9a-f]{12}$/);
     assert.equal(t['error.type'], undefined);
+    // The SDK numbers its requests upwards: the read's id, then the refused call's.
+    assert.match(String(t['jsonrpc.request.id']), /^\d+$/, 'the read\'s span has no numeric jsonrpc.request.id');
 
     const r = tags(refusedSpan);
     assert.equal(r['error.type'], 'tool_error');
     assert.equal(r['pdmcp.refusal.layer'], 'adapter');
     assert.ok(r['pdmcp.refusal.code'], 'the refusal has no code');
     assert.notEqual(r.error, true, 'a refusal was marked a span error');
+    assert.ok(Number(r['jsonrpc.request.id']) > Number(t['jsonrpc.request.id']),
+      `the refused call's jsonrpc.request.id ${r['jsonrpc.request.id']} does not follow the read's ${t['jsonrpc.request.id']}`);
 
     // The Gateway's request descends from the read's span.
     const under = (s, top) => {
