@@ -374,3 +374,24 @@ func TestSpansCarryTheJSONRPCRequestID(t *testing.T) {
 		}
 	}
 }
+
+// TestTransportKeepsTheRevisionsItServes: the traced transport still says
+// which protocol revisions the wrapped one serves (server/discover lists
+// them), and an untraced server's is the transport itself.
+func TestTransportKeepsTheRevisionsItServes(t *testing.T) {
+	f, _ := tracedFixture(t)
+	inner := &mcp.StreamableServerTransport{}
+	v, ok := f.srv.Transport(inner).(mcp.ProtocolVersionSupporter)
+	if !ok {
+		t.Fatal("the traced transport hides the revisions the wrapped one serves")
+	}
+	for _, rev := range []string{"2025-11-25", server.NewestProtocol, "1999-01-01"} {
+		if v.SupportsProtocolVersion(rev) != inner.SupportsProtocolVersion(rev) {
+			t.Errorf("%s: traced transport says %v, the wrapped one %v", rev, v.SupportsProtocolVersion(rev), inner.SupportsProtocolVersion(rev))
+		}
+	}
+	plain := newFixture(t, basicDocs, nil)
+	if got := plain.srv.Transport(inner); got != mcp.Transport(inner) {
+		t.Errorf("an untraced server wraps its transport: %T", got)
+	}
+}

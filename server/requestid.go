@@ -76,10 +76,24 @@ func (s *Server) Transport(t mcp.Transport) mcp.Transport {
 	if s.cfg.Tracer == nil {
 		return t
 	}
+	if v, ok := t.(mcp.ProtocolVersionSupporter); ok {
+		// The revisions a transport serves are passed on: server/discover
+		// lists them.
+		return idVersionedTransport{idTransport{t}, v}
+	}
 	return idTransport{t}
 }
 
 type idTransport struct{ mcp.Transport }
+
+type idVersionedTransport struct {
+	idTransport
+	v mcp.ProtocolVersionSupporter
+}
+
+func (t idVersionedTransport) SupportsProtocolVersion(version string) bool {
+	return t.v.SupportsProtocolVersion(version)
+}
 
 func (t idTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	c, err := t.Transport.Connect(ctx)
