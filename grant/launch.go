@@ -52,21 +52,63 @@ type LaunchOptions struct {
 	AgentUser string
 }
 
+// OptionError is a launch option refused, worded with the `pdmcp grant`
+// flags that set it (the launcher's options are those flags, one field
+// each). It matches its sentinel (ErrBadOption, ErrIdentity) with
+// errors.Is.
+type OptionError struct {
+	// Flags are the flags concerned, as `pdmcp grant` spells them.
+	Flags []string
+	// Err is the sentinel.
+	Err error
+	msg string
+}
+
+func (e *OptionError) Error() string { return e.msg }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+func optionErr(sentinel error, flags []string, format string, args ...any) error {
+	return &OptionError{Flags: flags, Err: sentinel, msg: fmt.Sprintf(format, args...)}
+}
+
 // Launch applies the launcher's rules, writes the grant to opts.Out
 // atomically with mode 0600, and returns it. Everything it refuses, it
 // refuses before writing anything.
 func Launch(opts LaunchOptions) (*Grant, error) {
-	if opts.ManifestPath == "" {
-		return nil, fmt.Errorf("%w: the manifest is required", ErrBadOption)
-	}
 	if opts.Out == "" {
-		return nil, fmt.Errorf("%w: the output path is required", ErrBadOption)
+		return nil, optionErr(ErrBadOption, []string{"--out"}, "--out is required: the file the grant is written to")
+	}
+	g, err := Make(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Save(opts.Out); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Make applies the launcher's rules and returns the grant, checked against
+// its manifest, without writing it (opts.Out is not used): Launch's first
+// step, for a caller that writes the grant elsewhere (standard output).
+func Make(opts LaunchOptions) (*Grant, error) {
+	if opts.ManifestPath == "" {
+		return nil, optionErr(ErrBadOption, []string{"--manifest"}, "--manifest is required: the manifest the grant is for")
 	}
 	if opts.TTL <= 0 {
-		return nil, fmt.Errorf("%w: the time to live must be positive, not %s", ErrBadOption, opts.TTL)
+		return nil, optionErr(ErrBadOption, []string{"--ttl"}, "--ttl %s: the grant's life must be positive (write it as 15m, 12h or 720h)", opts.TTL)
 	}
 	if opts.AllApproved && (len(opts.Documents) > 0 || len(opts.Destinations) > 0) {
-		return nil, fmt.Errorf("%w: all-approved takes every approved document and every destination; do not also name documents or destinations", ErrBadOption)
+		return nil, optionErr(ErrBadOption, []string{"--all-approved", "--documents", "--destinations"},
+			"--all-approved takes every approved document and every destination; do not also give --documents or --destinations")
+	}
+	if opts.LocalUser != "" && opts.CallerIdentity {
+		return nil, optionErr(ErrIdentity, []string{"--local-user", "--caller-identity"},
+			"give --local-user or --caller-identity, not both: --local-user %s acts as that one user (a stdio task), --caller-identity as each signed-in caller (HTTP)", opts.LocalUser)
+	}
+	if opts.LocalUser == "" && !opts.CallerIdentity && !opts.AllApproved {
+		return nil, optionErr(ErrIdentity, []string{"--local-user", "--caller-identity"},
+			"give --local-user USER (a stdio task acts as that user) or --caller-identity (HTTP: each signed-in caller acts as themselves)")
 	}
 	m, err := LoadManifest(opts.ManifestPath)
 	if err != nil {
@@ -76,7 +118,8 @@ func Launch(opts LaunchOptions) (*Grant, error) {
 	localUser := opts.LocalUser
 	if opts.AllApproved && localUser == "" && !opts.CallerIdentity {
 		if opts.AgentUser == "" {
-			return nil, fmt.Errorf("%w: all-approved acts as the seed's agent user, and none was given; name a local user", ErrIdentity)
+			return nil, optionErr(ErrIdentity, []string{"--all-approved", "--local-user"},
+				"--all-approved without --local-user or --caller-identity acts as the seed's agent user, and no seed record names one; give --local-user USER")
 		}
 		localUser = opts.AgentUser
 	}
@@ -161,9 +204,6 @@ func Launch(opts LaunchOptions) (*Grant, error) {
 		return nil, err
 	}
 	if err := Validate(g, m); err != nil {
-		return nil, err
-	}
-	if err := g.Save(opts.Out); err != nil {
 		return nil, err
 	}
 	return g, nil

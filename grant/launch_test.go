@@ -481,3 +481,46 @@ func TestIsHome(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchOptionMessagesNameFlags: a refused option is worded with the
+// flags of `pdmcp grant` that set it, never the grant file's member names.
+func TestLaunchOptionMessagesNameFlags(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(*LaunchOptions)
+		want string
+	}{
+		{"both identities", func(o *LaunchOptions) {
+			o.LocalUser, o.CallerIdentity, o.Documents = "svc.agent", true, []string{"proposal-aurora"}
+		}, "give --local-user or --caller-identity, not both"},
+		{"no identity", func(o *LaunchOptions) { o.Documents = []string{"proposal-aurora"} },
+			"give --local-user USER (a stdio task acts as that user) or --caller-identity"},
+		{"all-approved without an agent user", func(o *LaunchOptions) { o.AllApproved = true },
+			"--all-approved without --local-user or --caller-identity acts as the seed's agent user"},
+		{"all-approved and documents", func(o *LaunchOptions) {
+			o.AllApproved, o.AgentUser, o.Documents = true, "svc.agent", []string{"proposal-aurora"}
+		}, "do not also give --documents or --destinations"},
+		{"no time to live", func(o *LaunchOptions) {
+			o.LocalUser, o.Documents, o.TTL = "svc.agent", []string{"proposal-aurora"}, 0
+		}, "--ttl 0s: the grant's life must be positive"},
+		{"no manifest", func(o *LaunchOptions) {
+			o.LocalUser, o.Documents, o.ManifestPath = "svc.agent", []string{"proposal-aurora"}, ""
+		}, "--manifest is required"},
+		{"no output", func(o *LaunchOptions) {
+			o.LocalUser, o.Documents, o.Out = "svc.agent", []string{"proposal-aurora"}, ""
+		}, "--out is required"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := launchSetup(t)
+			tt.edit(&opts)
+			_, err := Launch(opts)
+			var oe *OptionError
+			if !errors.As(err, &oe) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Launch: %v; want an OptionError saying %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "localUser") || strings.Contains(err.Error(), "callerIdentity") {
+				t.Fatalf("the message names the file's members, not the flags: %v", err)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestExportOrphans(t *testing.T) {
 			}
 			j.Close()
 			out := filepath.Join(dir, "export.json")
-			merged, orphans, err := Export(ctx, mp, "", out, c.allow)
+			merged, orphans, err := Export(ctx, mp, "", out, c.allow, nil)
 			if !errors.Is(err, c.wantErr) || len(orphans) != c.wantOrphans {
 				t.Fatalf("Export: %d orphans, %v", len(orphans), err)
 			}
@@ -80,7 +81,7 @@ func TestExplicitJournalMustExist(t *testing.T) {
 	if _, _, err := Load(ctx, mp, typo); !errors.Is(err, ErrNoJournal) || !strings.Contains(err.Error(), typo) {
 		t.Fatalf("Load: %v", err)
 	}
-	if _, _, err := Export(ctx, mp, typo, filepath.Join(dir, "out.json"), true); !errors.Is(err, ErrNoJournal) {
+	if _, _, err := Export(ctx, mp, typo, filepath.Join(dir, "out.json"), true, nil); !errors.Is(err, ErrNoJournal) {
 		t.Fatalf("Export: %v", err)
 	}
 	if _, err := os.Stat(typo); !errors.Is(err, os.ErrNotExist) {
@@ -94,4 +95,55 @@ func TestExplicitJournalMustExist(t *testing.T) {
 // resultsManifest is a manifest with destination d alone.
 func resultsManifest() *grant.Manifest {
 	return &grant.Manifest{Version: grant.ManifestVersion, Destinations: map[string]grant.Destination{"d": {TTag: "t-d"}}}
+}
+
+// TestExportLeavesNothingBeside: an export writes its file and nothing
+// else (no lock file, no temporary file) beside it, mode 0600; given a
+// writer, it writes there and creates no file.
+func TestExportLeavesNothingBeside(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "manifest.json")
+	if err := resultsManifest().Save(mp); err != nil {
+		t.Fatal(err)
+	}
+	before := names(t, dir)
+	out := filepath.Join(dir, "merged.json")
+	if _, _, err := Export(ctx, mp, "", out, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	after := names(t, dir)
+	if want := append(slices.Clone(before), "merged.json"); !slices.Equal(after, slices.Sorted(slices.Values(want))) {
+		t.Fatalf("folder after export: %v, want %v and merged.json", after, before)
+	}
+	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("export: %v %v", fi, err)
+	}
+	if _, err := grant.LoadManifest(out); err != nil {
+		t.Fatalf("the export is not a manifest: %v", err)
+	}
+
+	var got []byte
+	if _, _, err := Export(ctx, mp, "", filepath.Join(dir, "to-writer.json"), false, func(b []byte) error { got = b; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := os.ReadFile(out); string(got) != string(want) {
+		t.Fatalf("the writer got %q, the file holds %q", got, want)
+	}
+	if again := names(t, dir); !slices.Equal(again, after) {
+		t.Fatalf("an export to a writer changed the folder: %v, was %v", again, after)
+	}
+}
+
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
 }

@@ -9,6 +9,7 @@ package record
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -345,16 +346,24 @@ var ErrExportOverManifest = errors.New("the merged manifest would replace the ma
 var ErrOrphans = errors.New("the record holds versions the manifest no longer names")
 
 // Export writes the merged manifest (Merge) to out, in manifest.json's own
-// format, for tools that read one: atomically, mode 0600. It refuses to
-// write over the manifest itself (the operator's file, which the record
-// never rewrites) or the journal.
+// format, for tools that read one. write, when not nil, writes it (the
+// command's writer, which also takes "-" for standard output); nil writes
+// out itself, in full or not at all (a synced temporary file renamed into
+// place), mode 0600. It refuses to write over the manifest itself (the
+// operator's file, which the record never rewrites) or the journal.
+//
+// The export takes no lock and leaves none beside out: it is a snapshot no
+// pdmcp writer shares or updates (unlike the manifest, whose writers take
+// its lock so an update's read, change and rename stay one step), and the
+// rename already makes each export whole. What it reads is read as
+// Load reads it.
 //
 // It also returns the orphans (Orphans): versions of a destination or
 // document the manifest no longer holds, which the export leaves out. With
 // orphans and !allowOrphans nothing is written and the error matches
 // ErrOrphans: an export that silently drops saved versions would be taken
 // for the whole record.
-func Export(ctx context.Context, manifestPath, journalPath, out string, allowOrphans bool) (*grant.Manifest, []journal.Version, error) {
+func Export(ctx context.Context, manifestPath, journalPath, out string, allowOrphans bool, write func([]byte) error) (*grant.Manifest, []journal.Version, error) {
 	explicit := journalPath != ""
 	if journalPath == "" {
 		journalPath = journal.DefaultPath(manifestPath)
@@ -377,10 +386,43 @@ func Export(ctx context.Context, manifestPath, journalPath, out string, allowOrp
 			ErrOrphans, len(orphans), orphanTargets(orphans))
 	}
 	merged := Merge(m, vs)
-	if err := merged.Save(out); err != nil {
+	if err := merged.Validate(); err != nil {
+		return nil, orphans, fmt.Errorf("export: the merged manifest does not hold: %w", err)
+	}
+	data, err := json.MarshalIndent(merged, "", "  ")
+	if err != nil {
+		return nil, orphans, fmt.Errorf("export: %w", err)
+	}
+	data = append(data, '\n')
+	if write == nil {
+		write = func(b []byte) error { return writeWhole(out, b) }
+	}
+	if err := write(data); err != nil {
 		return nil, orphans, fmt.Errorf("export: %w", err)
 	}
 	return merged, orphans, nil
+}
+
+// writeWhole writes b to path in full or not at all: a synced temporary
+// file beside it, mode 0600, renamed into place.
+func writeWhole(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // orphanTargets names the destinations and documents of orphans, sorted.

@@ -168,7 +168,7 @@ func TestLoadRefusesAnotherTasksJournal(t *testing.T) {
 	if !errors.Is(err, journal.ErrOtherTask) || !strings.Contains(err.Error(), "task-old") || !strings.Contains(err.Error(), "task-new") {
 		t.Fatalf("Load: %v", err)
 	}
-	if _, _, err := Export(ctx, mp, "", filepath.Join(dir, "out.json"), false); !errors.Is(err, journal.ErrOtherTask) {
+	if _, _, err := Export(ctx, mp, "", filepath.Join(dir, "out.json"), false, nil); !errors.Is(err, journal.ErrOtherTask) {
 		t.Fatalf("Export: %v", err)
 	}
 	m.Task = "task-old"
