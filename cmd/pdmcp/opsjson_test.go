@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pdmcp/pdmcp/grant"
 )
 
 // opsRun runs pdmcp in this process, as main does, and returns what it
@@ -47,4 +50,70 @@ func dirNames(t *testing.T, dir string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestExportManifestOutputs: export-manifest --out FILE leaves FILE and
+// nothing else new in the folder (no lock file); --out - writes the
+// manifest to standard output and creates no file; --json prints the
+// documented object. Its refusals are worded and have their exit status.
+func TestExportManifestOutputs(t *testing.T) {
+	manifest, dir := grantFixture(t)
+	before := dirNames(t, dir)
+	out := filepath.Join(dir, "merged.json")
+	stdout, stderr, code := opsRun(t, "export-manifest", "--manifest", manifest, "--out", out)
+	if code != 0 || !strings.HasSuffix(stdout, "EXPORT-MANIFEST: OK\n") {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	if got, want := dirNames(t, dir), slices.Sorted(slices.Values(append(before, "merged.json"))); !slices.Equal(got, want) {
+		t.Fatalf("the folder holds %v, want %v", got, want)
+	}
+	if _, err := grant.LoadManifest(out); err != nil {
+		t.Fatalf("the export is not a manifest: %v", err)
+	}
+
+	t.Chdir(dir)
+	before = dirNames(t, dir)
+	stdout, stderr, code = opsRun(t, "export-manifest", "--manifest", manifest, "--out", "-")
+	if code != 0 || stderr != "" {
+		t.Fatalf("--out -: exit %d: %s", code, stderr)
+	}
+	var m grant.Manifest
+	opsDecode(t, stdout, &m)
+	if want, _ := os.ReadFile(out); stdout != string(want) {
+		t.Fatalf("--out - printed another manifest than the file:\n%s", stdout)
+	}
+	if after := dirNames(t, dir); !slices.Equal(after, before) {
+		t.Fatalf("--out - changed the folder: %v, was %v", after, before)
+	}
+
+	out2 := filepath.Join(dir, "merged2.json")
+	stdout, stderr, code = opsRun(t, "export-manifest", "--manifest", manifest, "--out", out2, "--json")
+	if code != 0 {
+		t.Fatalf("--json: exit %d: %s", code, stderr)
+	}
+	var rep exportJSON
+	opsDecode(t, stdout, &rep)
+	if rep.Out != out2 || rep.Orphans == nil || len(rep.Orphans) != 0 {
+		t.Fatalf("--json: %+v", rep)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"over the manifest", []string{"--manifest", manifest, "--out", manifest}, exitRefused, "would replace the manifest or journal it is made from"},
+		{"json to stdout", []string{"--manifest", manifest, "--out", "-", "--json"}, exitUsage, "--json and --out - both write to standard output"},
+		{"no journal", []string{"--manifest", manifest, "--journal", filepath.Join(dir, "nosuch.sqlite"), "--out", out}, exitUsage, "nosuch.sqlite"},
+		{"no manifest", []string{"--manifest", filepath.Join(dir, "nosuch.json"), "--out", out}, exitUsage, "nosuch.json"},
+		{"no --out", []string{"--manifest", manifest}, exitUsage, `required flag(s) "out" not set`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := opsRun(t, append([]string{"export-manifest"}, tc.args...)...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want %d; stderr %q, want %q", code, tc.code, stderr, tc.want)
+			}
+		})
+	}
 }
