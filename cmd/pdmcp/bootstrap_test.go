@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pdmcp/pdmcp/auth/devpki"
+	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
@@ -19,7 +20,7 @@ type bootstrapArgs struct {
 
 func (a bootstrapArgs) args(dir string) []string {
 	out := []string{"bootstrap", "--endpoint", a.endpoint, "--trust-file", a.trust, "--admin-user", reftest.AdminUser,
-		"--admin-password-file", a.passwordFile, "--allow-scoped", "--config-out", filepath.Join(dir, "config.json"),
+		"--admin-password-file", a.passwordFile, "--out", filepath.Join(dir, "config.json"),
 		"--service-name", a.name}
 	if a.prefix != "" {
 		out = append(out, "--prefix", a.prefix)
@@ -59,25 +60,29 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 	for i, c := range []struct {
 		name     string
 		break_   func(a *bootstrapArgs, dir string)
+		code     int
 		want     string
 		register bool // the failure comes from the registration itself
 	}{
-		{"missing trust file", func(a *bootstrapArgs, dir string) { a.trust = filepath.Join(dir, "fixture-missing.pem") }, "--trust-file", false},
-		{"trust file not a CA", func(a *bootstrapArgs, dir string) { a.trust = issuedLeaf(t, dir) }, "holds no CA certificate", false},
+		{"missing trust file", func(a *bootstrapArgs, dir string) { a.trust = filepath.Join(dir, "fixture-missing.pem") },
+			exitUsage, "bootstrap: --trust-file: ", false},
+		{"trust file not a CA", func(a *bootstrapArgs, dir string) { a.trust = issuedLeaf(t, dir) }, exitUsage, "holds no CA certificate", false},
 		{"trust file not PEM", func(a *bootstrapArgs, dir string) {
 			a.trust = writeFixture(t, dir, "fixture-trust.pem", "not a certificate\n", 0o600)
-		}, "holds no PEM certificate", false},
+		}, exitUsage, "holds no PEM certificate", false},
 		{"wrong admin password", func(a *bootstrapArgs, dir string) {
 			a.passwordFile = writeFixture(t, dir, "fixture-pw", "wrong-password\n", 0o600)
-		}, "refused the admin credentials", false},
+		}, exitRefused, "did not accept --admin-user " + reftest.AdminUser + " with the password in ", false},
 		{"admin password file readable by others", func(a *bootstrapArgs, dir string) {
 			a.passwordFile = writeFixture(t, dir, "fixture-pw", reftest.AdminPassword+"\n", 0o644)
-		}, "--admin-password-file", false},
-		{"missing admin password file", func(a *bootstrapArgs, dir string) { a.passwordFile = filepath.Join(dir, "fixture-nope") }, "--admin-password-file", false},
-		{"URL without a host", func(a *bootstrapArgs, _ string) { a.endpoint = "https:///" }, "not an absolute URL with a host", false},
-		{"URL with no server", func(a *bootstrapArgs, _ string) { a.endpoint = "https://127.0.0.1:1" }, "cannot reach the Gateway", false},
-		{"bad service name", func(a *bootstrapArgs, _ string) { a.name = "bad name" }, "--service-name", false},
-		{"registration refused", func(a *bootstrapArgs, _ string) { a.prefix = "bad prefix" }, "were removed", true},
+		}, exitUsage, "--admin-password-file", false},
+		{"missing admin password file", func(a *bootstrapArgs, dir string) { a.passwordFile = filepath.Join(dir, "fixture-nope") },
+			exitUsage, "--admin-password-file", false},
+		{"URL without a host", func(a *bootstrapArgs, _ string) { a.endpoint = "https:///" }, exitUsage, "not an absolute URL with a host", false},
+		{"URL with no server", func(a *bootstrapArgs, _ string) { a.endpoint = "https://127.0.0.1:1" }, exitUnreachable,
+			"the Gateway at https://127.0.0.1:1 did not answer (check --endpoint and --trust-file)", false},
+		{"bad service name", func(a *bootstrapArgs, _ string) { a.name = "bad name" }, exitUsage, "--service-name", false},
+		{"registration refused", func(a *bootstrapArgs, _ string) { a.prefix = "bad prefix" }, exitFailure, "were removed", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -86,11 +91,13 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 			bad := good
 			c.break_(&bad, dir)
 			registrations := env.Gateway.Count(api.RouteAdminRegisterService)
-			cmd := pdmcpCmd(t, bad.args(dir)...)
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if out, err := cmd.Output(); err == nil || !strings.Contains(stderr.String(), c.want) {
-				t.Fatalf("want a failure saying %q; err %v\nstdout %s\nstderr %s", c.want, err, out, stderr.String())
+			out, stderr, code := opsRun(t, bad.args(dir)...)
+			if code != c.code || !strings.Contains(stderr, c.want) {
+				t.Fatalf("want exit %d saying %q; exit %d\nstdout %s\nstderr %s", c.code, c.want, code, out, stderr)
+			}
+			// Running bootstrap, it is not told to run bootstrap.
+			if strings.Contains(stderr, "operator's bootstrap") {
+				t.Errorf("the refusal sends the operator to bootstrap: %s", stderr)
 			}
 			if left := leftBehind(t, dir); len(left) > 0 {
 				t.Fatalf("the failed bootstrap left %v", left)
@@ -98,9 +105,9 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 			if n := env.Gateway.Count(api.RouteAdminRegisterService) - registrations; c.register != (n == 1) || n > 1 {
 				t.Errorf("%d registrations sent", n)
 			}
-			out := run(t, good.args(dir)...)
-			if !strings.HasSuffix(strings.TrimSpace(out), "BOOTSTRAP: OK") {
-				t.Fatalf("the corrected retry: %s", out)
+			out, stderr, code = opsRun(t, good.args(dir)...)
+			if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "BOOTSTRAP: OK") {
+				t.Fatalf("the corrected retry: exit %d: %s%s", code, out, stderr)
 			}
 		})
 	}
@@ -164,4 +171,54 @@ func issuedLeaf(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return cert
+}
+
+// TestBootstrapJSONAndOldSpellings: --json prints the documented object
+// (decoded strictly); the old spellings --config-out (for the required
+// --out) and --allow-scoped (always on) still work and warn on stderr;
+// -v --log-level debug logs bootstrap's Gateway requests.
+func TestBootstrapJSONAndOldSpellings(t *testing.T) {
+	env := reftest.Start(t, reference.Config{})
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	stdout, stderr, code := opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
+		"--admin-password-file", env.AdminPasswordFile, "--service-name", "jsonsvc", "--out", cfg, "--json", "--log-level", "debug")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got bootstrapJSON
+	opsDecode(t, stdout, &got)
+	sc, err := gateway.LoadServiceConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ServiceID != sc.ServiceID || got.SystemID != sc.SystemID || got.Prefix != sc.Prefix || got.Out != cfg || got.ServiceID == "" {
+		t.Fatalf("--json %+v, config.json %+v", got, sc)
+	}
+	if !strings.Contains(stderr, `msg="gateway request"`) || !strings.Contains(stderr, "gateway service signed in") {
+		t.Fatalf("--log-level debug shows no Gateway request of bootstrap:\n%s", stderr)
+	}
+
+	dir2 := filepath.Join(dir, "old")
+	if err := os.Mkdir(dir2, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := filepath.Join(dir2, "config.json")
+	stdout, stderr, code = opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
+		"--admin-password-file", env.AdminPasswordFile, "--service-name", "oldsvc", "--allow-scoped", "--config-out", cfg2)
+	if code != 0 || !strings.HasSuffix(stdout, "BOOTSTRAP: OK\n") {
+		t.Fatalf("old spellings: exit %d: %s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"Flag --config-out has been deprecated, use --out instead",
+		"Flag --allow-scoped has been deprecated: the service is always registered with scoped sessions"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("no warning %q on stderr: %s", want, stderr)
+		}
+	}
+	if _, err := os.Stat(cfg2); err != nil {
+		t.Fatalf("--config-out did not set --out: %v", err)
+	}
+	if strings.Contains(stdout, "deprecated") {
+		t.Fatalf("a warning on stdout: %s", stdout)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -41,6 +42,8 @@ type ACLOptions struct {
 	// RecordPath is a seed record whose owner is the default Owner; empty
 	// means seed-record.json beside the manifest, when there is one.
 	RecordPath string
+	// Logger gets the Gateway requests; nil discards.
+	Logger *slog.Logger
 }
 
 // ACLEntry is one entry of a key's access list as `pdmcp acl` reports it:
@@ -167,7 +170,7 @@ func (o *ACLOptions) resolve(action string) (aclTarget, string, error) {
 		if rec == "" {
 			rec = filepath.Join(m.Dir(), "seed-record.json")
 			if _, err := os.Lstat(rec); err != nil {
-				return aclTarget{}, "", aclRefused("name the key's owner with --owner, or --record a seed record whose owner it is (there is no %s)", rec)
+				return aclTarget{}, "", aclRefused("name the key's owner with --owner, or --seed-record a seed record whose owner it is (there is no %s)", rec)
 			}
 		}
 		r, err := grant.LoadSeedRecord(rec)
@@ -228,7 +231,7 @@ type aclRun struct {
 // else is asked, and mints the owner's session on the key. The caller
 // closes the run.
 func openACL(ctx context.Context, o *ACLOptions, t aclTarget, owner string) (*aclRun, *api.Principal, error) {
-	c, err := gateway.New(o.Config.ClientConfig())
+	c, err := gateway.New(clientConfig(o.Config, o.Logger))
 	if err != nil {
 		return nil, nil, err
 	}

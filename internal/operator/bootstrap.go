@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,8 +35,13 @@ type BootstrapOptions struct {
 	DelegatorCert   string
 	CredentialsDir  string
 	Prefix          string
-	AllowScoped     bool
-	ConfigOut       string
+	// AllowScoped is not read: the service is always registered with
+	// scoped sessions, which every session pdmcp uses is. Kept so callers
+	// that still set it compile.
+	AllowScoped bool
+	ConfigOut   string
+	// Logger gets the Gateway requests; nil discards.
+	Logger *slog.Logger
 }
 
 // Bootstrap registers the service at the Gateway, writes config.json, and
@@ -49,7 +55,7 @@ type BootstrapOptions struct {
 func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig, error) {
 	in, err := checkBootstrap(o)
 	if err != nil {
-		return nil, err
+		return nil, &InputError{Err: err}
 	}
 	o = in.o
 	if err := probeAdmin(ctx, in.admin, o); err != nil {
@@ -105,7 +111,7 @@ func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig,
 		ServiceCert: abs(cert), ServiceLoginKey: abs(login), SenderKey: abs(sender),
 		ServiceID: got.ServiceID, SystemID: got.SystemID, Prefix: got.Prefix,
 	}
-	svc, err := gateway.New(sc.ClientConfig())
+	svc, err := gateway.New(clientConfig(sc, o.Logger))
 	if err != nil {
 		return nil, err
 	}
@@ -134,10 +140,7 @@ type bootstrapInputs struct {
 // that the credentials to be generated do not exist yet.
 func checkBootstrap(o BootstrapOptions) (*bootstrapInputs, error) {
 	if o.ConfigOut == "" || o.GatewayURL == "" || o.AdminUser == "" || o.AdminPasswordFile == "" {
-		return nil, errors.New("bootstrap: --endpoint, --admin-user, --admin-password-file and --config-out are required")
-	}
-	if !o.AllowScoped {
-		return nil, errors.New("bootstrap: pdmcp needs scoped sessions; register with --allow-scoped")
+		return nil, errors.New("bootstrap: --endpoint, --admin-user, --admin-password-file and --out are required")
 	}
 	if _, err := os.Lstat(o.ConfigOut); err == nil {
 		return nil, fmt.Errorf("bootstrap: %s exists; it is never overwritten (move it away to register again)", o.ConfigOut)
@@ -157,7 +160,7 @@ func checkBootstrap(o BootstrapOptions) (*bootstrapInputs, error) {
 			return nil, fmt.Errorf("bootstrap: --trust-file: %w", err)
 		}
 	}
-	c, err := gateway.New(gateway.Config{BaseURL: o.GatewayURL, TrustFile: o.TrustFile, AllowHTTPLoopback: o.AllowHTTPLoopback})
+	c, err := gateway.New(gateway.Config{BaseURL: o.GatewayURL, TrustFile: o.TrustFile, AllowHTTPLoopback: o.AllowHTTPLoopback, Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: --endpoint %s: %w", o.GatewayURL, err)
 	}
@@ -254,15 +257,41 @@ func probeAdmin(ctx context.Context, admin *gateway.Admin, o BootstrapOptions) e
 	case err == nil:
 		return nil
 	case errors.Is(err, &api.Error{Code: api.CodeAdminAuthRequired}):
-		return fmt.Errorf("bootstrap: the Gateway refused the admin credentials (--admin-user %s, the password in %s); nothing was generated: %w",
-			o.AdminUser, o.AdminPasswordFile, err)
+		// The Gateway's own text says to send admin credentials or run
+		// bootstrap: the one running. Only its code is kept.
+		return &AdminRefusedError{URL: o.GatewayURL, User: o.AdminUser, PasswordFile: o.AdminPasswordFile}
 	case errors.Is(err, &api.Error{Code: api.CodeUnreachable}), errors.Is(err, &api.Error{Code: api.CodeBadResponse}):
-		return fmt.Errorf("bootstrap: cannot reach the Gateway at %s (check --endpoint and --trust-file); nothing was generated: %w", o.GatewayURL, err)
+		return fmt.Errorf("bootstrap: the Gateway at %s did not answer (check --endpoint and --trust-file); nothing was generated: %w", o.GatewayURL, err)
 	case errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500:
 		return nil
 	default:
 		return fmt.Errorf("bootstrap: the Gateway at %s did not answer the admin check; nothing was generated: %w", o.GatewayURL, err)
 	}
+}
+
+// InputError: an input of bootstrap (a flag, a file it names) is missing or
+// wrong. Nothing was sent or written.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// AdminRefusedError: the Gateway did not accept the admin credentials
+// bootstrap was given. Nothing was generated.
+type AdminRefusedError struct {
+	URL, User, PasswordFile string
+}
+
+func (e *AdminRefusedError) Error() string {
+	return fmt.Sprintf("bootstrap: the Gateway at %s did not accept --admin-user %s with the password in %s (%s); "+
+		"nothing was generated: check the user and the password file", e.URL, e.User, e.PasswordFile, api.CodeAdminAuthRequired)
+}
+
+// Is makes errors.Is(err, &api.Error{Code: api.CodeAdminAuthRequired})
+// true.
+func (e *AdminRefusedError) Is(target error) bool {
+	ae, ok := target.(*api.Error)
+	return ok && ae.Code == api.CodeAdminAuthRequired
 }
 
 // placeNew renames each [from, to] pair in order, never over an existing

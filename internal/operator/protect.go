@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -65,6 +66,8 @@ type ProtectOptions struct {
 	// CrashPoint, when set, is called at each step (the crashpoint.Protect
 	// points; tests kill the process there).
 	CrashPoint func(crashpoint.Point)
+	// Logger gets the Gateway requests; nil discards.
+	Logger *slog.Logger
 }
 
 // ProtectRow is one section in the summary.
@@ -275,7 +278,7 @@ func newProtection(o ProtectOptions) (*protection, error) {
 		p.owner = rec.OwnerUser
 	}
 	if p.owner == "" {
-		return nil, errors.New("protect: name the keys' owner with --owner, or --record a seed record whose owner it is")
+		return nil, errors.New("protect: name the keys' owner with --owner, or --seed-record a seed record whose owner it is")
 	}
 	return p, nil
 }
@@ -419,7 +422,7 @@ func (p *protection) settleLost() error {
 
 // ownerSession mints the owner's session on every key the run names.
 func (p *protection) ownerSession(ctx context.Context) (*gateway.Session, error) {
-	c, err := gateway.New(p.o.Config.ClientConfig())
+	c, err := gateway.New(clientConfig(p.o.Config, p.o.Logger))
 	if err != nil {
 		return nil, err
 	}

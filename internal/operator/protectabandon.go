@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -30,6 +31,8 @@ type AbandonOptions struct {
 	AbandonLost bool
 	// Progress gets one line per step (stderr).
 	Progress io.Writer
+	// Logger gets the Gateway requests; nil discards.
+	Logger *slog.Logger
 }
 
 // AbandonSummary is what AbandonProtect removed.
@@ -116,7 +119,7 @@ func AbandonProtect(ctx context.Context, o AbandonOptions) (*AbandonSummary, err
 	sum.KeysKept = len(kept)
 	var problems, removed []string
 	if len(remove) > 0 {
-		removed, problems = removeKeys(ctx, o.Config, run.Owner, remove)
+		removed, problems = removeKeys(ctx, o.Config, o.Logger, run.Owner, remove)
 		sum.KeysRemoved = len(removed)
 	}
 	problems = append(problems, removeRunFiles(m, o.DocumentID, run, sum)...)
@@ -188,8 +191,8 @@ func abandonedKeys(m *grant.Manifest, j *protectJournal, docID string, run *prot
 // removeKeys removes keys at the Gateway as owner, reading each back
 // absent. It returns the keys removed and what it could not remove
 // (naming no t-Tag in full).
-func removeKeys(ctx context.Context, cfg *gateway.ServiceConfig, owner string, keys []string) (removed, problems []string) {
-	c, err := gateway.New(cfg.ClientConfig())
+func removeKeys(ctx context.Context, cfg *gateway.ServiceConfig, l *slog.Logger, owner string, keys []string) (removed, problems []string) {
+	c, err := gateway.New(clientConfig(cfg, l))
 	if err != nil {
 		return nil, []string{err.Error()}
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,6 +59,8 @@ type SeedOptions struct {
 	// READ on Approved documents (all approved ones when nil), for
 	// multi-user setups such as pdmcp dev.
 	Users []SeedUser
+	// Logger gets the Gateway requests; nil discards.
+	Logger *slog.Logger
 }
 
 // SeedUser is an extra user of the seed.
@@ -81,7 +84,7 @@ type SeedUser struct {
 func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	rec, err := seed(ctx, o)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrInterrupted) {
-		err = fmt.Errorf("seed: %w (%w); pdmcp seed --cleanup %s removes what it made", ErrInterrupted, err,
+		err = fmt.Errorf("seed: %w (%w); pdmcp seed --cleanup --seed-record %s removes what it made", ErrInterrupted, err,
 			filepath.Join(o.OutDir, "seed-record.json"))
 	}
 	return rec, err
@@ -89,13 +92,13 @@ func Seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 
 func seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	if o.Config == nil || o.OutDir == "" {
-		return nil, errors.New("seed: --config and --out-dir are required")
+		return nil, errors.New("seed: --config and --out are required")
 	}
 	manifestPath := filepath.Join(o.OutDir, "manifest.json")
 	recordPath := filepath.Join(o.OutDir, "seed-record.json")
 	for _, p := range []string{manifestPath, recordPath} {
 		if _, err := os.Lstat(p); err == nil {
-			return nil, fmt.Errorf("seed: %s exists; seed into an empty folder (a seed record lists what an earlier seed made: pdmcp seed --cleanup %s removes it)", p, recordPath)
+			return nil, fmt.Errorf("seed: %s exists; seed into an empty folder (a seed record lists what an earlier seed made: pdmcp seed --cleanup --seed-record %s removes it)", p, recordPath)
 		}
 	}
 	if err := refuseSavedVersions(ctx, o.OutDir, manifestPath); err != nil {
@@ -112,7 +115,7 @@ func seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 		}
 		o.Tag = "seed" + hex.EncodeToString(b)
 	}
-	c, err := gateway.New(o.Config.ClientConfig())
+	c, err := gateway.New(clientConfig(o.Config, o.Logger))
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +148,7 @@ func seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 		if ctx.Err() == nil {
 			return nil
 		}
-		return fmt.Errorf("seed: %w; the seed record lists what was made: pdmcp seed --cleanup %s removes it", ErrInterrupted, recordPath)
+		return fmt.Errorf("seed: %w; the seed record lists what was made: pdmcp seed --cleanup --seed-record %s removes it", ErrInterrupted, recordPath)
 	}
 	if err := stopped(); err != nil {
 		return nil, err
@@ -325,11 +328,39 @@ func grantRead(ctx context.Context, owner *gateway.Session, ttag string, p *api.
 // principal is kept, so the retry can act as the owner. It returns what it
 // could not remove.
 func Cleanup(ctx context.Context, cfg *gateway.ServiceConfig, recordPath string) error {
+	_, err := CleanupSeed(ctx, CleanupOptions{Config: cfg, RecordPath: recordPath})
+	return err
+}
+
+// CleanupOptions are `pdmcp seed --cleanup`'s inputs.
+type CleanupOptions struct {
+	Config     *gateway.ServiceConfig
+	RecordPath string
+	// Logger gets the Gateway requests; nil discards.
+	Logger *slog.Logger
+}
+
+// CleanupResult is what a cleanup removed.
+type CleanupResult struct {
+	Keys       int // keys removed, each read back absent
+	Principals int // principals removed, each read back absent
+}
+
+// CleanupSeed is Cleanup, with a logger, returning what it removed (also
+// when some of it could not be removed: the error says what).
+func CleanupSeed(ctx context.Context, o CleanupOptions) (*CleanupResult, error) {
+	res := &CleanupResult{}
+	err := cleanup(ctx, o, res)
+	return res, err
+}
+
+func cleanup(ctx context.Context, o CleanupOptions, res *CleanupResult) error {
+	cfg, recordPath := o.Config, o.RecordPath
 	rec, err := grant.LoadSeedRecord(recordPath)
 	if err != nil {
 		return err
 	}
-	c, err := gateway.New(cfg.ClientConfig())
+	c, err := gateway.New(clientConfig(cfg, o.Logger))
 	if err != nil {
 		return err
 	}
@@ -374,6 +405,7 @@ func Cleanup(ctx context.Context, cfg *gateway.ServiceConfig, recordPath string)
 	// listed for the next cleanup.
 	removedKeys := removedSet(rec.Keys, keysLeft)
 	removedPrincipals := removedSet(rec.Principals, principalsLeft)
+	res.Keys, res.Principals = len(removedKeys), len(removedPrincipals)
 	_, err = grant.UpdateSeedRecord(ctx, recordPath, func(r *grant.SeedRecord) error {
 		r.Keys = slices.DeleteFunc(r.Keys, func(k string) bool { return removedKeys[k] })
 		r.Principals = slices.DeleteFunc(r.Principals, func(p string) bool { return removedPrincipals[p] })
