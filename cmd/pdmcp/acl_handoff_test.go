@@ -60,7 +60,7 @@ func TestHandOffWalkthroughWithACL(t *testing.T) {
 	s.grant = filepath.Join(dir, "grant-patient.json")
 	run(t, "grant", "--manifest", s.manifest, "--local-user", patient, "--documents", "ccd-0001",
 		"--tools", "list_approved_documents,read_protected_document,hand_off,close_step",
-		"--steps", "referral-history", "--ttl-seconds", "1800", "--out", s.grant)
+		"--steps", "referral-history", "--ttl", "30m", "--out", s.grant)
 	pcs := s.connect(t)
 	if got, isErr := call(t, pcs, "hand_off", map[string]any{"stepId": "referral-history"}); isErr {
 		t.Fatalf("hand_off: %v", got)
@@ -68,7 +68,7 @@ func TestHandOffWalkthroughWithACL(t *testing.T) {
 
 	s.grant = filepath.Join(dir, "grant-doctor.json")
 	run(t, "grant", "--manifest", s.manifest, "--local-user", doctor, "--documents", "ccd-0001",
-		"--tools", "read_protected_fragment", "--ttl-seconds", "900", "--out", s.grant)
+		"--tools", "read_protected_fragment", "--ttl", "15m", "--out", s.grant)
 	dcs := s.connect(t)
 	got, isErr := call(t, dcs, "read_protected_fragment", map[string]any{"documentId": "ccd-0001", "fragmentId": "problems"})
 	if isErr || got["text"] == nil {

@@ -205,7 +205,7 @@ func TestBootstrapJSONAndOldSpellings(t *testing.T) {
 	}
 	cfg2 := filepath.Join(dir2, "config.json")
 	stdout, stderr, code = opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
-		"--admin-password-file", env.AdminPasswordFile, "--service-name", "oldsvc", "--allow-scoped", "--config-out", cfg2)
+		"--admin-password-file", env.AdminPasswordFile, "--service-name", "oldsvc", "--out", cfg2)
 	if code != 0 || !strings.HasSuffix(stdout, "BOOTSTRAP: OK\n") {
 		t.Fatalf("old spellings: exit %d: %s%s", code, stdout, stderr)
 	}

@@ -31,7 +31,7 @@ func newCompoundStack(t *testing.T) *stack {
 		}
 	}
 	s.grant = filepath.Join(filepath.Dir(s.manifest), "grant-compound.json")
-	run(t, "grant", "--manifest", s.manifest, "--all-approved", "--ttl-seconds", "900", "--out", s.grant,
+	run(t, "grant", "--manifest", s.manifest, "--all-approved", "--ttl", "15m", "--out", s.grant,
 		"--tools", strings.Join(append(grant.DocumentTools(), grant.FragmentTools()...), ","))
 	return s
 }

@@ -115,7 +115,7 @@ func newStack(t testing.TB, grantArgs ...string) *stack {
 	s.env = env
 	args := append([]string{"grant", "--manifest", s.manifest, "--out", s.grant}, grantArgs...)
 	if len(grantArgs) == 0 {
-		args = append(args, "--all-approved", "--ttl-seconds", "900")
+		args = append(args, "--all-approved", "--ttl", "15m")
 	}
 	run(t, args...)
 	return s
@@ -130,12 +130,12 @@ func seededStack(t testing.TB, url, ca, admin, pwFile string) *stack {
 	s := &stack{dir: t.TempDir()}
 	s.config = filepath.Join(s.dir, "config.json")
 	out := run(t, "bootstrap", "--endpoint", url, "--trust-file", ca, "--admin-user", admin,
-		"--admin-password-file", pwFile, "--allow-scoped", "--config-out", s.config)
+		"--admin-password-file", pwFile, "--out", s.config)
 	if !strings.HasSuffix(strings.TrimSpace(out), "BOOTSTRAP: OK") {
 		t.Fatalf("bootstrap did not end BOOTSTRAP: OK:\n%s", out)
 	}
 	data := filepath.Join(s.dir, "task-data")
-	out = run(t, "seed", "--config", s.config, "--out-dir", data)
+	out = run(t, "seed", "--config", s.config, "--out", data)
 	if !strings.Contains(out, "SEED: OK") {
 		t.Fatalf("seed: %s", out)
 	}
@@ -420,7 +420,7 @@ func TestServeRefusesUnapprovedDocument(t *testing.T) {
 }
 
 func TestStdioGrantExpiry(t *testing.T) {
-	s := newStack(t, "--all-approved", "--ttl-seconds", "3")
+	s := newStack(t, "--all-approved", "--ttl", "3s")
 	cs := s.connect(t)
 	if m, e := call(t, cs, "read_protected_document", map[string]any{"documentId": "evaluation-criteria"}); e {
 		t.Fatalf("read before expiry: %v", m)
@@ -597,7 +597,7 @@ func TestDevGatewayStandalone(t *testing.T) {
 	if isErr || !strings.HasPrefix(m["text"].(string), "Evaluation criteria") {
 		t.Fatalf("read after the Gateway restarted: %v", m)
 	}
-	out := run(t, "seed", "--config", s.config, "--cleanup", s.record())
+	out := run(t, "seed", "--config", s.config, "--cleanup", "--seed-record", s.record())
 	if !strings.Contains(out, "SEED CLEANUP: OK") {
 		t.Fatalf("cleanup: %s", out)
 	}

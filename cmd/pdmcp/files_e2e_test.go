@@ -27,7 +27,7 @@ func newFileStack(t testing.TB) (*stack, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newStack(t, "--all-approved", "--file-root", root, "--ttl-seconds", "900")
+	s := newStack(t, "--all-approved", "--file-root", root, "--ttl", "15m")
 	return s, root
 }
 

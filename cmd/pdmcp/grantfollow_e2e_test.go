@@ -13,7 +13,7 @@ import (
 // next call; a narrowed one refuses what it dropped at the next call, its
 // session minted anew over the narrower keys.
 func TestStdioGrantRenewedAndNarrowedWithoutRestart(t *testing.T) {
-	s := newStack(t, "--all-approved", "--ttl-seconds", "3")
+	s := newStack(t, "--all-approved", "--ttl", "3s")
 	cs := s.connect(t)
 	read := func(id string) (map[string]any, bool) {
 		return call(t, cs, "read_protected_document", map[string]any{"documentId": id})
@@ -29,14 +29,14 @@ func TestStdioGrantRenewedAndNarrowedWithoutRestart(t *testing.T) {
 	m, e := read("evaluation-criteria")
 	wantRefused(t, m, e, "adapter", "GRANT_EXPIRED")
 
-	run(t, "grant", "--manifest", s.manifest, "--out", s.grant, "--all-approved", "--ttl-seconds", "900")
+	run(t, "grant", "--manifest", s.manifest, "--out", s.grant, "--all-approved", "--ttl", "15m")
 	if m, e := read("evaluation-criteria"); e {
 		t.Fatalf("read after the renewal: %v", m)
 	}
 
 	mints := s.env.Gateway.Count(api.RouteScoped)
 	run(t, "grant", "--manifest", s.manifest, "--out", s.grant, "--local-user", g.LocalUser,
-		"--documents", "proposal-aurora", "--ttl-seconds", "900")
+		"--documents", "proposal-aurora", "--ttl", "15m")
 	m, e = read("evaluation-criteria")
 	wantRefused(t, m, e, "adapter", "DOCUMENT_NOT_IN_GRANT")
 	if m, e := read("proposal-aurora"); e {

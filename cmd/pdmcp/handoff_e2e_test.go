@@ -41,7 +41,7 @@ func newStepStack(t *testing.T) *stepStack {
 	dir := t.TempDir()
 	s.config = filepath.Join(dir, "config.json")
 	run(t, "bootstrap", "--endpoint", s.env.URL, "--trust-file", s.env.CAFile, "--admin-user", reftest.AdminUser,
-		"--admin-password-file", s.env.AdminPasswordFile, "--allow-scoped", "--config-out", s.config)
+		"--admin-password-file", s.env.AdminPasswordFile, "--out", s.config)
 	sc, err := gateway.LoadServiceConfig(s.config)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func newStepStack(t *testing.T) *stepStack {
 	run(t, "grant", "--manifest", s.w.Manifest, "--local-user", s.w.Patient.Name,
 		"--documents", handofftest.DocID+","+handofftest.PlainDocID,
 		"--tools", "list_approved_documents,hand_off,close_step", "--steps", handofftest.StepReferral,
-		"--ttl-seconds", "900", "--out", s.grant)
+		"--ttl", "15m", "--out", s.grant)
 	return s
 }
 
@@ -311,7 +311,7 @@ func TestHandOffSurvivesKillAfterRefusedGrant(t *testing.T) {
 	s.grant = filepath.Join(filepath.Dir(s.grant), "nurse-grant.json")
 	run(t, "grant", "--manifest", s.w.Manifest, "--local-user", s.w.Nurse.Name,
 		"--documents", handofftest.DocID, "--tools", "list_approved_documents,hand_off,close_step",
-		"--steps", handofftest.StepByNurse, "--ttl-seconds", "900", "--out", s.grant)
+		"--steps", handofftest.StepByNurse, "--ttl", "15m", "--out", s.grant)
 	s.handOffDies(t, "handoff:grant-refused", handofftest.StepByNurse)
 	openRows := func() []journal.HandOff { return s.openRowsOf(t, handofftest.StepByNurse) }
 	if rows := openRows(); len(rows) != 1 || len(s.doctorEntries(t)) != 0 {
@@ -356,7 +356,7 @@ func TestTwoServersHandingStepsSharingAKey(t *testing.T) {
 	run(t, "grant", "--manifest", s.w.Manifest, "--local-user", s.w.Patient.Name,
 		"--documents", handofftest.DocID+","+handofftest.PlainDocID,
 		"--tools", "list_approved_documents,hand_off,close_step", "--steps", handofftest.StepReferral+",referral-problems",
-		"--ttl-seconds", "900", "--out", s.grant)
+		"--ttl", "15m", "--out", s.grant)
 	a, _ := s.serve(t)
 	b, _ := s.serve(t)
 	s.env.Gateway.SetFaults(reference.Faults{Delay: 150 * time.Millisecond})

@@ -32,7 +32,7 @@ func TestLostJournalIsRefused(t *testing.T) {
 		"serve":           {"serve", "--config", s.config, "--manifest", s.manifest, "--grant", s.grant, "--audit", s.audit},
 		"versions":        {"versions", "--manifest", s.manifest},
 		"export-manifest": {"export-manifest", "--manifest", s.manifest, "--out", filepath.Join(s.dir, "merged.json")},
-		"seed --cleanup":  {"seed", "--config", s.config, "--cleanup", s.record()},
+		"seed --cleanup":  {"seed", "--config", s.config, "--cleanup", "--seed-record", s.record()},
 	}
 	tests := []struct {
 		name string

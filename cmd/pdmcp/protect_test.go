@@ -113,7 +113,7 @@ func (s *stack) asOwner(ctx context.Context, t *testing.T, objects ...string) (*
 // seed record.
 func (s *stack) protectCmd(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
-	return pdmcpCmd(t, append([]string{"protect", "--config", s.config, "--manifest", s.manifest, "--record", s.record()}, args...)...)
+	return pdmcpCmd(t, append([]string{"protect", "--config", s.config, "--manifest", s.manifest, "--seed-record", s.record()}, args...)...)
 }
 
 // protect runs pdmcp protect and returns stdout, stderr and whether it
@@ -237,7 +237,7 @@ func TestProtectBothFixtures(t *testing.T) {
 	}
 	// --record put the created keys in the seed record: cleanup removes
 	// them with the seed's own.
-	if out := run(t, "seed", "--config", s.config, "--cleanup", s.record()); !strings.Contains(out, "SEED CLEANUP: OK") {
+	if out := run(t, "seed", "--config", s.config, "--cleanup", "--seed-record", s.record()); !strings.Contains(out, "SEED CLEANUP: OK") {
 		t.Fatalf("cleanup: %s", out)
 	}
 	if n := s.keyCount(t); n != 0 {

@@ -121,15 +121,15 @@ func (s *stack) interruptAtEncrypt(t *testing.T, cmd *exec.Cmd) (string, error) 
 func TestSeedCtrlCThenCleanupThenSeed(t *testing.T) {
 	s := newStack(t)
 	dir := filepath.Join(s.dir, "second")
-	out, err := s.interruptAtEncrypt(t, pdmcpCmd(t, "seed", "--config", s.config, "--out-dir", dir))
+	out, err := s.interruptAtEncrypt(t, pdmcpCmd(t, "seed", "--config", s.config, "--out", dir))
 	if err == nil || !strings.Contains(out, "interrupted") || !strings.Contains(out, "--cleanup") {
 		t.Fatalf("seed after Ctrl-C: %v\n%s", err, out)
 	}
 	record := filepath.Join(dir, "seed-record.json")
-	if got := run(t, "seed", "--config", s.config, "--cleanup", record); !strings.Contains(got, "SEED CLEANUP: OK") {
+	if got := run(t, "seed", "--config", s.config, "--cleanup", "--seed-record", record); !strings.Contains(got, "SEED CLEANUP: OK") {
 		t.Fatalf("cleanup: %s", got)
 	}
-	if got := run(t, "seed", "--config", s.config, "--out-dir", dir); !strings.Contains(got, "SEED: OK") {
+	if got := run(t, "seed", "--config", s.config, "--out", dir); !strings.Contains(got, "SEED: OK") {
 		t.Fatalf("seed after cleanup: %s", got)
 	}
 }

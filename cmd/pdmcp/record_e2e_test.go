@@ -90,7 +90,7 @@ func addDestination(t *testing.T, s *stack, id string) {
 	s.editManifest(t, func(m *grant.Manifest) {
 		m.Destinations[id] = grant.Destination{Label: "Second summary", TTag: m.Destinations["evaluation-summary"].TTag}
 	})
-	run(t, "grant", "--manifest", s.manifest, "--out", s.grant, "--all-approved", "--ttl-seconds", "900")
+	run(t, "grant", "--manifest", s.manifest, "--out", s.grant, "--all-approved", "--ttl", "15m")
 }
 
 func saveArgs(dest, text, key string) map[string]any {
@@ -535,13 +535,13 @@ func TestSeedCleanupNamesSavedVersions(t *testing.T) {
 		}
 	}
 	_ = cs.Close()
-	out := run(t, "seed", "--config", s.config, "--cleanup", s.record())
+	out := run(t, "seed", "--config", s.config, "--cleanup", "--seed-record", s.record())
 	if !strings.Contains(out, "2 saved versions were under the removed keys") ||
 		!strings.Contains(out, "results/evaluation-summary.v1.bin") || !strings.Contains(out, "results/evaluation-summary.v2.bin") ||
 		!strings.HasSuffix(strings.TrimSpace(out), "SEED CLEANUP: OK") {
 		t.Fatalf("cleanup:\n%s", out)
 	}
-	if again := run(t, "seed", "--config", s.config, "--cleanup", s.record()); strings.Contains(again, "saved versions") {
+	if again := run(t, "seed", "--config", s.config, "--cleanup", "--seed-record", s.record()); strings.Contains(again, "saved versions") {
 		t.Fatalf("second cleanup:\n%s", again)
 	}
 }

@@ -209,7 +209,7 @@ func TestNewTaskDoesNotInheritTheRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := pdmcpCmd(t, "seed", "--config", s.config, "--out-dir", dir).CombinedOutput()
+	b, err := pdmcpCmd(t, "seed", "--config", s.config, "--out", dir).CombinedOutput()
 	if err == nil || !strings.Contains(string(b), "saved versions") || strings.Contains(string(b), "SEED: OK") {
 		t.Fatalf("seed into a folder with the old task's versions: %v\n%s", err, b)
 	}
@@ -218,7 +218,7 @@ func TestNewTaskDoesNotInheritTheRecord(t *testing.T) {
 	}
 	// The journal alone gone, the sidecars still say so.
 	removeJournal(t, s)
-	if b, err := pdmcpCmd(t, "seed", "--config", s.config, "--out-dir", dir).CombinedOutput(); err == nil || !strings.Contains(string(b), "saved versions") {
+	if b, err := pdmcpCmd(t, "seed", "--config", s.config, "--out", dir).CombinedOutput(); err == nil || !strings.Contains(string(b), "saved versions") {
 		t.Fatalf("seed into a folder with the old task's sidecars: %v\n%s", err, b)
 	}
 
@@ -226,9 +226,9 @@ func TestNewTaskDoesNotInheritTheRecord(t *testing.T) {
 	// put beside its manifest (a restore from the wrong backup).
 	other := &stack{dir: t.TempDir(), config: s.config, env: s.env}
 	data := filepath.Join(other.dir, "task-data")
-	run(t, "seed", "--config", s.config, "--out-dir", data)
+	run(t, "seed", "--config", s.config, "--out", data)
 	other.manifest, other.grant, other.audit = filepath.Join(data, "manifest.json"), filepath.Join(data, "grant.json"), filepath.Join(data, "audit.jsonl")
-	run(t, "grant", "--manifest", other.manifest, "--out", other.grant, "--all-approved", "--ttl-seconds", "900")
+	run(t, "grant", "--manifest", other.manifest, "--out", other.grant, "--all-approved", "--ttl", "15m")
 	second, err := grant.LoadManifest(other.manifest)
 	if err != nil || second.Task == "" || second.Task == old.Task {
 		t.Fatalf("the second seed's task %q (the first's %q): %v", second.Task, old.Task, err)
@@ -328,7 +328,7 @@ func TestSeedCleanupListsVersionsByTheirOwnKey(t *testing.T) {
 	_ = cs.Close()
 	// Another seed's destination key: not in this seed's record.
 	otherData := filepath.Join(t.TempDir(), "task-data")
-	run(t, "seed", "--config", s.config, "--out-dir", otherData)
+	run(t, "seed", "--config", s.config, "--out", otherData)
 	other, err := grant.LoadManifest(filepath.Join(otherData, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +338,7 @@ func TestSeedCleanupListsVersionsByTheirOwnKey(t *testing.T) {
 		d.TTag = other.Destinations["evaluation-summary"].TTag
 		m.Destinations["evaluation-summary"] = d
 	})
-	out := run(t, "seed", "--config", s.config, "--cleanup", s.record())
+	out := run(t, "seed", "--config", s.config, "--cleanup", "--seed-record", s.record())
 	if !strings.Contains(out, "1 saved versions were under the removed keys") || !strings.Contains(out, "results/evaluation-summary.v1.bin") {
 		t.Fatalf("cleanup does not name the version saved under its key:\n%s", out)
 	}

@@ -18,7 +18,7 @@ func TestStdioSurvivesGatewayProcessRestart(t *testing.T) {
 	state := t.TempDir()
 	gwURL, ca, pw, stop := startDevGateway(t, state)
 	s := seededStack(t, gwURL, ca, "admin", pw)
-	run(t, "grant", "--manifest", s.manifest, "--all-approved", "--ttl-seconds", "900", "--out", s.grant)
+	run(t, "grant", "--manifest", s.manifest, "--all-approved", "--ttl", "15m", "--out", s.grant)
 	cs := s.connect(t)
 	read := map[string]any{"documentId": "evaluation-criteria"}
 	if m, isErr := call(t, cs, "read_protected_document", read); isErr {

@@ -46,7 +46,7 @@ describe('Codex', () => {
     grantFile = path.join(root, 'grant.json');
     auditFile = path.join(root, 'audit.jsonl');
     const g = await run(pdmcpBin(), ['grant', '--manifest', info.manifest, '--all-approved',
-      '--local-user', seed.agentUser, '--ttl-seconds', '900', '--out', grantFile]);
+      '--local-user', seed.agentUser, '--ttl', '15m', '--out', grantFile]);
     assert.equal(g.code, 0, describeRun('pdmcp grant', g));
     const hc = await run(pdmcpBin(), ['host-config', '--format', 'codex-toml', '--name', stdioName,
       '--config', info.serviceConfig, '--manifest', info.manifest, '--grant', grantFile, '--audit', auditFile]);
