@@ -40,7 +40,7 @@ func TestGrantTTL(t *testing.T) {
 	}{
 		{"caller identity", []string{"--caller-identity", "--all-approved"}, 30 * 24 * time.Hour, false},
 		{"caller identity, ttl given", []string{"--caller-identity", "--all-approved", "--ttl", "15m"}, 15 * time.Minute, false},
-		{"caller identity, old ttl-seconds", []string{"--caller-identity", "--all-approved", "--ttl", "15m"}, 15 * time.Minute, true},
+		{"caller identity, old ttl-seconds", []string{"--caller-identity", "--all-approved", "--ttl-seconds", "900"}, 15 * time.Minute, true},
 		{"local user", []string{"--local-user", "svc.agent", "--all-approved"}, 15 * time.Minute, false},
 		{"local user, ttl 2h", []string{"--local-user", "svc.agent", "--all-approved", "--ttl", "2h"}, 2 * time.Hour, false},
 	} {
