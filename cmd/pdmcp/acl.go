@@ -1,7 +1,7 @@
 package main
 
 import (
-	"encoding/json"
+	"errors"
 
 	"github.com/spf13/cobra"
 
@@ -22,44 +22,68 @@ func newACLCmd() *cobra.Command {
 		Use:   "acl",
 		Short: "Grant, revoke or list READ/WRITE entries on a document's, data type's or destination's key",
 		Long: "acl changes a key's access list at the key server as the registered service acting as the key's owner\n" +
-			"(--owner, by default the seed record's owner: --record, or seed-record.json beside the manifest). The key\n" +
+			"(--owner, by default the seed record's owner: --seed-record, or seed-record.json beside the manifest). The key\n" +
 			"is named through the manifest (--document, --data-type or --destination), never by its t-Tag; the principal\n" +
-			"as the Gateway names it (--principal, with the service's prefix). Each change is read back and reported.",
+			"as the Gateway names it (--principal, with the service's prefix). Each change is read back and reported.\n" +
+			"A change the command refuses (a key the manifest does not name, an unknown principal, an owner's entry)\n" +
+			"exits with status 3, nothing sent.\n\n" +
+			"--json prints one object (members are only ever added):\n" +
+			"  {\"action\": \"grant\"|\"revoke\"|\"list\", \"kind\": \"document\"|\"data type\"|\"destination\", \"name\",\n" +
+			"   \"principal\", \"systemId\", \"principalId\", \"before\": [rights], \"after\": [rights], \"changed\": bool,\n" +
+			"   \"entries\": [{\"principal\", \"systemId\", \"principalId\", \"rights\": [...], \"endTime\", \"uses\"}, ...]}",
+		Example: "  pdmcp acl list --config config.json --manifest task-data/manifest.json --document proposal-aurora\n" +
+			"  pdmcp acl grant --config config.json --manifest task-data/manifest.json --data-type results \\\n" +
+			"      --principal svc.seed1a2b3c.nurse --rights READ --json\n" +
+			"  pdmcp acl revoke --config config.json --manifest task-data/manifest.json --destination evaluation-summary \\\n" +
+			"      --principal svc.seed1a2b3c.nurse --seed-record task-data/seed-record.json",
 	}
 	pf := acl.PersistentFlags()
-	pf.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap")
-	pf.StringVar(&o.ManifestPath, "manifest", "", "the manifest that names the key")
+	pf.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap (required)")
+	pf.StringVar(&o.ManifestPath, "manifest", "", "the manifest that names the key (required)")
 	pf.StringVar(&o.DocumentID, "document", "", "a single document: its key")
 	pf.StringVar(&o.DataType, "data-type", "", "a compound documents' data type: its key (the manifest's compoundKeys)")
 	pf.StringVar(&o.Destination, "destination", "", "a save destination: its key")
 	pf.StringVar(&o.Owner, "owner", "", "the key's owner, as the Gateway names the principal (default: the seed record's owner)")
-	pf.StringVar(&o.RecordPath, "record", "", "a seed-record.json whose owner owns the key (default: the one beside the manifest)")
-	pf.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	pf.StringVar(&o.RecordPath, "seed-record", "", "a seed-record.json whose owner owns the key (default: the one beside the manifest)")
+	oldSpelling(acl, pf, "record", "seed-record", nil, "")
+	pf.BoolVar(&asJSON, "json", false, "print one JSON object (shape in pdmcp acl --help) instead of the report")
 	_ = acl.MarkPersistentFlagRequired("config")
 	_ = acl.MarkPersistentFlagRequired("manifest")
 
 	sub := func(use, short string, do func(*cobra.Command) (*operator.ACLReport, error)) *cobra.Command {
-		return command(use, short, func(cmd *cobra.Command) error {
+		c := command(use, short, func(cmd *cobra.Command) error {
 			sc, err := gateway.LoadServiceConfig(configPath)
 			if err != nil {
 				return err
 			}
 			o.Config = sc
-			if o.Rights, err = operator.ParseRights(rights); err != nil {
-				return err
-			}
+			o.Logger = loggerFrom(cmd.Context())
 			rep, err := do(cmd)
+			if errors.Is(err, operator.ErrACLRefused) {
+				return refusedError(err)
+			}
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return writeJSON(cmd.OutOrStdout(), rep)
 			}
 			rep.WriteText(cmd.OutOrStdout())
 			return nil
 		})
+		// --rights is the command line's: a wrong one is a usage error,
+		// found before config.json is read.
+		c.PreRunE = func(*cobra.Command, []string) error {
+			if n := countSet(o.DocumentID, o.DataType, o.Destination); n != 1 {
+				return usageError("name exactly one key: --document, --data-type or --destination (got %d)", n)
+			}
+			var err error
+			if o.Rights, err = operator.ParseRights(rights); err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			return nil
+		}
+		return c
 	}
 	grantCmd := sub("grant", "Add READ and/or WRITE to a principal's entry on the key (read back)", func(cmd *cobra.Command) (*operator.ACLReport, error) {
 		return operator.ACLGrant(cmd.Context(), o)
@@ -77,4 +101,15 @@ func newACLCmd() *cobra.Command {
 	listCmd.Flags().StringVar(&o.Principal, "principal", "", "also name this principal's ids (as a hand-off step's \"to\" needs them) and rights")
 	acl.AddCommand(requireFlags(grantCmd, "principal", "rights"), requireFlags(revokeCmd, "principal"), listCmd)
 	return acl
+}
+
+// countSet is how many of vals are not "".
+func countSet(vals ...string) int {
+	n := 0
+	for _, v := range vals {
+		if v != "" {
+			n++
+		}
+	}
+	return n
 }

@@ -209,25 +209,27 @@ func TestACLRefusalsSendNothing(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		args   []string
+		code   int
 		want   string
 		silent bool // nothing at all reaches the Gateway
 	}{
-		{"unknown document", []string{"grant", "--document", "nope", "--principal", agent, "--rights", "READ"}, `no document "nope"`, true},
-		{"compound document", []string{"grant", "--document", "ccd-0001", "--principal", agent, "--rights", "READ"}, "name one with --data-type", true},
-		{"unknown data type", []string{"grant", "--data-type", "genome", "--principal", agent, "--rights", "READ"}, `no data type "genome"; it has allergies`, true},
-		{"unknown destination", []string{"list", "--destination", "nope"}, `no destination "nope"`, true},
-		{"two keys", []string{"list", "--data-type", "results", "--document", "proposal-aurora"}, "name exactly one key", true},
-		{"no key", []string{"list"}, "name exactly one key", true},
-		{"owner right", []string{"grant", "--data-type", "results", "--principal", agent, "--rights", "OWNER"}, "OWNER is not given", true},
-		{"bad right", []string{"grant", "--data-type", "results", "--principal", agent, "--rights", "READ,DELETE"}, `"DELETE" is not a right`, true},
-		{"the owner", []string{"revoke", "--data-type", "results", "--principal", rec.OwnerUser}, "is the key's owner", true},
-		{"unknown principal", []string{"grant", "--data-type", "results", "--principal", agent + "-nobody", "--rights", "READ"}, "no principal named " + agent + "-nobody", false},
+		{"unknown document", []string{"grant", "--document", "nope", "--principal", agent, "--rights", "READ"}, exitRefused, `no document "nope"`, true},
+		{"compound document", []string{"grant", "--document", "ccd-0001", "--principal", agent, "--rights", "READ"}, exitRefused, "name one with --data-type", true},
+		{"unknown data type", []string{"grant", "--data-type", "genome", "--principal", agent, "--rights", "READ"}, exitRefused, `no data type "genome"; it has allergies`, true},
+		{"unknown destination", []string{"list", "--destination", "nope"}, exitRefused, `no destination "nope"`, true},
+		{"two keys", []string{"list", "--data-type", "results", "--document", "proposal-aurora"}, exitUsage, "name exactly one key: --document, --data-type or --destination (got 2)", true},
+		{"no key", []string{"list"}, exitUsage, "name exactly one key", true},
+		{"owner right", []string{"grant", "--data-type", "results", "--principal", agent, "--rights", "OWNER"}, exitUsage, "--rights OWNER: OWNER is not given", true},
+		{"bad right", []string{"grant", "--data-type", "results", "--principal", agent, "--rights", "READ,DELETE"}, exitUsage, `"DELETE" is not a right`, true},
+		{"no principal", []string{"grant", "--data-type", "results", "--rights", "READ"}, exitUsage, `required flag(s) "principal" not set`, true},
+		{"the owner", []string{"revoke", "--data-type", "results", "--principal", rec.OwnerUser}, exitRefused, "is the key's owner", true},
+		{"unknown principal", []string{"grant", "--data-type", "results", "--principal", agent + "-nobody", "--rights", "READ"}, exitRefused, "no principal named " + agent + "-nobody", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := s.env.Gateway.Counts()
-			out, stderr, ok := s.acl(t, c.args...)
-			if ok || !strings.Contains(stderr, c.want) {
-				t.Fatalf("want a refusal saying %q; ok=%v stdout %s stderr %s", c.want, ok, out, stderr)
+			out, stderr, code := opsRun(t, append(append([]string{"acl"}, c.args...), "--config", s.config, "--manifest", s.manifest)...)
+			if code != c.code || !strings.Contains(stderr, c.want) {
+				t.Fatalf("want exit %d saying %q; exit %d stdout %s stderr %s", c.code, c.want, code, out, stderr)
 			}
 			after := s.env.Gateway.Counts()
 			if c.silent && !maps.Equal(before, after) {

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -12,8 +16,42 @@ import (
 	"github.com/pdmcp/pdmcp/server/record"
 )
 
+// closeStepJSON is `pdmcp close-step --json`: stable, members only ever
+// added.
+type closeStepJSON struct {
+	Step    string               `json:"step"`
+	Entries []closeStepEntryJSON `json:"entries"`
+	// Done: every open hand-off of the step is closed (none left in the
+	// journal).
+	Done bool `json:"done"`
+}
+
+// closeStepEntryJSON is one open hand-off close-step worked on.
+type closeStepEntryJSON struct {
+	ID         int64  `json:"id"`
+	DocumentID string `json:"documentId"`
+	KeyDigest  string `json:"keyDigest"`
+	// Outcome is "revoked" (read back absent), "absent" or "not-granted"
+	// (the recipient held no entry: nothing to revoke), "left-alone" (the
+	// recipient's entry is not the one this server granted), or
+	// "not-revoked" (Error says why; it stays in the journal).
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
+}
+
+const closeStepLong = `close-step revokes the open hand-offs of one step that the journal holds, as the user who handed each
+(the registered service acting as them), reading each recipient's entry back absent: for when the step's user
+is away and the server that handed it is gone. An entry the recipient holds that is not the one this server
+granted is left alone and named. --step must be a step of the manifest, or one the journal holds open
+hand-offs of (exit status 2 otherwise, nothing sent).
+
+--json prints one object (members are only ever added):
+  {"step", "entries": [{"id": N, "documentId", "keyDigest", "outcome": "revoked"|"absent"|"not-granted"|
+   "left-alone"|"not-revoked", "error"}, ...], "done": bool}`
+
 func newCloseStepCmd() *cobra.Command {
 	var configPath, manifestPath, journalPath, step string
+	var asJSON bool
 	cmd := command("close-step", "Revoke a step's open hand-offs from the journal, as the step's user (when that user is away)", func(cmd *cobra.Command) error {
 		ctx := cmd.Context()
 		sc, err := gateway.LoadServiceConfig(configPath)
@@ -34,12 +72,23 @@ func newCloseStepCmd() *cobra.Command {
 			return err
 		}
 		if j == nil {
-			return fmt.Errorf("no journal at %s: it holds the hand-offs to close; name it with --journal", journalPath)
+			return usageError("no journal at %s: it holds the hand-offs to close; name it with --journal", journalPath)
 		}
 		defer j.Close()
 		// Another task's journal holds another task's hand-offs.
 		if err := j.CheckTask(ctx, m.Task); err != nil {
 			return err
+		}
+		// A step neither the manifest nor the journal knows is a mistyped
+		// --step: refused before anything is sent.
+		if _, ok := m.Steps[step]; !ok {
+			open, err := j.OpenHandOffs(ctx, step)
+			if err != nil {
+				return err
+			}
+			if len(open) == 0 {
+				return unknownStep(step, manifestPath, m)
+			}
 		}
 		// The manifest as the server serves it: its sections at the
 		// record's newest versions.
@@ -59,23 +108,43 @@ func newCloseStepCmd() *cobra.Command {
 		}
 		defer func() { _ = c.SignOut(ctx) }()
 		res, err := handoff.CloseStep(ctx, handoff.CloseStepOptions{Minter: c, Manifest: m, Journal: j, Step: step})
+		if errors.Is(err, grant.ErrUnknownStep) {
+			return unknownStep(step, manifestPath, m)
+		}
 		out := cmd.OutOrStdout()
-		for _, r := range res {
-			if r.Err != nil {
-				fmt.Fprintf(out, "entry %d (document %s, key %s): NOT revoked: %v\n", r.ID, r.DocumentID, r.KeyDigest, r.Err)
-				continue
+		if asJSON {
+			rep := closeStepJSON{Step: step, Entries: []closeStepEntryJSON{}, Done: err == nil}
+			for _, r := range res {
+				e := closeStepEntryJSON{ID: r.ID, DocumentID: r.DocumentID, KeyDigest: r.KeyDigest, Outcome: r.Outcome}
+				if r.Err != nil {
+					e.Outcome, e.Error = "not-revoked", r.Err.Error()
+				}
+				rep.Entries = append(rep.Entries, e)
 			}
-			switch r.Outcome {
-			case journal.ClosedLeftAlone:
-				fmt.Fprintf(out, "entry %d (document %s, key %s): LEFT ALONE: the recipient's entry is not the one this server granted (someone changed or replaced it); check it yourself\n", r.ID, r.DocumentID, r.KeyDigest)
-			case journal.ClosedAbsent, journal.ClosedNotGranted:
-				fmt.Fprintf(out, "entry %d (document %s, key %s): nothing to revoke, the recipient holds no entry\n", r.ID, r.DocumentID, r.KeyDigest)
-			default:
-				fmt.Fprintf(out, "entry %d (document %s, key %s): revoked, read back absent\n", r.ID, r.DocumentID, r.KeyDigest)
+			if werr := writeJSON(out, rep); werr != nil {
+				return werr
+			}
+		} else {
+			for _, r := range res {
+				if r.Err != nil {
+					fmt.Fprintf(out, "entry %d (document %s, key %s): NOT revoked: %v\n", r.ID, r.DocumentID, r.KeyDigest, r.Err)
+					continue
+				}
+				switch r.Outcome {
+				case journal.ClosedLeftAlone:
+					fmt.Fprintf(out, "entry %d (document %s, key %s): LEFT ALONE: the recipient's entry is not the one this server granted (someone changed or replaced it); check it yourself\n", r.ID, r.DocumentID, r.KeyDigest)
+				case journal.ClosedAbsent, journal.ClosedNotGranted:
+					fmt.Fprintf(out, "entry %d (document %s, key %s): nothing to revoke, the recipient holds no entry\n", r.ID, r.DocumentID, r.KeyDigest)
+				default:
+					fmt.Fprintf(out, "entry %d (document %s, key %s): revoked, read back absent\n", r.ID, r.DocumentID, r.KeyDigest)
+				}
 			}
 		}
 		if err != nil {
 			return fmt.Errorf("step %q: not every entry was revoked; they stay in the journal, run this again: %w", step, err)
+		}
+		if asJSON {
+			return nil
 		}
 		if len(res) == 0 {
 			fmt.Fprintf(out, "step %q has no open hand-off in the journal\n", step)
@@ -83,10 +152,49 @@ func newCloseStepCmd() *cobra.Command {
 		fmt.Fprintln(out, "CLOSE-STEP: DONE")
 		return nil
 	})
+	cmd.Long = closeStepLong
+	cmd.Example = "  pdmcp close-step --config config.json --manifest task-data/manifest.json --step referral-history\n" +
+		"  pdmcp close-step --config config.json --manifest task-data/manifest.json --step referral-history \\\n" +
+		"      --journal task-data/manifest.json.journal.sqlite --json"
 	f := cmd.Flags()
-	f.StringVar(&configPath, "config", "", "the service's config.json (from pdmcp bootstrap)")
-	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json")
+	f.StringVar(&configPath, "config", "", "the service's config.json, from pdmcp bootstrap (required)")
+	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json (required)")
 	f.StringVar(&journalPath, "journal", "", "the server's journal (default <manifest>.journal.sqlite)")
-	f.StringVar(&step, "step", "", "the step whose open hand-offs to revoke")
+	f.StringVar(&step, "step", "", "the step whose open hand-offs to revoke: a step of the manifest (required)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")
+	_ = cmd.RegisterFlagCompletionFunc("step", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		return completeSteps(cmd, toComplete)
+	})
 	return requireFlags(cmd, "config", "manifest", "step")
+}
+
+// unknownStep refuses a --step that neither the manifest nor the journal
+// knows, naming the steps the manifest has.
+func unknownStep(step, manifestPath string, m *grant.Manifest) error {
+	steps := "it has none"
+	if len(m.Steps) > 0 {
+		steps = "its steps: " + strings.Join(slices.Sorted(maps.Keys(m.Steps)), ", ")
+	}
+	return usageError("--step %q: not a step of %s (%s), and the journal holds no open hand-off of it; nothing was sent",
+		step, manifestPath, steps)
+}
+
+// completeSteps completes --step with the steps of the manifest --manifest
+// names (nothing before --manifest is given).
+func completeSteps(cmd *cobra.Command, toComplete string) ([]string, cobra.ShellCompDirective) {
+	path, _ := cmd.Flags().GetString("manifest")
+	if path == "" {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	m, err := grant.LoadManifest(path)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(m.Steps)) {
+		if strings.HasPrefix(id, toComplete) {
+			out = append(out, id)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
 }

@@ -100,45 +100,41 @@ func TestLogFormatJSON(t *testing.T) {
 
 // TestOperatorCommandsQuiet: an operator command prints no INFO lines
 // (the Gateway sign-in and the like) unless asked with -v or --log-level;
-// close-step printed its sign-in lines at INFO.
+// close-step printed its sign-in lines at INFO. acl list signs in to the
+// Gateway as the service, which logs at INFO, and its Gateway requests at
+// DEBUG.
 func TestOperatorCommandsQuiet(t *testing.T) {
 	s := newStack(t)
-	// A server run makes the journal close-step reads.
-	_ = s.connect(t).Close()
 	for _, tc := range []struct {
-		name     string
-		flags    []string
-		wantInfo bool
+		name      string
+		flags     []string
+		wantInfo  bool
+		wantDebug bool
 	}{
-		{"default", nil, false},
-		{"-v", []string{"-v"}, true},
-		{"--log-level info", []string{"--log-level", "info"}, true},
-		{"--log-level error", []string{"--log-level", "error"}, false},
+		{"default", nil, false, false},
+		{"-v", []string{"-v"}, true, false},
+		{"--log-level info", []string{"--log-level", "info"}, true, false},
+		{"--log-level debug", []string{"--log-level", "debug"}, true, true},
+		{"--log-level error", []string{"--log-level", "error"}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// close-step signs in to the Gateway, which logs at INFO.
-			args := append([]string{"close-step", "--config", s.config, "--manifest", s.manifest, "--step", "nosuch"}, tc.flags...)
+			args := append([]string{"acl", "list", "--config", s.config, "--manifest", s.manifest, "--document", "proposal-aurora"}, tc.flags...)
 			cmd := pdmcpCmd(t, args...)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
-			// The step is unknown, so the command fails after signing in:
-			// its refusal is its last line, the rest is the log.
-			if err := cmd.Run(); err == nil {
-				t.Fatalf("pdmcp %s succeeded for an unknown step", strings.Join(args, " "))
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("pdmcp %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 			}
-			logged, refusal := "", ""
-			for line := range strings.Lines(stderr.String()) {
-				if strings.HasPrefix(line, "pdmcp: ") {
-					refusal = line
-					continue
-				}
-				logged += line
+			if !strings.Contains(string(out), "proposal-aurora") {
+				t.Errorf("no report on stdout: %s", out)
 			}
-			if !strings.Contains(refusal, `"nosuch"`) {
-				t.Errorf("no refusal line for the step on stderr:\n%s", stderr.String())
+			logged := stderr.String()
+			if got := strings.Contains(logged, "level=INFO") && strings.Contains(logged, "gateway service signed in"); got != tc.wantInfo {
+				t.Errorf("INFO sign-in line on stderr: %v, want %v:\n%s", got, tc.wantInfo, logged)
 			}
-			if got := strings.Contains(logged, "level=INFO"); got != tc.wantInfo {
-				t.Errorf("INFO lines on stderr: %v, want %v:\n%s", got, tc.wantInfo, stderr.String())
+			if got := strings.Contains(logged, `level=DEBUG msg="gateway request"`); got != tc.wantDebug {
+				t.Errorf("DEBUG Gateway request lines on stderr: %v, want %v:\n%s", got, tc.wantDebug, logged)
 			}
 			if !tc.wantInfo && logged != "" {
 				t.Errorf("a quiet run logged:\n%s", logged)
