@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -170,6 +171,86 @@ func TestCloseStepAfterSIGKILL(t *testing.T) {
 	out = run(t, "close-step", "--config", s.config, "--manifest", s.w.Manifest, "--step", handofftest.StepReferral)
 	if !strings.HasSuffix(strings.TrimSpace(out), "CLOSE-STEP: DONE") || !strings.Contains(out, "no open hand-off") {
 		t.Fatalf("close-step again:\n%s", out)
+	}
+
+	// --json: the documented object, decoded strictly, an entry for each
+	// hand-off revoked.
+	cs, cmd = s.serve(t)
+	if m, isErr := call(t, cs, "hand_off", map[string]any{"stepId": handofftest.StepReferral}); isErr {
+		t.Fatalf("hand_off: %v", m)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs.Close()
+	stdout, stderr, code := opsRun(t, "close-step", "--config", s.config, "--manifest", s.w.Manifest, "--step", handofftest.StepReferral, "--json")
+	if code != 0 {
+		t.Fatalf("close-step --json: exit %d: %s", code, stderr)
+	}
+	var rep closeStepJSON
+	opsDecode(t, stdout, &rep)
+	if rep.Step != handofftest.StepReferral || !rep.Done || len(rep.Entries) != 3 {
+		t.Fatalf("close-step --json: %+v", rep)
+	}
+	for _, e := range rep.Entries {
+		if e.ID == 0 || e.DocumentID != handofftest.DocID || e.KeyDigest == "" || e.Outcome != journal.ClosedRevoked || e.Error != "" {
+			t.Errorf("entry %+v", e)
+		}
+	}
+	if got := s.doctorEntries(t); len(got) != 0 {
+		t.Fatalf("entries after close-step --json: %v", got)
+	}
+}
+
+// TestCloseStepCommandLine: a --step neither the manifest nor the journal
+// knows is refused before anything is sent (exit 2), naming the
+// manifest's steps; --step completes from the --manifest given.
+func TestCloseStepCommandLine(t *testing.T) {
+	s := newStepStack(t)
+	// A server run makes the journal.
+	cs, _ := s.serve(t)
+	_ = cs.Close()
+	m, err := grant.LoadManifest(s.w.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := slices.Sorted(maps.Keys(m.Steps))
+	before := s.env.Gateway.Counts()
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown step", []string{"--step", "nosuch"}, exitUsage,
+			`--step "nosuch": not a step of ` + s.w.Manifest + " (its steps: " + strings.Join(steps, ", ") +
+				"), and the journal holds no open hand-off of it; nothing was sent"},
+		{"no journal", []string{"--step", handofftest.StepReferral, "--journal", filepath.Join(t.TempDir(), "none.sqlite")}, exitUsage, "none.sqlite"},
+		{"no step", nil, exitUsage, `required flag(s) "step" not set`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := opsRun(t, append([]string{"close-step", "--config", s.config, "--manifest", s.w.Manifest}, tc.args...)...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want %d; stderr %q, want %q", code, tc.code, stderr, tc.want)
+			}
+			if strings.Contains(stderr, "run this again") {
+				t.Errorf("a command-line mistake is told to run again: %s", stderr)
+			}
+		})
+	}
+	if after := s.env.Gateway.Counts(); !maps.Equal(before, after) {
+		t.Errorf("a refused close-step reached the Gateway: before %v, after %v", before, after)
+	}
+
+	cmd := newCloseStepCmd()
+	if err := cmd.Flags().Set("manifest", s.w.Manifest); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := completeSteps(cmd, ""); !slices.Equal(got, steps) || len(got) == 0 {
+		t.Fatalf("--step completes to %v, want %v", got, steps)
+	}
+	if got, _ := completeSteps(cmd, steps[0][:3]); !slices.Contains(got, steps[0]) {
+		t.Fatalf("--step %s completes to %v", steps[0][:3], got)
 	}
 }
 
