@@ -10,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pdmcp/pdmcp/gateway/reference"
+	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/operator"
 )
 
 // opsRun runs pdmcp in this process, as main does, and returns what it
@@ -116,4 +119,160 @@ func TestExportManifestOutputs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOperatorJSONAndOldSpellings walks seed, acl, protect and seed
+// --cleanup as an operator would, each with --json (decoded strictly into
+// its documented shape) and each old spelling (--out-dir, --record,
+// --cleanup FILE, --cleanup=FILE): they still work, warn on stderr (never
+// on stdout, which holds the JSON) and set the new flag.
+func TestOperatorJSONAndOldSpellings(t *testing.T) {
+	env := reftest.Start(t, reference.Config{})
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	if _, stderr, code := opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
+		"--admin-password-file", env.AdminPasswordFile, "--out", cfg); code != 0 {
+		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
+	}
+	warns := func(t *testing.T, stderr, old, new string) {
+		t.Helper()
+		if want := "Flag --" + old + " has been deprecated, use --" + new + " instead"; !strings.Contains(stderr, want) {
+			t.Errorf("no warning %q on stderr: %s", want, stderr)
+		}
+	}
+
+	data := filepath.Join(dir, "task-data")
+	stdout, stderr, code := opsRun(t, "seed", "--config", cfg, "--out-dir", data, "--json")
+	if code != 0 {
+		t.Fatalf("seed: exit %d: %s", code, stderr)
+	}
+	warns(t, stderr, "out-dir", "out")
+	var seeded seedJSON
+	opsDecode(t, stdout, &seeded)
+	rec, err := grant.LoadSeedRecord(seeded.SeedRecord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seeded.Out != data || seeded.Manifest != rec.Manifest || filepath.Dir(seeded.Manifest) != mustAbs(t, data) ||
+		seeded.AgentUser != rec.AgentUser || seeded.OwnerUser != rec.OwnerUser || !slices.Contains(seeded.Principals, rec.AgentUser) {
+		t.Fatalf("seed --json %+v, record %+v", seeded, rec)
+	}
+
+	stdout, stderr, code = opsRun(t, "acl", "list", "--config", cfg, "--manifest", seeded.Manifest, "--document", "proposal-aurora",
+		"--record", seeded.SeedRecord, "--json")
+	if code != 0 {
+		t.Fatalf("acl list: exit %d: %s", code, stderr)
+	}
+	warns(t, stderr, "record", "seed-record")
+	var listed operator.ACLReport
+	opsDecode(t, stdout, &listed)
+	if listed.Action != "list" || listed.Kind != "document" || listed.Name != "proposal-aurora" || rightsOf(&listed, rec.AgentUser) != "READ" {
+		t.Fatalf("acl list --json: %+v", listed)
+	}
+
+	stdout, stderr, code = opsRun(t, "protect", "--config", cfg, "--manifest", seeded.Manifest, "--source", ccdSource,
+		"--document-id", "ccd-0001", "--record", seeded.SeedRecord, "--json")
+	if code != 0 {
+		t.Fatalf("protect: exit %d: %s", code, stderr)
+	}
+	warns(t, stderr, "record", "seed-record")
+	var prot protectJSON
+	opsDecode(t, stdout, &prot)
+	m, err := grant.LoadManifest(seeded.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prot.DocumentID != "ccd-0001" || prot.Form != "ccda" || prot.AlreadyDone || prot.CreatedKeys != len(m.CompoundKeys) ||
+		len(prot.Fragments) != len(m.Documents["ccd-0001"].Fragments) {
+		t.Fatalf("protect --json: %+v", prot)
+	}
+	for _, f := range prot.Fragments {
+		if f.FragmentID == "" || f.DataType == "" || f.Bytes <= 0 || (f.Key != "created" && f.Key != "reused") {
+			t.Errorf("protect --json fragment %+v", f)
+		}
+	}
+	recordHolds := func() int {
+		r, err := grant.LoadSeedRecord(seeded.SeedRecord)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Keys)
+	}
+	keys := recordHolds()
+	if keys <= len(m.CompoundKeys) {
+		t.Fatalf("--record did not set --seed-record: the record holds %d keys", keys)
+	}
+
+	stdout, stderr, code = opsRun(t, "seed", "--config", cfg, "--cleanup", "--seed-record", seeded.SeedRecord, "--json")
+	if code != 0 {
+		t.Fatalf("seed --cleanup: exit %d: %s", code, stderr)
+	}
+	var cleaned seedCleanupJSON
+	opsDecode(t, stdout, &cleaned)
+	if cleaned.SeedRecord != seeded.SeedRecord || cleaned.Removed.Keys != keys || cleaned.Removed.Principals != len(rec.Principals) ||
+		len(cleaned.SavedVersionsLost) != len(prot.Fragments) {
+		t.Fatalf("seed --cleanup --json: %+v (the record held %d keys, %d principals)", cleaned, keys, len(rec.Principals))
+	}
+
+	// The protected sections are the saved versions under the removed keys.
+	for _, p := range cleaned.SavedVersionsLost {
+		if !strings.HasPrefix(p, "documents/ccd-0001/") {
+			t.Errorf("seed --cleanup --json names %s as lost", p)
+		}
+	}
+
+	// The old forms: the record named as --cleanup's value, or after it.
+	for _, args := range [][]string{{"--cleanup", seeded.SeedRecord}, {"--cleanup=" + seeded.SeedRecord}} {
+		stdout, stderr, code = opsRun(t, append([]string{"seed", "--config", cfg}, args...)...)
+		if code != 0 || stdout != "SEED CLEANUP: OK\n" {
+			t.Fatalf("seed %v: exit %d: %s%s", args, code, stdout, stderr)
+		}
+		if want := "Flag --cleanup FILE has been deprecated, use --cleanup --seed-record " + seeded.SeedRecord + " instead"; !strings.Contains(stderr, want) {
+			t.Errorf("seed %v: no warning %q: %s", args, want, stderr)
+		}
+	}
+}
+
+// TestSeedAndProtectCommandLine: the command-line mistakes of seed and
+// protect, refused before config.json is read or anything sent (exit 2),
+// each by its text.
+func TestSeedAndProtectCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "no-config.json")
+	manifest := filepath.Join(dir, "manifest.json")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"seed without --out", []string{"seed", "--config", cfg}, "--out is required: the empty folder the seed is written to"},
+		{"seed --cleanup without a record", []string{"seed", "--config", cfg, "--cleanup"}, "--cleanup needs --seed-record FILE"},
+		{"seed with an argument", []string{"seed", "--config", cfg, "--out", dir, "extra"}, `seed takes no arguments, and was given ["extra"]`},
+		{"seed --cleanup with two", []string{"seed", "--config", cfg, "--cleanup", "a", "b"}, "seed takes no arguments"},
+		{"seed without --config", []string{"seed", "--out", dir}, `required flag(s) "config" not set`},
+		{"protect without a source", []string{"protect", "--config", cfg, "--manifest", manifest, "--document-id", "d"},
+			"--source and --document-id are required (or --abandon ID)"},
+		{"protect --abandon with a source", []string{"protect", "--config", cfg, "--manifest", manifest, "--abandon", "d", "--source", ccdSource},
+			"--abandon names the document itself; it takes no --source or --document-id"},
+		{"protect a bad --key", []string{"protect", "--config", cfg, "--manifest", manifest, "--source", ccdSource, "--document-id", "d", "--key", "results"},
+			"--key"},
+		{"protect a bad --hl7-segment", []string{"protect", "--config", cfg, "--manifest", manifest, "--source", ccdSource, "--document-id", "d",
+			"--hl7-segment", "nonsense"}, "--hl7-segment nonsense: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := opsRun(t, tc.args...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want %d; stderr %q, want %q", code, exitUsage, stderr, tc.want)
+			}
+		})
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
