@@ -30,20 +30,37 @@ func TestProtectCtrlCThenAbandon(t *testing.T) {
 		t.Fatalf("keys after the interrupted run: %d more, want the one in flight recorded", made)
 	}
 
-	stdout, stderrText, ok := s.protect(t, nil, "--abandon", "oru-0001")
-	if !ok || !strings.Contains(stdout, fmt.Sprintf("%d keys removed", made)) || !strings.Contains(stdout, "PROTECT ABANDON: OK") {
-		t.Fatalf("--abandon: %s %s", stdout, stderrText)
+	// --abandon --json: the documented object, decoded strictly.
+	stdout, stderrText, ok := s.protect(t, nil, "--abandon", "oru-0001", "--json")
+	if !ok {
+		t.Fatalf("--abandon --json: %s %s", stdout, stderrText)
+	}
+	var rep abandonJSON
+	opsDecode(t, stdout, &rep)
+	if rep.DocumentID != "oru-0001" || rep.KeysRemoved != made || rep.KeysKept != 0 || rep.LostAccepted != 0 {
+		t.Fatalf("--abandon --json: %+v (the run made %d keys)", rep, made)
 	}
 	if n := s.keyCount(t); n != keys {
 		t.Fatalf("keys after --abandon: %d, want %d", n, keys)
 	}
-	if _, _, ok := s.protect(t, nil, "--abandon", "oru-0001"); ok {
-		t.Fatal("a second --abandon said OK")
+	if _, stderrText, ok := s.protect(t, nil, "--abandon", "oru-0001"); ok || !strings.Contains(stderrText, "no unfinished protect of that document id") {
+		t.Fatalf("a second --abandon: ok=%v %s", ok, stderrText)
 	}
 	if stdout, stderrText, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001"); !ok || !strings.Contains(stdout, "PROTECT: OK") {
 		t.Fatalf("protect after --abandon: %s %s", stdout, stderrText)
 	}
 	checkAgree(t, s, "oru-0001")
+
+	// The prose: a run that reused the keys oru-0001 made removes none.
+	keys = s.keyCount(t)
+	if out, err := s.interruptAtEncrypt(t, s.protectCmd(t, "--source", ccdSource, "--document-id", "ccd-0009")); err == nil || !strings.Contains(out, "interrupted") {
+		t.Fatalf("protect ccd-0009 after Ctrl-C: %v\n%s", err, out)
+	}
+	made = s.keyCount(t) - keys
+	stdout, stderrText, ok = s.protect(t, nil, "--abandon", "ccd-0009")
+	if !ok || !strings.Contains(stdout, fmt.Sprintf("ccd-0009: %d keys removed", made)) || !strings.HasSuffix(stdout, "PROTECT ABANDON: OK\n") {
+		t.Fatalf("--abandon: %s %s", stdout, stderrText)
+	}
 }
 
 // TestProtectRefusesATooLargeSection: a section over the read limit is
