@@ -88,17 +88,26 @@ func newACLCmd() *cobra.Command {
 	grantCmd := sub("grant", "Add READ and/or WRITE to a principal's entry on the key (read back)", func(cmd *cobra.Command) (*operator.ACLReport, error) {
 		return operator.ACLGrant(cmd.Context(), o)
 	})
-	grantCmd.Flags().StringVar(&o.Principal, "principal", "", "the grantee, as the Gateway names it")
-	grantCmd.Flags().StringVar(&rights, "rights", "", "READ, WRITE or READ,WRITE (READ is enough to read and to save)")
+	grantCmd.Flags().StringVar(&o.Principal, "principal", "", "the grantee, as the Gateway names it (required)")
+	grantCmd.Flags().StringVar(&rights, "rights", "", "READ, WRITE or READ,WRITE (READ is enough to read and to save) (required)")
+	grantCmd.Example = "  pdmcp acl grant --config config.json --manifest task-data/manifest.json --data-type results \\\n" +
+		"      --principal svc.seed1a2b3c.nurse --rights READ"
+	_ = grantCmd.RegisterFlagCompletionFunc("rights", completeRights)
 	revokeCmd := sub("revoke", "Take rights (or the whole entry) from a principal's entry on the key (read back)", func(cmd *cobra.Command) (*operator.ACLReport, error) {
 		return operator.ACLRevoke(cmd.Context(), o)
 	})
-	revokeCmd.Flags().StringVar(&o.Principal, "principal", "", "whose entry, as the Gateway names the principal")
+	revokeCmd.Flags().StringVar(&o.Principal, "principal", "", "whose entry, as the Gateway names the principal (required)")
 	revokeCmd.Flags().StringVar(&rights, "rights", "", "only these rights (default: the whole entry)")
+	revokeCmd.Example = "  pdmcp acl revoke --config config.json --manifest task-data/manifest.json --data-type results \\\n" +
+		"      --principal svc.seed1a2b3c.nurse --json"
+	_ = revokeCmd.RegisterFlagCompletionFunc("rights", completeRights)
 	listCmd := sub("list", "List the key's entries (with --principal: that principal's ids and rights too)", func(cmd *cobra.Command) (*operator.ACLReport, error) {
 		return operator.ACLList(cmd.Context(), o)
 	})
 	listCmd.Flags().StringVar(&o.Principal, "principal", "", "also name this principal's ids (as a hand-off step's \"to\" needs them) and rights")
+	listCmd.Example = "  pdmcp acl list --config config.json --manifest task-data/manifest.json --document proposal-aurora\n" +
+		"  pdmcp acl list --config config.json --manifest task-data/manifest.json --destination evaluation-summary \\\n" +
+		"      --principal svc.seed1a2b3c.nurse --json"
 	acl.AddCommand(requireFlags(grantCmd, "principal", "rights"), requireFlags(revokeCmd, "principal"), listCmd)
 	return acl
 }
@@ -112,4 +121,9 @@ func countSet(vals ...string) int {
 		}
 	}
 	return n
+}
+
+// completeRights completes --rights.
+func completeRights(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return []string{"READ", "WRITE", "READ,WRITE"}, cobra.ShellCompDirectiveNoFileComp
 }
