@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/internal/operator"
 )
 
@@ -21,8 +23,9 @@ type bootstrapJSON struct {
 
 const bootstrapLong = `bootstrap registers this service at the Gateway as the Gateway's admin (--admin-user, the password in
 --admin-password-file, mode 600), with scoped sessions, which every session pdmcp uses is; proves the
-registration by signing in as the service; and writes config.json (--out). The service's certificate and keys
-are generated beside it (in service/, or --credentials-dir) unless given. Every input is checked, and the
+registration by signing in as the service; and writes config.json (--out; - prints it to standard output,
+its paths absolute). The service's certificate and keys are generated beside it (in service/, or
+--credentials-dir; with --out -, service/ in the current folder) unless given. Every input is checked, and the
 Gateway reached with the admin's credentials, before anything is generated or written; config.json and
 credentials already there are never overwritten.
 
@@ -37,6 +40,18 @@ func newBootstrapCmd() *cobra.Command {
 			fmt.Fprintln(cmd.ErrOrStderr(), "Flag --allow-scoped has been deprecated: the service is always registered with scoped sessions; leave it out")
 		}
 		o.Logger = loggerFrom(cmd.Context())
+		if isStdout(o.ConfigOut) {
+			if asJSON {
+				return usageError("--json and --out - both write to standard output: give --out a file, or leave out --json")
+			}
+			o.Write = func(sc *gateway.ServiceConfig) error {
+				b, err := json.MarshalIndent(sc, "", "  ")
+				if err != nil {
+					return err
+				}
+				return writeOutput(cmd, o.ConfigOut, append(b, '\n'), 0o600)
+			}
+		}
 		sc, err := operator.Bootstrap(cmd.Context(), o)
 		if err != nil {
 			var ae *operator.AdminRefusedError
@@ -50,6 +65,11 @@ func newBootstrapCmd() *cobra.Command {
 			return err
 		}
 		out := cmd.OutOrStdout()
+		if isStdout(o.ConfigOut) {
+			// Standard output holds config.json; the report goes to
+			// standard error.
+			out = cmd.ErrOrStderr()
+		}
 		if asJSON {
 			return writeJSON(out, bootstrapJSON{ServiceID: sc.ServiceID, SystemID: sc.SystemID, Prefix: sc.Prefix, Out: o.ConfigOut})
 		}
@@ -76,7 +96,7 @@ func newBootstrapCmd() *cobra.Command {
 	f.StringVar(&o.DelegatorCert, "delegator-cert", "", "the delegator certificate (PEM), if your Gateway needs one")
 	f.StringVar(&o.CredentialsDir, "credentials-dir", "", "where generated credentials go (default: service/ beside --out)")
 	f.StringVar(&o.Prefix, "prefix", "", "the service's principal prefix (default: the Gateway chooses)")
-	f.StringVar(&o.ConfigOut, "out", "", "where to write config.json (never overwritten) (required)")
+	f.StringVar(&o.ConfigOut, "out", "", "where to write config.json (never overwritten), or - for standard output (required)")
 	oldSpelling(cmd, f, "config-out", "out", nil, "")
 	// Always on: kept so old command lines run; says so when given.
 	f.BoolVar(&allowScoped, "allow-scoped", true, "always on: the service is registered with scoped sessions")

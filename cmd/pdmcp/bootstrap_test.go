@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -205,7 +206,7 @@ func TestBootstrapJSONAndOldSpellings(t *testing.T) {
 	}
 	cfg2 := filepath.Join(dir2, "config.json")
 	stdout, stderr, code = opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
-		"--admin-password-file", env.AdminPasswordFile, "--service-name", "oldsvc", "--out", cfg2)
+		"--admin-password-file", env.AdminPasswordFile, "--service-name", "oldsvc", "--allow-scoped", "--config-out", cfg2)
 	if code != 0 || !strings.HasSuffix(stdout, "BOOTSTRAP: OK\n") {
 		t.Fatalf("old spellings: exit %d: %s%s", code, stdout, stderr)
 	}
@@ -220,5 +221,35 @@ func TestBootstrapJSONAndOldSpellings(t *testing.T) {
 	}
 	if strings.Contains(stdout, "deprecated") {
 		t.Fatalf("a warning on stdout: %s", stdout)
+	}
+
+	// --out -: config.json on standard output (its paths absolute, the
+	// credentials in service/ of the current folder), the report on
+	// standard error, no file named -.
+	dir3 := filepath.Join(dir, "stdout")
+	if err := os.Mkdir(dir3, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir3)
+	stdout, stderr, code = opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
+		"--admin-password-file", env.AdminPasswordFile, "--service-name", "stdoutsvc", "--out", "-")
+	if code != 0 || !strings.HasSuffix(stderr, "BOOTSTRAP: OK\n") {
+		t.Fatalf("--out -: exit %d: %s%s", code, stdout, stderr)
+	}
+	var printed gateway.ServiceConfig
+	opsDecode(t, stdout, &printed)
+	if printed.ServiceID == "" || !filepath.IsAbs(printed.ServiceCert) || filepath.Dir(printed.ServiceCert) != filepath.Join(mustAbs(t, "."), "service") {
+		t.Fatalf("--out - printed %+v", printed)
+	}
+	if got := dirNames(t, dir3); !slices.Equal(got, []string{"service"}) {
+		t.Fatalf("--out - left %v in the folder, want service/ only", got)
+	}
+	saved := writeFixture(t, dir3, "config.json", stdout, 0o600)
+	if _, err := gateway.LoadServiceConfig(saved); err != nil {
+		t.Fatalf("what --out - printed is not a config.json: %v", err)
+	}
+	if _, stderr, code = opsRun(t, "bootstrap", "--endpoint", env.URL, "--admin-user", reftest.AdminUser,
+		"--admin-password-file", env.AdminPasswordFile, "--out", "-", "--json"); code != exitUsage || !strings.Contains(stderr, "--json and --out - both write to standard output") {
+		t.Fatalf("--out - --json: exit %d: %s", code, stderr)
 	}
 }

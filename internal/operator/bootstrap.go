@@ -40,6 +40,11 @@ type BootstrapOptions struct {
 	// that still set it compile.
 	AllowScoped bool
 	ConfigOut   string
+	// Write, when not nil, writes config.json instead of Bootstrap (to
+	// standard output: `--out -`); ConfigOut then only places the
+	// generated credentials' default folder, and is not checked for an
+	// earlier file.
+	Write func(*gateway.ServiceConfig) error
 	// Logger gets the Gateway requests; nil discards.
 	Logger *slog.Logger
 }
@@ -118,7 +123,11 @@ func Bootstrap(ctx context.Context, o BootstrapOptions) (*gateway.ServiceConfig,
 	if err := svc.SignIn(ctx); err != nil {
 		return nil, fmt.Errorf("bootstrap: the service was registered (its credentials are %s) but cannot sign in: %w", strings.Join([]string{cert, login, sender}, ", "), err)
 	}
-	if err := gateway.WriteServiceConfig(o.ConfigOut, sc); err != nil {
+	write := o.Write
+	if write == nil {
+		write = func(sc *gateway.ServiceConfig) error { return gateway.WriteServiceConfig(o.ConfigOut, sc) }
+	}
+	if err := write(sc); err != nil {
 		return nil, err
 	}
 	return sc, nil
@@ -142,7 +151,7 @@ func checkBootstrap(o BootstrapOptions) (*bootstrapInputs, error) {
 	if o.ConfigOut == "" || o.GatewayURL == "" || o.AdminUser == "" || o.AdminPasswordFile == "" {
 		return nil, errors.New("bootstrap: --endpoint, --admin-user, --admin-password-file and --out are required")
 	}
-	if _, err := os.Lstat(o.ConfigOut); err == nil {
+	if _, err := os.Lstat(o.ConfigOut); err == nil && o.Write == nil {
 		return nil, fmt.Errorf("bootstrap: %s exists; it is never overwritten (move it away to register again)", o.ConfigOut)
 	}
 	if o.ServiceName == "" {
