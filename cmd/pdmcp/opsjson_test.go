@@ -103,6 +103,21 @@ func TestExportManifestOutputs(t *testing.T) {
 		t.Fatalf("--json: %+v", rep)
 	}
 
+	stdout, stderr, code = opsRun(t, "versions", "--manifest", manifest, "--json")
+	if code != 0 {
+		t.Fatalf("versions --json: exit %d: %s", code, stderr)
+	}
+	var vs versionsJSON
+	opsDecode(t, stdout, &vs)
+	if vs.Versions == nil {
+		t.Fatalf("versions --json: %s", stdout)
+	}
+	for _, e := range vs.Versions {
+		if e.Source != "manifest" || e.Path == "" {
+			t.Errorf("versions --json entry %+v", e)
+		}
+	}
+
 	for _, tc := range []struct {
 		name string
 		args []string
