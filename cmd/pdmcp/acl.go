@@ -63,7 +63,7 @@ func newACLCmd() *cobra.Command {
 				return refusedError(err)
 			}
 			if err != nil {
-				return err
+				return operator.GatewayWords(sc.GatewayURL, err, "")
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), rep)

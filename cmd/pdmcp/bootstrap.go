@@ -62,7 +62,7 @@ func newBootstrapCmd() *cobra.Command {
 			case errors.As(err, &ie):
 				return &exitError{code: exitUsage, err: err}
 			}
-			return err
+			return operator.GatewayWords(o.GatewayURL, err, "")
 		}
 		out := cmd.OutOrStdout()
 		if isStdout(o.ConfigOut) {

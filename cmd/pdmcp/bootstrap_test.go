@@ -81,7 +81,7 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 			exitUsage, "--admin-password-file", false},
 		{"URL without a host", func(a *bootstrapArgs, _ string) { a.endpoint = "https:///" }, exitUsage, "not an absolute URL with a host", false},
 		{"URL with no server", func(a *bootstrapArgs, _ string) { a.endpoint = "https://127.0.0.1:1" }, exitUnreachable,
-			"the Gateway at https://127.0.0.1:1 did not answer (check --endpoint and --trust-file)", false},
+			"bootstrap: the Gateway at https://127.0.0.1:1 did not answer: ", false},
 		{"bad service name", func(a *bootstrapArgs, _ string) { a.name = "bad name" }, exitUsage, "--service-name", false},
 		{"registration refused", func(a *bootstrapArgs, _ string) { a.prefix = "bad prefix" }, exitFailure, "were removed", true},
 	} {
@@ -95,6 +95,9 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 			out, stderr, code := opsRun(t, bad.args(dir)...)
 			if code != c.code || !strings.Contains(stderr, c.want) {
 				t.Fatalf("want exit %d saying %q; exit %d\nstdout %s\nstderr %s", c.code, c.want, code, out, stderr)
+			}
+			if c.code == exitUnreachable && strings.Contains(stderr, "refused "+api.CodeUnreachable) {
+				t.Errorf("a Gateway that did not answer is called a refusal: %s", stderr)
 			}
 			// Running bootstrap, it is not told to run bootstrap.
 			if strings.Contains(stderr, "operator's bootstrap") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/grant"
+	"github.com/pdmcp/pdmcp/internal/operator"
 	"github.com/pdmcp/pdmcp/server/handoff"
 	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/record"
@@ -104,7 +105,7 @@ func newCloseStepCmd() *cobra.Command {
 			return err
 		}
 		if err := c.SignIn(ctx); err != nil {
-			return fmt.Errorf("service sign-in: %w", err)
+			return operator.GatewayWords(sc.GatewayURL, fmt.Errorf("service sign-in: %w", err), "nothing was revoked")
 		}
 		defer func() { _ = c.SignOut(ctx) }()
 		res, err := handoff.CloseStep(ctx, handoff.CloseStepOptions{Minter: c, Manifest: m, Journal: j, Step: step})
@@ -141,7 +142,8 @@ func newCloseStepCmd() *cobra.Command {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("step %q: not every entry was revoked; they stay in the journal, run this again: %w", step, err)
+			return operator.GatewayWords(sc.GatewayURL,
+				fmt.Errorf("step %q: not every entry was revoked; they stay in the journal, run this again: %w", step, err), "")
 		}
 		if asJSON {
 			return nil

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/gateway/api"
 	"github.com/pdmcp/pdmcp/gateway/reference"
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
@@ -247,6 +249,29 @@ func TestOperatorJSONAndOldSpellings(t *testing.T) {
 		}
 		if want := "Flag --cleanup FILE has been deprecated, use --cleanup --seed-record " + seeded.SeedRecord + " instead"; !strings.Contains(stderr, want) {
 			t.Errorf("seed %v: no warning %q: %s", args, want, stderr)
+		}
+	}
+
+	// A Gateway that does not answer: exit status 4, said so, never as a
+	// refusal.
+	sc, err := gateway.LoadServiceConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.GatewayURL = "https://127.0.0.1:1"
+	dead := filepath.Join(dir, "dead-config.json")
+	if err := gateway.WriteServiceConfig(dead, sc); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"seed", "--config", dead, "--out", filepath.Join(dir, "dead-data")},
+		{"acl", "list", "--config", dead, "--manifest", seeded.Manifest, "--document", "proposal-aurora"},
+		{"protect", "--config", dead, "--manifest", seeded.Manifest, "--source", ccdSource, "--document-id", "ccd-0002", "--seed-record", seeded.SeedRecord},
+	} {
+		_, stderr, code := opsRun(t, args...)
+		if code != exitUnreachable || !strings.Contains(stderr, "the Gateway at https://127.0.0.1:1 did not answer: ") ||
+			strings.Contains(stderr, "refused "+api.CodeUnreachable) {
+			t.Errorf("pdmcp %s: exit %d, want %d saying the Gateway did not answer: %s", args[0], code, exitUnreachable, stderr)
 		}
 	}
 }

@@ -109,7 +109,7 @@ func newProtectCmd() *cobra.Command {
 				sum, err := operator.AbandonProtect(cmd.Context(), operator.AbandonOptions{Config: sc, ManifestPath: o.ManifestPath,
 					DocumentID: abandon, RecordPath: o.RecordPath, AbandonLost: o.AbandonLost, Progress: cmd.ErrOrStderr(), Logger: o.Logger})
 				if err != nil {
-					return err
+					return operator.GatewayWords(sc.GatewayURL, err, "")
 				}
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), abandonJSON{DocumentID: sum.DocumentID, KeysRemoved: sum.KeysRemoved,
@@ -122,7 +122,7 @@ func newProtectCmd() *cobra.Command {
 			o.CrashPoint = killAtHook()
 			sum, err := operator.Protect(cmd.Context(), o)
 			if err != nil {
-				return err
+				return operator.GatewayWords(sc.GatewayURL, err, "")
 			}
 			if asJSON {
 				rep := protectJSON{DocumentID: sum.DocumentID, Form: string(sum.Form), Fragments: []protectFragmentJSON{},

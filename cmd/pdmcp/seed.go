@@ -95,7 +95,7 @@ func newSeedCmd() *cobra.Command {
 			}
 			res, err := operator.CleanupSeed(cmd.Context(), operator.CleanupOptions{Config: sc, RecordPath: seedRecord, Logger: logger})
 			if err != nil {
-				return err
+				return operator.GatewayWords(sc.GatewayURL, err, "")
 			}
 			if asJSON {
 				rep := seedCleanupJSON{SeedRecord: seedRecord, Removed: cleanupCounts{Keys: res.Keys, Principals: res.Principals},
@@ -116,7 +116,7 @@ func newSeedCmd() *cobra.Command {
 		}
 		rec, err := operator.Seed(cmd.Context(), operator.SeedOptions{Config: sc, OutDir: outDir, Tag: tag, Logger: logger})
 		if err != nil {
-			return err
+			return operator.GatewayWords(sc.GatewayURL, err, "")
 		}
 		if asJSON {
 			return writeJSON(out, seedJSON{Out: outDir, Manifest: rec.Manifest, SeedRecord: filepath.Join(filepath.Dir(rec.Manifest), "seed-record.json"),

@@ -270,7 +270,7 @@ func probeAdmin(ctx context.Context, admin *gateway.Admin, o BootstrapOptions) e
 		// bootstrap: the one running. Only its code is kept.
 		return &AdminRefusedError{URL: o.GatewayURL, User: o.AdminUser, PasswordFile: o.AdminPasswordFile}
 	case errors.Is(err, &api.Error{Code: api.CodeUnreachable}), errors.Is(err, &api.Error{Code: api.CodeBadResponse}):
-		return fmt.Errorf("bootstrap: the Gateway at %s did not answer (check --endpoint and --trust-file); nothing was generated: %w", o.GatewayURL, err)
+		return GatewayWords(o.GatewayURL, fmt.Errorf("bootstrap: %w", err), "check --endpoint and --trust-file; nothing was generated")
 	case errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500:
 		return nil
 	default:
