@@ -38,8 +38,8 @@ func newACLCmd() *cobra.Command {
 			"      --principal svc.seed1a2b3c.nurse --seed-record task-data/seed-record.json",
 	}
 	pf := acl.PersistentFlags()
-	pf.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap (required)")
-	pf.StringVar(&o.ManifestPath, "manifest", "", "the manifest that names the key (required)")
+	pf.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap")
+	pf.StringVar(&o.ManifestPath, "manifest", "", "the manifest that names the key")
 	pf.StringVar(&o.DocumentID, "document", "", "a single document: its key")
 	pf.StringVar(&o.DataType, "data-type", "", "a compound documents' data type: its key (the manifest's compoundKeys)")
 	pf.StringVar(&o.Destination, "destination", "", "a save destination: its key")
@@ -88,15 +88,15 @@ func newACLCmd() *cobra.Command {
 	grantCmd := sub("grant", "Add READ and/or WRITE to a principal's entry on the key (read back)", func(cmd *cobra.Command) (*operator.ACLReport, error) {
 		return operator.ACLGrant(cmd.Context(), o)
 	})
-	grantCmd.Flags().StringVar(&o.Principal, "principal", "", "the grantee, as the Gateway names it (required)")
-	grantCmd.Flags().StringVar(&rights, "rights", "", "READ, WRITE or READ,WRITE (READ is enough to read and to save) (required)")
+	grantCmd.Flags().StringVar(&o.Principal, "principal", "", "the grantee, as the Gateway names it")
+	grantCmd.Flags().StringVar(&rights, "rights", "", "READ, WRITE or READ,WRITE (READ is enough to read and to save)")
 	grantCmd.Example = "  pdmcp acl grant --config config.json --manifest task-data/manifest.json --data-type results \\\n" +
 		"      --principal svc.seed1a2b3c.nurse --rights READ"
 	_ = grantCmd.RegisterFlagCompletionFunc("rights", completeRights)
 	revokeCmd := sub("revoke", "Take rights (or the whole entry) from a principal's entry on the key (read back)", func(cmd *cobra.Command) (*operator.ACLReport, error) {
 		return operator.ACLRevoke(cmd.Context(), o)
 	})
-	revokeCmd.Flags().StringVar(&o.Principal, "principal", "", "whose entry, as the Gateway names the principal (required)")
+	revokeCmd.Flags().StringVar(&o.Principal, "principal", "", "whose entry, as the Gateway names the principal")
 	revokeCmd.Flags().StringVar(&rights, "rights", "", "only these rights (default: the whole entry)")
 	revokeCmd.Example = "  pdmcp acl revoke --config config.json --manifest task-data/manifest.json --data-type results \\\n" +
 		"      --principal svc.seed1a2b3c.nurse --json"

@@ -221,13 +221,13 @@ func TestACLRefusalsSendNothing(t *testing.T) {
 		{"no key", []string{"list"}, exitUsage, "name exactly one key", true},
 		{"owner right", []string{"grant", "--data-type", "results", "--principal", agent, "--rights", "OWNER"}, exitUsage, "--rights OWNER: OWNER is not given", true},
 		{"bad right", []string{"grant", "--data-type", "results", "--principal", agent, "--rights", "READ,DELETE"}, exitUsage, `"DELETE" is not a right`, true},
-		{"no principal", []string{"grant", "--data-type", "results", "--rights", "READ"}, exitUsage, `required flag(s) "principal" not set`, true},
+		{"no principal", []string{"grant", "--data-type", "results", "--rights", "READ"}, exitUsage, "pdmcp acl grant: --principal is required (the grantee, as the Gateway names it)", true},
 		{"the owner", []string{"revoke", "--data-type", "results", "--principal", rec.OwnerUser}, exitRefused, "is the key's owner", true},
 		{"unknown principal", []string{"grant", "--data-type", "results", "--principal", agent + "-nobody", "--rights", "READ"}, exitRefused, "no principal named " + agent + "-nobody", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := s.env.Gateway.Counts()
-			out, stderr, code := opsRun(t, append(append([]string{"acl"}, c.args...), "--config", s.config, "--manifest", s.manifest)...)
+			code, out, stderr := runCLI(t, append(append([]string{"acl"}, c.args...), "--config", s.config, "--manifest", s.manifest)...)
 			if code != c.code || !strings.Contains(stderr, c.want) {
 				t.Fatalf("want exit %d saying %q; exit %d stdout %s stderr %s", c.code, c.want, code, out, stderr)
 			}

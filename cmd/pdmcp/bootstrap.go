@@ -84,11 +84,11 @@ func newBootstrapCmd() *cobra.Command {
 		"  pdmcp bootstrap --endpoint https://gateway.example:8443 --trust-file gateway-ca.pem \\\n" +
 		"      --admin-user admin --admin-password-file admin-pw --service-name pdmcp-ward --out ward/config.json --json"
 	f := cmd.Flags()
-	f.StringVar(&o.GatewayURL, "endpoint", "", "the Gateway's URL (https://…) (required)")
+	f.StringVar(&o.GatewayURL, "endpoint", "", "the Gateway's URL (https://…)")
 	f.StringVar(&o.TrustFile, "trust-file", "", "PEM CA file: the only CA trusted for the Gateway")
 	f.BoolVar(&o.AllowHTTPLoopback, "allow-http-loopback", false, "allow plain http to a loopback Gateway")
-	f.StringVar(&o.AdminUser, "admin-user", "", "the Gateway admin user (required)")
-	f.StringVar(&o.AdminPasswordFile, "admin-password-file", "", "file holding the admin password, mode 600 (required)")
+	f.StringVar(&o.AdminUser, "admin-user", "", "the Gateway admin user")
+	f.StringVar(&o.AdminPasswordFile, "admin-password-file", "", "file holding the admin password, mode 600")
 	f.StringVar(&o.ServiceName, "service-name", "pdmcp", "the service's name")
 	f.StringVar(&o.ServiceCert, "service-cert", "", "the service's certificate (PEM); generated when omitted")
 	f.StringVar(&o.ServiceLoginKey, "service-login-key", "", "the certificate's private key (PEM)")
@@ -96,7 +96,7 @@ func newBootstrapCmd() *cobra.Command {
 	f.StringVar(&o.DelegatorCert, "delegator-cert", "", "the delegator certificate (PEM), if your Gateway needs one")
 	f.StringVar(&o.CredentialsDir, "credentials-dir", "", "where generated credentials go (default: service/ beside --out)")
 	f.StringVar(&o.Prefix, "prefix", "", "the service's principal prefix (default: the Gateway chooses)")
-	f.StringVar(&o.ConfigOut, "out", "", "where to write config.json (never overwritten), or - for standard output (required)")
+	f.StringVar(&o.ConfigOut, "out", "", "where to write config.json (never overwritten), or - for standard output")
 	oldSpelling(cmd, f, "config-out", "out", nil, "")
 	// Always on: kept so old command lines run; says so when given.
 	f.BoolVar(&allowScoped, "allow-scoped", true, "always on: the service is registered with scoped sessions")

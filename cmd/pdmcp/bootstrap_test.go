@@ -92,7 +92,7 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 			bad := good
 			c.break_(&bad, dir)
 			registrations := env.Gateway.Count(api.RouteAdminRegisterService)
-			out, stderr, code := opsRun(t, bad.args(dir)...)
+			code, out, stderr := runCLI(t, bad.args(dir)...)
 			if code != c.code || !strings.Contains(stderr, c.want) {
 				t.Fatalf("want exit %d saying %q; exit %d\nstdout %s\nstderr %s", c.code, c.want, code, out, stderr)
 			}
@@ -109,7 +109,7 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 			if n := env.Gateway.Count(api.RouteAdminRegisterService) - registrations; c.register != (n == 1) || n > 1 {
 				t.Errorf("%d registrations sent", n)
 			}
-			out, stderr, code = opsRun(t, good.args(dir)...)
+			code, out, stderr = runCLI(t, good.args(dir)...)
 			if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "BOOTSTRAP: OK") {
 				t.Fatalf("the corrected retry: exit %d: %s%s", code, out, stderr)
 			}
@@ -185,7 +185,7 @@ func TestBootstrapJSONAndOldSpellings(t *testing.T) {
 	env := reftest.Start(t, reference.Config{})
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
-	stdout, stderr, code := opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
+	code, stdout, stderr := runCLI(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
 		"--admin-password-file", env.AdminPasswordFile, "--service-name", "jsonsvc", "--out", cfg, "--json", "--log-level", "debug")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -208,7 +208,7 @@ func TestBootstrapJSONAndOldSpellings(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg2 := filepath.Join(dir2, "config.json")
-	stdout, stderr, code = opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
+	code, stdout, stderr = runCLI(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
 		"--admin-password-file", env.AdminPasswordFile, "--service-name", "oldsvc", "--allow-scoped", "--config-out", cfg2)
 	if code != 0 || !strings.HasSuffix(stdout, "BOOTSTRAP: OK\n") {
 		t.Fatalf("old spellings: exit %d: %s%s", code, stdout, stderr)
@@ -234,7 +234,7 @@ func TestBootstrapJSONAndOldSpellings(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Chdir(dir3)
-	stdout, stderr, code = opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
+	code, stdout, stderr = runCLI(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
 		"--admin-password-file", env.AdminPasswordFile, "--service-name", "stdoutsvc", "--out", "-")
 	if code != 0 || !strings.HasSuffix(stderr, "BOOTSTRAP: OK\n") {
 		t.Fatalf("--out -: exit %d: %s%s", code, stdout, stderr)
@@ -251,7 +251,7 @@ func TestBootstrapJSONAndOldSpellings(t *testing.T) {
 	if _, err := gateway.LoadServiceConfig(saved); err != nil {
 		t.Fatalf("what --out - printed is not a config.json: %v", err)
 	}
-	if _, stderr, code = opsRun(t, "bootstrap", "--endpoint", env.URL, "--admin-user", reftest.AdminUser,
+	if code, _, stderr = runCLI(t, "bootstrap", "--endpoint", env.URL, "--admin-user", reftest.AdminUser,
 		"--admin-password-file", env.AdminPasswordFile, "--out", "-", "--json"); code != exitUsage || !strings.Contains(stderr, "--json and --out - both write to standard output") {
 		t.Fatalf("--out - --json: exit %d: %s", code, stderr)
 	}

@@ -159,10 +159,10 @@ func newCloseStepCmd() *cobra.Command {
 		"  pdmcp close-step --config config.json --manifest task-data/manifest.json --step referral-history \\\n" +
 		"      --journal task-data/manifest.json.journal.sqlite --json"
 	f := cmd.Flags()
-	f.StringVar(&configPath, "config", "", "the service's config.json, from pdmcp bootstrap (required)")
-	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json (required)")
+	f.StringVar(&configPath, "config", "", "the service's config.json, from pdmcp bootstrap")
+	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&journalPath, "journal", "", "the server's journal (default <manifest>.journal.sqlite)")
-	f.StringVar(&step, "step", "", "the step whose open hand-offs to revoke: a step of the manifest (required)")
+	f.StringVar(&step, "step", "", "the step whose open hand-offs to revoke: a step of the manifest")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")
 	_ = cmd.RegisterFlagCompletionFunc("step", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 		return completeSteps(cmd, toComplete)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -116,7 +115,7 @@ func newGrantCmd() *cobra.Command {
 		"  pdmcp grant --manifest task-data/manifest.json --all-approved --caller-identity --out task-data/grant.json --json\n" +
 		"  pdmcp grant --manifest task-data/manifest.json --all-approved --out - | jq .notAfter"
 	f := cmd.Flags()
-	f.StringVar(&o.ManifestPath, "manifest", "", "the manifest the grant is for (required)")
+	f.StringVar(&o.ManifestPath, "manifest", "", "the manifest the grant is for")
 	f.BoolVar(&o.AllApproved, "all-approved", false, "every approved document and every destination")
 	f.StringVar(&o.LocalUser, "local-user", "", "the principal a stdio task acts as")
 	f.BoolVar(&o.CallerIdentity, "caller-identity", false, "HTTP: act as each signed-in caller")
@@ -128,10 +127,10 @@ func newGrantCmd() *cobra.Command {
 	f.StringVar(&o.FileRoot, "file-root", "", "the one folder the file tools may use")
 	f.DurationVar(&o.TTL, "ttl", taskTTL, "how long the grant lasts, as 15m, 12h or 720h (with --caller-identity the default is 720h)")
 	oldSpelling(cmd, f, "ttl-seconds", "ttl", secondsToDuration, "int")
-	f.StringVar(&o.Out, "out", "", "where to write the grant (mode 600), or - for standard output (required)")
+	f.StringVar(&o.Out, "out", "", "where to write the grant (mode 600), or - for standard output")
 	f.StringVar(&seedRecord, "seed-record", "", "the seed record (default: seed-record.json beside the manifest)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")
-	_ = cmd.RegisterFlagCompletionFunc("tools", completeGrantTools)
+	_ = cmd.RegisterFlagCompletionFunc("tools", completeTools)
 	return requireFlags(cmd, "manifest", "out")
 }
 
@@ -150,23 +149,6 @@ func grantExit(err error) error {
 		return refusedError(err)
 	}
 	return err
-}
-
-// completeGrantTools completes --tools: the tool names not yet in the
-// comma-separated list typed so far.
-func completeGrantTools(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-	done, last := "", toComplete
-	if i := strings.LastIndex(toComplete, ","); i >= 0 {
-		done, last = toComplete[:i+1], toComplete[i+1:]
-	}
-	given := strings.Split(done, ",")
-	var out []string
-	for _, t := range grant.AllTools() {
-		if strings.HasPrefix(t, last) && !slices.Contains(given, t) {
-			out = append(out, done+t)
-		}
-	}
-	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 }
 
 // nonNil writes an empty list as [] rather than null.

@@ -46,7 +46,7 @@ func TestGrantTTL(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(dir, "grant.json")
-			stdout, stderr, code := opsRun(t, append([]string{"grant", "--manifest", manifest, "--out", out}, tc.args...)...)
+			code, stdout, stderr := runCLI(t, append([]string{"grant", "--manifest", manifest, "--out", out}, tc.args...)...)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
@@ -74,7 +74,7 @@ func TestGrantTTL(t *testing.T) {
 func TestGrantJSONAndStdout(t *testing.T) {
 	manifest, dir := grantFixture(t)
 	out := filepath.Join(dir, "grant.json")
-	stdout, stderr, code := opsRun(t, "grant", "--manifest", manifest, "--out", out, "--local-user", "svc.agent",
+	code, stdout, stderr := runCLI(t, "grant", "--manifest", manifest, "--out", out, "--local-user", "svc.agent",
 		"--documents", "proposal-aurora", "--ttl", "1h", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -94,7 +94,7 @@ func TestGrantJSONAndStdout(t *testing.T) {
 
 	t.Chdir(dir)
 	before := dirNames(t, dir)
-	stdout, stderr, code = opsRun(t, "grant", "--manifest", manifest, "--out", "-", "--local-user", "svc.agent", "--all-approved")
+	code, stdout, stderr = runCLI(t, "grant", "--manifest", manifest, "--out", "-", "--local-user", "svc.agent", "--all-approved")
 	if code != 0 {
 		t.Fatalf("--out -: exit %d: %s", code, stderr)
 	}
@@ -107,7 +107,7 @@ func TestGrantJSONAndStdout(t *testing.T) {
 		t.Fatalf("--out - changed the folder: %v, was %v", after, before)
 	}
 
-	_, stderr, code = opsRun(t, "grant", "--manifest", manifest, "--out", "-", "--local-user", "svc.agent", "--all-approved", "--json")
+	code, _, stderr = runCLI(t, "grant", "--manifest", manifest, "--out", "-", "--local-user", "svc.agent", "--all-approved", "--json")
 	if code != exitUsage || !strings.Contains(stderr, "--json and --out - both write to standard output") {
 		t.Fatalf("--json --out -: exit %d: %s", code, stderr)
 	}
@@ -141,7 +141,7 @@ func TestGrantRefusals(t *testing.T) {
 		{"unknown tool", []string{"--local-user", "svc.agent", "--all-approved", "--tools", "read_file"}, exitRefused, "unknown tool"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, stderr, code := opsRun(t, append(slices.Clone(base), tc.args...)...)
+			code, _, stderr := runCLI(t, append(slices.Clone(base), tc.args...)...)
 			if code != tc.code || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, want %d; stderr %q, want %q", code, tc.code, stderr, tc.want)
 			}
@@ -150,14 +150,14 @@ func TestGrantRefusals(t *testing.T) {
 			}
 		})
 	}
-	_, stderr, code := opsRun(t, "grant", "--manifest", manifest, "--local-user", "svc.agent", "--all-approved")
-	if code != exitUsage || !strings.Contains(stderr, `"out"`) {
+	code, _, stderr := runCLI(t, "grant", "--manifest", manifest, "--local-user", "svc.agent", "--all-approved")
+	if code != exitUsage || !strings.Contains(stderr, "pdmcp grant: --out is required (where to write the grant") {
 		t.Fatalf("no --out: exit %d: %s", code, stderr)
 	}
 }
 
-// TestGrantToolsCompletion: --tools completes the tool names not yet
-// given, after the commas typed so far.
+// TestGrantToolsCompletion: grant's --tools completes the tool names not
+// yet given, after the commas typed so far.
 func TestGrantToolsCompletion(t *testing.T) {
 	for _, tc := range []struct {
 		typed string
@@ -170,7 +170,7 @@ func TestGrantToolsCompletion(t *testing.T) {
 		{"hand_off,close", []string{"hand_off,close_step"}},
 		{"nosuch", nil},
 	} {
-		got, _ := completeGrantTools(nil, nil, tc.typed)
+		got, _ := completions(t, "grant", "--tools", tc.typed)
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%q completes to %v, want %v", tc.typed, got, tc.want)
 		}

@@ -183,7 +183,7 @@ func TestCloseStepAfterSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cs.Close()
-	stdout, stderr, code := opsRun(t, "close-step", "--config", s.config, "--manifest", s.w.Manifest, "--step", handofftest.StepReferral, "--json")
+	code, stdout, stderr := runCLI(t, "close-step", "--config", s.config, "--manifest", s.w.Manifest, "--step", handofftest.StepReferral, "--json")
 	if code != 0 {
 		t.Fatalf("close-step --json: exit %d: %s", code, stderr)
 	}
@@ -226,10 +226,10 @@ func TestCloseStepCommandLine(t *testing.T) {
 			`--step "nosuch": not a step of ` + s.w.Manifest + " (its steps: " + strings.Join(steps, ", ") +
 				"), and the journal holds no open hand-off of it; nothing was sent"},
 		{"no journal", []string{"--step", handofftest.StepReferral, "--journal", filepath.Join(t.TempDir(), "none.sqlite")}, exitUsage, "none.sqlite"},
-		{"no step", nil, exitUsage, `required flag(s) "step" not set`},
+		{"no step", nil, exitUsage, "pdmcp close-step: --step is required (the step whose open hand-offs to revoke"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, stderr, code := opsRun(t, append([]string{"close-step", "--config", s.config, "--manifest", s.w.Manifest}, tc.args...)...)
+			code, _, stderr := runCLI(t, append([]string{"close-step", "--config", s.config, "--manifest", s.w.Manifest}, tc.args...)...)
 			if code != tc.code || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, want %d; stderr %q, want %q", code, tc.code, stderr, tc.want)
 			}
@@ -242,15 +242,14 @@ func TestCloseStepCommandLine(t *testing.T) {
 		t.Errorf("a refused close-step reached the Gateway: before %v, after %v", before, after)
 	}
 
-	cmd := newCloseStepCmd()
-	if err := cmd.Flags().Set("manifest", s.w.Manifest); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := completeSteps(cmd, ""); !slices.Equal(got, steps) || len(got) == 0 {
+	if got, _ := completions(t, "close-step", "--manifest", s.w.Manifest, "--step", ""); !slices.Equal(got, steps) || len(got) == 0 {
 		t.Fatalf("--step completes to %v, want %v", got, steps)
 	}
-	if got, _ := completeSteps(cmd, steps[0][:3]); !slices.Contains(got, steps[0]) {
+	if got, _ := completions(t, "close-step", "--manifest", s.w.Manifest, "--step", steps[0][:3]); !slices.Contains(got, steps[0]) {
 		t.Fatalf("--step %s completes to %v", steps[0][:3], got)
+	}
+	if got, _ := completions(t, "close-step", "--step", ""); len(got) != 0 {
+		t.Fatalf("--step before --manifest completes to %v", got)
 	}
 }
 

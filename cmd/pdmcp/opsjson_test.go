@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -20,15 +19,6 @@ import (
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
 )
-
-// opsRun runs pdmcp in this process, as main does, and returns what it
-// wrote and its exit status.
-func opsRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var o, e strings.Builder
-	code = runMain(context.Background(), args, &o, &e)
-	return o.String(), e.String(), code
-}
 
 // opsDecode decodes s, one JSON object and nothing after it, into v,
 // refusing members v does not have: the documented shape, exactly.
@@ -68,7 +58,7 @@ func TestExportManifestOutputs(t *testing.T) {
 	manifest, dir := grantFixture(t)
 	before := dirNames(t, dir)
 	out := filepath.Join(dir, "merged.json")
-	stdout, stderr, code := opsRun(t, "export-manifest", "--manifest", manifest, "--out", out)
+	code, stdout, stderr := runCLI(t, "export-manifest", "--manifest", manifest, "--out", out)
 	if code != 0 || !strings.HasSuffix(stdout, "EXPORT-MANIFEST: OK\n") {
 		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
 	}
@@ -81,7 +71,7 @@ func TestExportManifestOutputs(t *testing.T) {
 
 	t.Chdir(dir)
 	before = dirNames(t, dir)
-	stdout, stderr, code = opsRun(t, "export-manifest", "--manifest", manifest, "--out", "-")
+	code, stdout, stderr = runCLI(t, "export-manifest", "--manifest", manifest, "--out", "-")
 	if code != 0 || stderr != "" {
 		t.Fatalf("--out -: exit %d: %s", code, stderr)
 	}
@@ -95,7 +85,7 @@ func TestExportManifestOutputs(t *testing.T) {
 	}
 
 	out2 := filepath.Join(dir, "merged2.json")
-	stdout, stderr, code = opsRun(t, "export-manifest", "--manifest", manifest, "--out", out2, "--json")
+	code, stdout, stderr = runCLI(t, "export-manifest", "--manifest", manifest, "--out", out2, "--json")
 	if code != 0 {
 		t.Fatalf("--json: exit %d: %s", code, stderr)
 	}
@@ -105,7 +95,7 @@ func TestExportManifestOutputs(t *testing.T) {
 		t.Fatalf("--json: %+v", rep)
 	}
 
-	stdout, stderr, code = opsRun(t, "versions", "--manifest", manifest, "--json")
+	code, stdout, stderr = runCLI(t, "versions", "--manifest", manifest, "--json")
 	if code != 0 {
 		t.Fatalf("versions --json: exit %d: %s", code, stderr)
 	}
@@ -130,10 +120,10 @@ func TestExportManifestOutputs(t *testing.T) {
 		{"json to stdout", []string{"--manifest", manifest, "--out", "-", "--json"}, exitUsage, "--json and --out - both write to standard output"},
 		{"no journal", []string{"--manifest", manifest, "--journal", filepath.Join(dir, "nosuch.sqlite"), "--out", out}, exitUsage, "nosuch.sqlite"},
 		{"no manifest", []string{"--manifest", filepath.Join(dir, "nosuch.json"), "--out", out}, exitUsage, "nosuch.json"},
-		{"no --out", []string{"--manifest", manifest}, exitUsage, `required flag(s) "out" not set`},
+		{"no --out", []string{"--manifest", manifest}, exitUsage, "pdmcp export-manifest: --out is required (the file to write"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, stderr, code := opsRun(t, append([]string{"export-manifest"}, tc.args...)...)
+			code, _, stderr := runCLI(t, append([]string{"export-manifest"}, tc.args...)...)
 			if code != tc.code || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, want %d; stderr %q, want %q", code, tc.code, stderr, tc.want)
 			}
@@ -150,7 +140,7 @@ func TestOperatorJSONAndOldSpellings(t *testing.T) {
 	env := reftest.Start(t, reference.Config{})
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
-	if _, stderr, code := opsRun(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
+	if code, _, stderr := runCLI(t, "bootstrap", "--endpoint", env.URL, "--trust-file", env.CAFile, "--admin-user", reftest.AdminUser,
 		"--admin-password-file", env.AdminPasswordFile, "--out", cfg); code != 0 {
 		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
 	}
@@ -162,7 +152,7 @@ func TestOperatorJSONAndOldSpellings(t *testing.T) {
 	}
 
 	data := filepath.Join(dir, "task-data")
-	stdout, stderr, code := opsRun(t, "seed", "--config", cfg, "--out-dir", data, "--json")
+	code, stdout, stderr := runCLI(t, "seed", "--config", cfg, "--out-dir", data, "--json")
 	if code != 0 {
 		t.Fatalf("seed: exit %d: %s", code, stderr)
 	}
@@ -178,7 +168,7 @@ func TestOperatorJSONAndOldSpellings(t *testing.T) {
 		t.Fatalf("seed --json %+v, record %+v", seeded, rec)
 	}
 
-	stdout, stderr, code = opsRun(t, "acl", "list", "--config", cfg, "--manifest", seeded.Manifest, "--document", "proposal-aurora",
+	code, stdout, stderr = runCLI(t, "acl", "list", "--config", cfg, "--manifest", seeded.Manifest, "--document", "proposal-aurora",
 		"--record", seeded.SeedRecord, "--json")
 	if code != 0 {
 		t.Fatalf("acl list: exit %d: %s", code, stderr)
@@ -190,7 +180,7 @@ func TestOperatorJSONAndOldSpellings(t *testing.T) {
 		t.Fatalf("acl list --json: %+v", listed)
 	}
 
-	stdout, stderr, code = opsRun(t, "protect", "--config", cfg, "--manifest", seeded.Manifest, "--source", ccdSource,
+	code, stdout, stderr = runCLI(t, "protect", "--config", cfg, "--manifest", seeded.Manifest, "--source", ccdSource,
 		"--document-id", "ccd-0001", "--record", seeded.SeedRecord, "--json")
 	if code != 0 {
 		t.Fatalf("protect: exit %d: %s", code, stderr)
@@ -223,7 +213,7 @@ func TestOperatorJSONAndOldSpellings(t *testing.T) {
 		t.Fatalf("--record did not set --seed-record: the record holds %d keys", keys)
 	}
 
-	stdout, stderr, code = opsRun(t, "seed", "--config", cfg, "--cleanup", "--seed-record", seeded.SeedRecord, "--json")
+	code, stdout, stderr = runCLI(t, "seed", "--config", cfg, "--cleanup", "--seed-record", seeded.SeedRecord, "--json")
 	if code != 0 {
 		t.Fatalf("seed --cleanup: exit %d: %s", code, stderr)
 	}
@@ -243,7 +233,7 @@ func TestOperatorJSONAndOldSpellings(t *testing.T) {
 
 	// The old forms: the record named as --cleanup's value, or after it.
 	for _, args := range [][]string{{"--cleanup", seeded.SeedRecord}, {"--cleanup=" + seeded.SeedRecord}} {
-		stdout, stderr, code = opsRun(t, append([]string{"seed", "--config", cfg}, args...)...)
+		code, stdout, stderr = runCLI(t, append([]string{"seed", "--config", cfg}, args...)...)
 		if code != 0 || stdout != "SEED CLEANUP: OK\n" {
 			t.Fatalf("seed %v: exit %d: %s%s", args, code, stdout, stderr)
 		}
@@ -268,7 +258,7 @@ func TestOperatorJSONAndOldSpellings(t *testing.T) {
 		{"acl", "list", "--config", dead, "--manifest", seeded.Manifest, "--document", "proposal-aurora"},
 		{"protect", "--config", dead, "--manifest", seeded.Manifest, "--source", ccdSource, "--document-id", "ccd-0002", "--seed-record", seeded.SeedRecord},
 	} {
-		_, stderr, code := opsRun(t, args...)
+		code, _, stderr := runCLI(t, args...)
 		if code != exitUnreachable || !strings.Contains(stderr, "the Gateway at https://127.0.0.1:1 did not answer: ") ||
 			strings.Contains(stderr, "refused "+api.CodeUnreachable) {
 			t.Errorf("pdmcp %s: exit %d, want %d saying the Gateway did not answer: %s", args[0], code, exitUnreachable, stderr)
@@ -292,7 +282,7 @@ func TestSeedAndProtectCommandLine(t *testing.T) {
 		{"seed --cleanup without a record", []string{"seed", "--config", cfg, "--cleanup"}, "--cleanup needs --seed-record FILE"},
 		{"seed with an argument", []string{"seed", "--config", cfg, "--out", dir, "extra"}, `seed takes no arguments, and was given ["extra"]`},
 		{"seed --cleanup with two", []string{"seed", "--config", cfg, "--cleanup", "a", "b"}, "seed takes no arguments"},
-		{"seed without --config", []string{"seed", "--out", dir}, `required flag(s) "config" not set`},
+		{"seed without --config", []string{"seed", "--out", dir}, "pdmcp seed: --config is required (config.json from pdmcp bootstrap)"},
 		{"protect without a source", []string{"protect", "--config", cfg, "--manifest", manifest, "--document-id", "d"},
 			"--source and --document-id are required (or --abandon ID)"},
 		{"protect --abandon with a source", []string{"protect", "--config", cfg, "--manifest", manifest, "--abandon", "d", "--source", ccdSource},
@@ -303,7 +293,7 @@ func TestSeedAndProtectCommandLine(t *testing.T) {
 			"--hl7-segment", "nonsense"}, "--hl7-segment nonsense: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, stderr, code := opsRun(t, tc.args...)
+			code, _, stderr := runCLI(t, tc.args...)
 			if code != exitUsage || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, want %d; stderr %q, want %q", code, exitUsage, stderr, tc.want)
 			}
@@ -331,7 +321,7 @@ func TestOperatorHelp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stdout, stderr, code := opsRun(t, append(slices.Clone(path), "--help")...)
+			code, stdout, stderr := runCLI(t, append(slices.Clone(path), "--help")...)
 			if code != 0 || !strings.Contains(stdout, "Examples:\n  pdmcp "+strings.Join(path, " ")) {
 				t.Fatalf("--help: exit %d, no examples of pdmcp %s:\n%s%s", code, strings.Join(path, " "), stdout, stderr)
 			}

@@ -138,8 +138,8 @@ func newProtectCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap (required)")
-	f.StringVar(&o.ManifestPath, "manifest", "", "the manifest to add the document to (required)")
+	f.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap")
+	f.StringVar(&o.ManifestPath, "manifest", "", "the manifest to add the document to")
 	f.StringVar(&o.SourcePath, "source", "", "the C-CDA or HL7 v2 source")
 	f.StringVar(&o.DocumentID, "document-id", "", "the new document's id")
 	f.StringVar(&o.Label, "label", "", "the document's label (default: the source's file name)")

@@ -146,7 +146,7 @@ func newSeedCmd() *cobra.Command {
 		return usageError("seed takes no arguments, and was given %q (name the seed record with --seed-record FILE)", args)
 	}
 	f := cmd.Flags()
-	f.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap (required)")
+	f.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap")
 	f.StringVar(&outDir, "out", "", "an empty folder for the manifest, the ciphertexts and seed-record.json (required without --cleanup)")
 	oldSpelling(cmd, f, "out-dir", "out", nil, "")
 	f.StringVar(&tag, "tag", "", "names this seed's principals (random when omitted)")

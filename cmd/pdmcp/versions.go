@@ -45,7 +45,7 @@ func newVersionsCmd() *cobra.Command {
 	cmd.Example = "  pdmcp versions --manifest task-data/manifest.json\n" +
 		"  pdmcp versions --manifest task-data/manifest.json --journal task-data/manifest.json.journal.sqlite --json"
 	f := cmd.Flags()
-	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json (required)")
+	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&journalPath, "journal", "", "the server's journal, which holds the record (default <manifest>.journal.sqlite)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of a table")
 	return requireFlags(cmd, "manifest")
@@ -138,9 +138,9 @@ func newExportManifestCmd() *cobra.Command {
 		"  pdmcp export-manifest --manifest task-data/manifest.json --out - | jq .destinations\n" +
 		"  pdmcp export-manifest --manifest task-data/manifest.json --out merged.json --allow-orphans --json"
 	f := cmd.Flags()
-	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json (required)")
+	f.StringVar(&manifestPath, "manifest", "", "the operator's manifest.json")
 	f.StringVar(&journalPath, "journal", "", "the server's journal, which holds the record (default <manifest>.journal.sqlite)")
-	f.StringVar(&outPath, "out", "", "the file to write (never the manifest itself), or - for standard output (required)")
+	f.StringVar(&outPath, "out", "", "the file to write (never the manifest itself), or - for standard output")
 	f.BoolVar(&allowOrphans, "allow-orphans", false, "write the export even though the record holds versions of destinations or documents the manifest no longer names (they are listed, and left out)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")
 	return requireFlags(cmd, "manifest", "out")
