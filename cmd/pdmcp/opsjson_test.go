@@ -280,8 +280,9 @@ func TestSeedAndProtectCommandLine(t *testing.T) {
 	}{
 		{"seed without --out", []string{"seed", "--config", cfg}, "--out is required: the empty folder the seed is written to"},
 		{"seed --cleanup without a record", []string{"seed", "--config", cfg, "--cleanup"}, "--cleanup needs --seed-record FILE"},
-		{"seed with an argument", []string{"seed", "--config", cfg, "--out", dir, "extra"}, `seed takes no arguments, and was given ["extra"]`},
-		{"seed --cleanup with two", []string{"seed", "--config", cfg, "--cleanup", "a", "b"}, "seed takes no arguments"},
+		{"seed with an argument", []string{"seed", "--config", cfg, "--out", dir, "extra"}, `pdmcp seed takes no arguments, and was given "extra"`},
+		{"seed --cleanup with two", []string{"seed", "--config", cfg, "--cleanup", "a", "b"}, `pdmcp seed takes no arguments, and was given "a"`},
+		{"protect with an argument", []string{"protect", "--config", cfg, "--manifest", manifest, "ccd.xml"}, `pdmcp protect takes no arguments, and was given "ccd.xml"`},
 		{"seed without --config", []string{"seed", "--out", dir}, "pdmcp seed: --config is required (config.json from pdmcp bootstrap)"},
 		{"protect without a source", []string{"protect", "--config", cfg, "--manifest", manifest, "--document-id", "d"},
 			"--source and --document-id are required (or --abandon ID)"},

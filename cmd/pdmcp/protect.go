@@ -68,7 +68,7 @@ func newProtectCmd() *cobra.Command {
 			"  pdmcp protect --config config.json --manifest task-data/manifest.json --source adt.hl7 --document-id adt-0001 \\\n" +
 			"      --hl7-segment ZPI=demographics --json\n" +
 			"  pdmcp protect --config config.json --manifest task-data/manifest.json --abandon ccd-0001",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		// The command line's mistakes, refused before config.json is read
 		// or anything sent (exit status 2).
 		PreRunE: func(cmd *cobra.Command, _ []string) error {

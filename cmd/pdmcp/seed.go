@@ -143,7 +143,7 @@ func newSeedCmd() *cobra.Command {
 			oldCleanupForm(cmd, &seedRecord, args[0])
 			return nil
 		}
-		return usageError("seed takes no arguments, and was given %q (name the seed record with --seed-record FILE)", args)
+		return noArgs(cmd, args)
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap")
