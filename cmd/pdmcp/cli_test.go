@@ -327,7 +327,7 @@ func TestEveryCommandHasExamples(t *testing.T) {
 		if c.Hidden || c.Name() == "completion" || (c.HasParent() && c.Parent().Name() == "completion") {
 			return
 		}
-		if c.Runnable() && !ownedByOps[c.CommandPath()] {
+		if c.Runnable() {
 			if c.Example == "" {
 				t.Errorf("%s has no examples", c.CommandPath())
 			}
@@ -388,15 +388,6 @@ func checkExample(t *testing.T, root *cobra.Command, line string) {
 			t.Errorf("example %q: %s offers no --%s", line, c.CommandPath(), name)
 		}
 	}
-}
-
-// ownedByOps are the operator commands whose examples come with their
-// own change (issue 34's operator commands); the test holds every other
-// command to them. Empty it once those have landed.
-var ownedByOps = map[string]bool{
-	"pdmcp acl": true, "pdmcp acl grant": true, "pdmcp acl list": true, "pdmcp acl revoke": true,
-	"pdmcp bootstrap": true, "pdmcp close-step": true, "pdmcp export-manifest": true, "pdmcp grant": true,
-	"pdmcp seed": true, "pdmcp versions": true,
 }
 
 // TestRefusalTexts: each refusal the frame's commands print, from the
