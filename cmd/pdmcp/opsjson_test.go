@@ -165,6 +165,13 @@ func TestOperatorJSONAndOldSpellings(t *testing.T) {
 		t.Fatalf("seed --json %+v, record %+v", seeded, rec)
 	}
 
+	// Seeding over it is refused, naming the record that removes it.
+	if code, _, stderr := runCLI(t, "seed", "--config", cfg, "--out", data); code != exitRefused ||
+		!strings.Contains(stderr, "exists: the folder holds an earlier seed; seed into an empty folder") ||
+		!strings.Contains(stderr, "pdmcp seed --cleanup --seed-record "+seeded.SeedRecord+" removes it") {
+		t.Fatalf("seed over a seed: exit %d: %s", code, stderr)
+	}
+
 	code, stdout, stderr = runCLI(t, "acl", "list", "--config", cfg, "--manifest", seeded.Manifest, "--document", "proposal-aurora",
 		"--record", seeded.SeedRecord, "--json")
 	if code != 0 {

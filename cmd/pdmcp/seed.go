@@ -115,6 +115,9 @@ func newSeedCmd() *cobra.Command {
 			return nil
 		}
 		rec, err := operator.Seed(cmd.Context(), operator.SeedOptions{Config: sc, OutDir: outDir, Tag: tag, Logger: logger})
+		if errors.Is(err, operator.ErrSeedExists) || errors.Is(err, operator.ErrSavedVersions) {
+			return refusedError(err)
+		}
 		if err != nil {
 			return operator.GatewayWords(sc.GatewayURL, err, "")
 		}

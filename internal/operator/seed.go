@@ -98,7 +98,7 @@ func seed(ctx context.Context, o SeedOptions) (*grant.SeedRecord, error) {
 	recordPath := filepath.Join(o.OutDir, "seed-record.json")
 	for _, p := range []string{manifestPath, recordPath} {
 		if _, err := os.Lstat(p); err == nil {
-			return nil, fmt.Errorf("seed: %s exists; seed into an empty folder (a seed record lists what an earlier seed made: pdmcp seed --cleanup --seed-record %s removes it)", p, recordPath)
+			return nil, fmt.Errorf("seed: %s exists: %w; seed into an empty folder (a seed record lists what an earlier seed made: pdmcp seed --cleanup --seed-record %s removes it)", p, ErrSeedExists, recordPath)
 		}
 	}
 	if err := refuseSavedVersions(ctx, o.OutDir, manifestPath); err != nil {
@@ -297,6 +297,10 @@ func refuseSavedVersions(ctx context.Context, dir, manifestPath string) error {
 	}
 	return nil
 }
+
+// ErrSeedExists: seed was asked to seed a folder that holds an earlier
+// seed's manifest or seed record.
+var ErrSeedExists = errors.New("the folder holds an earlier seed")
 
 // ErrSavedVersions: seed was asked to seed a folder that holds an earlier
 // task's saved versions.
