@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/gateway"
@@ -109,7 +110,7 @@ func newProtectCmd() *cobra.Command {
 				sum, err := operator.AbandonProtect(cmd.Context(), operator.AbandonOptions{Config: sc, ManifestPath: o.ManifestPath,
 					DocumentID: abandon, RecordPath: o.RecordPath, AbandonLost: o.AbandonLost, Progress: cmd.ErrOrStderr(), Logger: o.Logger})
 				if err != nil {
-					return operator.GatewayWords(sc.GatewayURL, err, "")
+					return protectExit(sc.GatewayURL, err)
 				}
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), abandonJSON{DocumentID: sum.DocumentID, KeysRemoved: sum.KeysRemoved,
@@ -122,7 +123,7 @@ func newProtectCmd() *cobra.Command {
 			o.CrashPoint = killAtHook()
 			sum, err := operator.Protect(cmd.Context(), o)
 			if err != nil {
-				return operator.GatewayWords(sc.GatewayURL, err, "")
+				return protectExit(sc.GatewayURL, err)
 			}
 			if asJSON {
 				rep := protectJSON{DocumentID: sum.DocumentID, Form: string(sum.Form), Fragments: []protectFragmentJSON{},
@@ -154,4 +155,15 @@ func newProtectCmd() *cobra.Command {
 	f.StringVar(&abandon, "abandon", "", "remove what the unfinished protect of this document id made: its keys, files and journal entry")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of the table")
 	return requireFlags(cmd, "config", "manifest")
+}
+
+// protectExit gives protect's errors their exit status: what protect
+// refuses by its own checks (an id the manifest holds from another source,
+// a source or section over a limit, no unfinished run to abandon) is 3; a
+// Gateway that did not answer is said so (4).
+func protectExit(gatewayURL string, err error) error {
+	if errors.Is(err, operator.ErrAlreadyProtected) || errors.Is(err, operator.ErrTooLarge) || errors.Is(err, operator.ErrNoUnfinishedRun) {
+		return refusedError(err)
+	}
+	return operator.GatewayWords(gatewayURL, err, "")
 }

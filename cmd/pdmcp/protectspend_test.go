@@ -43,8 +43,9 @@ func TestProtectCtrlCThenAbandon(t *testing.T) {
 	if n := s.keyCount(t); n != keys {
 		t.Fatalf("keys after --abandon: %d, want %d", n, keys)
 	}
-	if _, stderrText, ok := s.protect(t, nil, "--abandon", "oru-0001"); ok || !strings.Contains(stderrText, "no unfinished protect of that document id") {
-		t.Fatalf("a second --abandon: ok=%v %s", ok, stderrText)
+	if code, _, stderrText := runCLI(t, "protect", "--config", s.config, "--manifest", s.manifest, "--seed-record", s.record(),
+		"--abandon", "oru-0001"); code != exitRefused || !strings.Contains(stderrText, "no unfinished protect of that document id") {
+		t.Fatalf("a second --abandon: exit %d: %s", code, stderrText)
 	}
 	if stdout, stderrText, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001"); !ok || !strings.Contains(stdout, "PROTECT: OK") {
 		t.Fatalf("protect after --abandon: %s %s", stdout, stderrText)
@@ -76,9 +77,10 @@ func TestProtectRefusesATooLargeSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	encrypts := s.env.Gateway.Count(api.RouteEncrypt)
-	_, stderr, ok := s.protect(t, nil, "--source", big, "--document-id", "oru-0001")
-	if ok || !strings.Contains(stderr, "limit of one read") || s.env.Gateway.Count(api.RouteEncrypt) != encrypts {
-		t.Fatalf("a 1 MiB section: %s (encrypts %d)", stderr, s.env.Gateway.Count(api.RouteEncrypt)-encrypts)
+	code, _, stderr := runCLI(t, "protect", "--config", s.config, "--manifest", s.manifest, "--seed-record", s.record(),
+		"--source", big, "--document-id", "oru-0001")
+	if code != exitRefused || !strings.Contains(stderr, "limit of one read") || s.env.Gateway.Count(api.RouteEncrypt) != encrypts {
+		t.Fatalf("a 1 MiB section: exit %d: %s (encrypts %d)", code, stderr, s.env.Gateway.Count(api.RouteEncrypt)-encrypts)
 	}
 	if out, stderr, ok := s.protect(t, nil, "--source", oruSource, "--document-id", "oru-0001"); !ok {
 		t.Fatalf("the id after the refusal: %s %s", out, stderr)
