@@ -69,6 +69,9 @@ func newCloseStepCmd() *cobra.Command {
 		// Never created here: a journal that is not there holds no
 		// hand-off to close.
 		j, err := record.OpenJournal(ctx, manifestPath, m, journalPath)
+		if recordRefused(err) {
+			return refusedError(err)
+		}
 		if err != nil {
 			return err
 		}
@@ -78,6 +81,9 @@ func newCloseStepCmd() *cobra.Command {
 		defer j.Close()
 		// Another task's journal holds another task's hand-offs.
 		if err := j.CheckTask(ctx, m.Task); err != nil {
+			if recordRefused(err) {
+				return refusedError(err)
+			}
 			return err
 		}
 		// A step neither the manifest nor the journal knows is a mistyped

@@ -67,6 +67,10 @@ func TestLostJournalIsRefused(t *testing.T) {
 					t.Errorf("%s ran with the journal %s:\n%s", name, tc.name, stdout.String())
 					continue
 				}
+				// The operator commands' refusal of a lost record: exit 3.
+				if name != "serve" && cmd.ProcessState.ExitCode() != exitRefused {
+					t.Errorf("%s exited %d, want %d", name, cmd.ProcessState.ExitCode(), exitRefused)
+				}
 				if !strings.Contains(stderr.String(), "pdmcp check --repair") || !strings.Contains(stderr.String(), "results/evaluation-summary.v1.bin") {
 					t.Errorf("%s's refusal does not name pdmcp check --repair and the saved files:\n%s", name, stderr.String())
 				}

@@ -240,9 +240,9 @@ func TestNewTaskDoesNotInheritTheRecord(t *testing.T) {
 		{"versions", "--manifest", other.manifest},
 		{"export-manifest", "--manifest", other.manifest, "--out", filepath.Join(t.TempDir(), "x.json")},
 	} {
-		b, err := pdmcpCmd(t, args...).CombinedOutput()
-		if err == nil || !strings.Contains(string(b), old.Task) || !strings.Contains(string(b), second.Task) {
-			t.Errorf("pdmcp %s with another task's journal: %v\n%s", args[0], err, b)
+		code, out, stderr := runCLI(t, args...)
+		if code != exitRefused || !strings.Contains(stderr, old.Task) || !strings.Contains(stderr, second.Task) {
+			t.Errorf("pdmcp %s with another task's journal: exit %d, want %d\n%s%s", args[0], code, exitRefused, out, stderr)
 		}
 	}
 	cmd := other.serveCmd(t)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pdmcp/pdmcp/server/journal"
 	"github.com/pdmcp/pdmcp/server/record"
 )
 
@@ -146,14 +147,23 @@ func newExportManifestCmd() *cobra.Command {
 	return requireFlags(cmd, "manifest", "out")
 }
 
-// journalUsage makes a --journal that names no file a usage error (exit
-// code 2), as `pdmcp check` does.
+// journalUsage gives the record's errors their exit status: a --journal
+// that names no file is a usage error (2), as `pdmcp check` does; an
+// export refused, or a journal that is lost or another task's, is a
+// refusal (3).
 func journalUsage(err error) error {
 	if errors.Is(err, record.ErrNoJournal) {
 		return &exitError{code: exitUsage, err: err}
 	}
-	if errors.Is(err, record.ErrOrphans) || errors.Is(err, record.ErrExportOverManifest) {
+	if errors.Is(err, record.ErrOrphans) || errors.Is(err, record.ErrExportOverManifest) || recordRefused(err) {
 		return refusedError(err)
 	}
 	return err
+}
+
+// recordRefused reports whether err is the record refusing its journal:
+// lost (saved versions with no journal to account for them) or another
+// task's.
+func recordRefused(err error) bool {
+	return errors.Is(err, record.ErrRecordLost) || errors.Is(err, journal.ErrOtherTask)
 }
