@@ -43,8 +43,10 @@ signed-in caller acts as themselves). --all-approved without either acts as the 
 --seed-record, by default seed-record.json beside the manifest). The grant is checked against the manifest
 and written in full or not at all, mode 600; --out - prints it to standard output instead.
 
---tools names the tools allowed, comma-separated, from: ` + "%s" + `.
-Default: the three document tools (%s), or with --file-root the file tools (%s).
+--tools names the tools allowed, comma-separated, from:
+%s
+Default: the three document tools (%s),
+or with --file-root the two file tools (%s).
 
 --ttl is a Go duration: 15m by default, 720h (30 days) with --caller-identity.
 
@@ -107,7 +109,7 @@ func newGrantCmd() *cobra.Command {
 			g.ID, o.Out, g.AllowedTools, len(g.Documents), len(g.Destinations), g.NotAfter.UTC().Format(time.RFC3339))
 		return nil
 	})
-	cmd.Long = fmt.Sprintf(grantLong, strings.Join(grant.AllTools(), ", "), strings.Join(grant.DocumentTools(), ", "),
+	cmd.Long = fmt.Sprintf(grantLong, wrapList(grant.AllTools(), "  ", 110), strings.Join(grant.DocumentTools(), ", "),
 		strings.Join(grant.FileTools(), ", "))
 	cmd.Example = "  pdmcp grant --manifest task-data/manifest.json --all-approved --out task-data/grant.json\n" +
 		"  pdmcp grant --manifest task-data/manifest.json --local-user svc.agent --documents proposal-aurora \\\n" +
@@ -132,6 +134,28 @@ func newGrantCmd() *cobra.Command {
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")
 	_ = cmd.RegisterFlagCompletionFunc("tools", completeTools)
 	return requireFlags(cmd, "manifest", "out")
+}
+
+// wrapList is words joined with ", " in lines of at most width
+// characters, each starting with indent.
+func wrapList(words []string, indent string, width int) string {
+	var b strings.Builder
+	line := indent
+	for i, w := range words {
+		if i < len(words)-1 {
+			w += ","
+		}
+		if line != indent && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if line != indent {
+			line += " "
+		}
+		line += w
+	}
+	b.WriteString(line)
+	return b.String()
 }
 
 // grantExit gives a refused grant its exit status: an option the command
