@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -15,6 +17,7 @@ import (
 	"github.com/pdmcp/pdmcp/gateway/reference/reftest"
 	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
+	"github.com/pdmcp/pdmcp/server/journal"
 )
 
 // opsDecode decodes s, one JSON object and nothing after it, into v,
@@ -88,7 +91,7 @@ func TestExportManifestOutputs(t *testing.T) {
 	}
 	var rep exportJSON
 	opsDecode(t, stdout, &rep)
-	if rep.Out != out2 || rep.Orphans == nil || len(rep.Orphans) != 0 {
+	if rep.Out != out2 || !rep.Written || rep.Orphans == nil || len(rep.Orphans) != 0 {
 		t.Fatalf("--json: %+v", rep)
 	}
 
@@ -331,5 +334,48 @@ func TestOperatorHelp(t *testing.T) {
 				t.Errorf("--help documents no --json object:\n%s", stdout)
 			}
 		})
+	}
+}
+
+// TestExportManifestOrphans: versions of a destination the manifest no
+// longer names refuse the export (exit 3, listed, nothing written; with
+// --json the object says so); --allow-orphans writes it without them.
+func TestExportManifestOrphans(t *testing.T) {
+	ctx := context.Background()
+	manifest, dir := grantFixture(t)
+	j, err := journal.Open(ctx, journal.DefaultPath(manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := journal.Version{Destination: "gone", Version: 1, Path: "results/gone.v1.bin", IV: "AAAAAAAAAAAAAAAAAAAAAA==",
+		SHA256: strings.Repeat("a", 64), SavedAt: time.Now().UTC()}
+	if _, err := j.RestoreVersions(ctx, []journal.Version{gone}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	out := filepath.Join(dir, "merged.json")
+
+	code, stdout, stderr := runCLI(t, "export-manifest", "--manifest", manifest, "--out", out)
+	if code != exitRefused || !strings.Contains(stdout, "  result gone v1 results/gone.v1.bin") ||
+		!strings.Contains(stderr, "1 versions (of destination gone); nothing was written") {
+		t.Fatalf("orphans: exit %d: %s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "export-manifest", "--manifest", manifest, "--out", out, "--json")
+	var rep exportJSON
+	opsDecode(t, stdout, &rep)
+	if code != exitRefused || rep.Written || len(rep.Orphans) != 1 || rep.Orphans[0] != (orphanJSON{Kind: "result", Destination: "gone", Version: 1, Path: gone.Path}) {
+		t.Fatalf("orphans --json: exit %d: %+v %s", code, rep, stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("a refused export was written: %v", err)
+	}
+	code, stdout, stderr = runCLI(t, "export-manifest", "--manifest", manifest, "--out", out, "--allow-orphans", "--json")
+	rep = exportJSON{}
+	opsDecode(t, stdout, &rep)
+	if code != 0 || !rep.Written || len(rep.Orphans) != 1 {
+		t.Fatalf("--allow-orphans --json: exit %d: %+v %s", code, rep, stderr)
+	}
+	if _, err := grant.LoadManifest(out); err != nil {
+		t.Fatalf("the export: %v", err)
 	}
 }

@@ -55,8 +55,11 @@ func newVersionsCmd() *cobra.Command {
 // exportJSON is `pdmcp export-manifest --json`: stable, members only ever
 // added.
 type exportJSON struct {
-	// Out is the file written ("-": standard output; never with --json).
+	// Out is the file named by --out (never "-" with --json).
 	Out string `json:"out"`
+	// Written: the export was written. False when orphans refused it
+	// (exit status 3; --allow-orphans writes it without them).
+	Written bool `json:"written"`
 	// Orphans are the versions left out of the export.
 	Orphans []orphanJSON `json:"orphans"`
 }
@@ -89,10 +92,10 @@ func newExportManifestCmd() *cobra.Command {
 			out = cmd.ErrOrStderr()
 		}
 		if asJSON {
-			if err != nil {
+			if err != nil && !errors.Is(err, record.ErrOrphans) {
 				return journalUsage(err)
 			}
-			rep := exportJSON{Out: outPath, Orphans: []orphanJSON{}}
+			rep := exportJSON{Out: outPath, Written: err == nil, Orphans: []orphanJSON{}}
 			for _, v := range orphans {
 				o := orphanJSON{Kind: record.KindResult, Destination: v.Destination, DocumentID: v.DocumentID, FragmentID: v.FragmentID,
 					Version: v.Version, Path: v.Path}
@@ -101,7 +104,10 @@ func newExportManifestCmd() *cobra.Command {
 				}
 				rep.Orphans = append(rep.Orphans, o)
 			}
-			return writeJSON(out, rep)
+			if werr := writeJSON(out, rep); werr != nil {
+				return werr
+			}
+			return journalUsage(err)
 		}
 		if len(orphans) > 0 {
 			fmt.Fprintln(out, "orphaned versions (their destination or document is no longer in the manifest; not in the export):")
@@ -133,8 +139,9 @@ func newExportManifestCmd() *cobra.Command {
 		"standard error). Versions of a destination or document the manifest no longer names (orphans) are\n" +
 		"listed and the export refused (exit status 3) unless --allow-orphans.\n\n" +
 		"--json prints one object (members are only ever added):\n" +
-		"  {\"out\": \"merged.json\", \"orphans\": [{\"kind\": \"result\"|\"section\", \"destinationId\", \"documentId\",\n" +
-		"    \"fragmentId\", \"version\", \"path\"}, ...]}"
+		"  {\"out\": \"merged.json\", \"written\": bool, \"orphans\": [{\"kind\": \"result\"|\"section\", \"destinationId\",\n" +
+		"    \"documentId\", \"fragmentId\", \"version\", \"path\"}, ...]}\n" +
+		"(printed also when orphans refuse the export: written false, exit status 3)"
 	cmd.Example = "  pdmcp export-manifest --manifest task-data/manifest.json --out merged.json\n" +
 		"  pdmcp export-manifest --manifest task-data/manifest.json --out - | jq .destinations\n" +
 		"  pdmcp export-manifest --manifest task-data/manifest.json --out merged.json --allow-orphans --json"
