@@ -76,9 +76,11 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 		}, exitRefused, "did not accept --admin-user " + reftest.AdminUser + " with the password in ", false},
 		{"admin password file readable by others", func(a *bootstrapArgs, dir string) {
 			a.passwordFile = writeFixture(t, dir, "fixture-pw", reftest.AdminPassword+"\n", 0o644)
-		}, exitUsage, "--admin-password-file", false},
+		}, exitUsage, "fixture-pw has mode 0644: group and others must have no access (chmod 600)", false},
 		{"missing admin password file", func(a *bootstrapArgs, dir string) { a.passwordFile = filepath.Join(dir, "fixture-nope") },
 			exitUsage, "--admin-password-file", false},
+		{"empty admin password file", func(a *bootstrapArgs, dir string) { a.passwordFile = writeFixture(t, dir, "fixture-pw", "\n", 0o600) },
+			exitUsage, "fixture-pw is empty: it should hold the Gateway admin's password, on its first line", false},
 		{"URL without a host", func(a *bootstrapArgs, _ string) { a.endpoint = "https:///" }, exitUsage, "not an absolute URL with a host", false},
 		{"URL with no server", func(a *bootstrapArgs, _ string) { a.endpoint = "https://127.0.0.1:1" }, exitUnreachable,
 			"bootstrap: the Gateway at https://127.0.0.1:1 did not answer: ", false},
