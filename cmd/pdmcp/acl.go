@@ -2,10 +2,13 @@ package main
 
 import (
 	"errors"
+	"maps"
+	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/pdmcp/pdmcp/gateway"
+	"github.com/pdmcp/pdmcp/grant"
 	"github.com/pdmcp/pdmcp/internal/operator"
 )
 
@@ -47,6 +50,16 @@ func newACLCmd() *cobra.Command {
 	pf.StringVar(&o.RecordPath, "seed-record", "", "a seed-record.json whose owner owns the key (default: the one beside the manifest)")
 	oldSpelling(acl, pf, "record", "seed-record", nil, "")
 	pf.BoolVar(&asJSON, "json", false, "print one JSON object (shape in pdmcp acl --help) instead of the report")
+	// The manifest's names, once --manifest is given.
+	_ = acl.RegisterFlagCompletionFunc("document", completeNameFromManifest(func(m *grant.Manifest) []string {
+		return slices.Sorted(maps.Keys(m.Documents))
+	}))
+	_ = acl.RegisterFlagCompletionFunc("data-type", completeNameFromManifest(func(m *grant.Manifest) []string {
+		return slices.Sorted(maps.Keys(m.CompoundKeys))
+	}))
+	_ = acl.RegisterFlagCompletionFunc("destination", completeNameFromManifest(func(m *grant.Manifest) []string {
+		return slices.Sorted(maps.Keys(m.Destinations))
+	}))
 	_ = acl.MarkPersistentFlagRequired("config")
 	_ = acl.MarkPersistentFlagRequired("manifest")
 

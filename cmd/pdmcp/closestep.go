@@ -170,9 +170,9 @@ func newCloseStepCmd() *cobra.Command {
 	f.StringVar(&journalPath, "journal", "", "the server's journal (default <manifest>.journal.sqlite)")
 	f.StringVar(&step, "step", "", "the step whose open hand-offs to revoke: a step of the manifest")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")
-	_ = cmd.RegisterFlagCompletionFunc("step", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-		return completeSteps(cmd, toComplete)
-	})
+	_ = cmd.RegisterFlagCompletionFunc("step", completeNameFromManifest(func(m *grant.Manifest) []string {
+		return slices.Sorted(maps.Keys(m.Steps))
+	}))
 	return requireFlags(cmd, "config", "manifest", "step")
 }
 
@@ -185,24 +185,4 @@ func unknownStep(step, manifestPath string, m *grant.Manifest) error {
 	}
 	return usageError("--step %q: not a step of %s (%s), and the journal holds no open hand-off of it; nothing was sent",
 		step, manifestPath, steps)
-}
-
-// completeSteps completes --step with the steps of the manifest --manifest
-// names (nothing before --manifest is given).
-func completeSteps(cmd *cobra.Command, toComplete string) ([]string, cobra.ShellCompDirective) {
-	path, _ := cmd.Flags().GetString("manifest")
-	if path == "" {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	m, err := grant.LoadManifest(path)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	var out []string
-	for _, id := range slices.Sorted(maps.Keys(m.Steps)) {
-		if strings.HasPrefix(id, toComplete) {
-			out = append(out, id)
-		}
-	}
-	return out, cobra.ShellCompDirectiveNoFileComp
 }

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -133,6 +135,22 @@ func newGrantCmd() *cobra.Command {
 	f.StringVar(&seedRecord, "seed-record", "", "the seed record (default: seed-record.json beside the manifest)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")
 	_ = cmd.RegisterFlagCompletionFunc("tools", completeTools)
+	// The manifest's names, once --manifest is given.
+	_ = cmd.RegisterFlagCompletionFunc("documents", completeFromManifest(func(m *grant.Manifest) []string {
+		var ids []string
+		for _, id := range slices.Sorted(maps.Keys(m.Documents)) {
+			if m.Documents[id].Approved {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}))
+	_ = cmd.RegisterFlagCompletionFunc("destinations", completeFromManifest(func(m *grant.Manifest) []string {
+		return slices.Sorted(maps.Keys(m.Destinations))
+	}))
+	_ = cmd.RegisterFlagCompletionFunc("steps", completeFromManifest(func(m *grant.Manifest) []string {
+		return slices.Sorted(maps.Keys(m.Steps))
+	}))
 	return requireFlags(cmd, "manifest", "out")
 }
 

@@ -208,3 +208,40 @@ func TestGrantWarnsAndRefuses(t *testing.T) {
 		t.Fatal("a refused grant was written")
 	}
 }
+
+// TestGrantManifestCompletion: grant's --documents (the approved ones),
+// --destinations and --steps, and acl's key names, complete from the
+// manifest --manifest names.
+func TestGrantManifestCompletion(t *testing.T) {
+	manifest, _ := grantFixture(t)
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--documents", ""}, []string{"ccd-0001", "evaluation-criteria", "proposal-aurora"}},
+		{[]string{"--documents", "ccd-0001,"}, []string{"ccd-0001,evaluation-criteria", "ccd-0001,proposal-aurora"}},
+		{[]string{"--destinations", ""}, []string{"archive", "evaluation-summary"}},
+		{[]string{"--steps", "ref"}, []string{"referral-history"}},
+	} {
+		got, _ := completions(t, append([]string{"grant", "--manifest", manifest}, tc.args...)...)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%v completes to %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	if got, _ := completions(t, "grant", "--documents", ""); len(got) != 0 {
+		t.Errorf("--documents before --manifest completes to %v", got)
+	}
+	// acl names one key, through the manifest.
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"acl", "list", "--manifest", manifest, "--document", "pro"}, []string{"proposal-aurora", "proposal-borealis"}},
+		{[]string{"acl", "grant", "--manifest", manifest, "--destination", ""}, []string{"archive", "evaluation-summary"}},
+		{[]string{"acl", "grant", "--manifest", manifest, "--rights", ""}, []string{"READ", "WRITE", "READ,WRITE"}},
+	} {
+		if got, _ := completions(t, tc.args...); !slices.Equal(got, tc.want) {
+			t.Errorf("%v completes to %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}

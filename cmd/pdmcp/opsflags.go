@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/pdmcp/pdmcp/grant"
 )
 
 // oldSpelling adds old to fs as a hidden spelling of the flag target
@@ -39,4 +42,43 @@ func (w *warnValue) Type() string {
 		return w.typ
 	}
 	return w.Value.Type()
+}
+
+// completeFromManifest completes a comma-separated list of the names
+// pick takes from the manifest --manifest names (nothing before it is
+// given, or when it cannot be read).
+func completeFromManifest(pick func(*grant.Manifest) []string) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		path, _ := cmd.Flags().GetString("manifest")
+		if path == "" {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		m, err := grant.LoadManifest(path)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return completeList(pick(m)...)(cmd, args, toComplete)
+	}
+}
+
+// completeNameFromManifest completes one name pick takes from the
+// manifest --manifest names.
+func completeNameFromManifest(pick func(*grant.Manifest) []string) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		path, _ := cmd.Flags().GetString("manifest")
+		if path == "" {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		m, err := grant.LoadManifest(path)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, n := range pick(m) {
+			if strings.HasPrefix(n, toComplete) {
+				out = append(out, n)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
 }
