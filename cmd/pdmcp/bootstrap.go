@@ -59,6 +59,11 @@ func newBootstrapCmd() *cobra.Command {
 			switch {
 			case errors.As(err, &ae):
 				return refusedError(err)
+			case errors.As(err, &ie) && (ie.FileRefused() || refusedFile(err)):
+				// A file that is there and was read, and holds the
+				// wrong thing or has the wrong mode: refused, as every
+				// command refuses an operator's file.
+				return refusedError(err)
 			case errors.As(err, &ie):
 				return &exitError{code: exitUsage, err: err}
 			}

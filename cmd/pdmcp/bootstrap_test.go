@@ -67,20 +67,20 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 	}{
 		{"missing trust file", func(a *bootstrapArgs, dir string) { a.trust = filepath.Join(dir, "fixture-missing.pem") },
 			exitUsage, "bootstrap: --trust-file: ", false},
-		{"trust file not a CA", func(a *bootstrapArgs, dir string) { a.trust = issuedLeaf(t, dir) }, exitUsage, "holds no CA certificate", false},
+		{"trust file not a CA", func(a *bootstrapArgs, dir string) { a.trust = issuedLeaf(t, dir) }, exitRefused, "holds no CA certificate", false},
 		{"trust file not PEM", func(a *bootstrapArgs, dir string) {
 			a.trust = writeFixture(t, dir, "fixture-trust.pem", "not a certificate\n", 0o600)
-		}, exitUsage, "holds no PEM certificate", false},
+		}, exitRefused, "holds no PEM certificate", false},
 		{"wrong admin password", func(a *bootstrapArgs, dir string) {
 			a.passwordFile = writeFixture(t, dir, "fixture-pw", "wrong-password\n", 0o600)
 		}, exitRefused, "did not accept --admin-user " + reftest.AdminUser + " with the password in ", false},
 		{"admin password file readable by others", func(a *bootstrapArgs, dir string) {
 			a.passwordFile = writeFixture(t, dir, "fixture-pw", reftest.AdminPassword+"\n", 0o644)
-		}, exitUsage, "fixture-pw has mode 0644: group and others must have no access (chmod 600)", false},
+		}, exitRefused, "fixture-pw has mode 0644: group and others must have no access (chmod 600)", false},
 		{"missing admin password file", func(a *bootstrapArgs, dir string) { a.passwordFile = filepath.Join(dir, "fixture-nope") },
 			exitUsage, "--admin-password-file", false},
 		{"empty admin password file", func(a *bootstrapArgs, dir string) { a.passwordFile = writeFixture(t, dir, "fixture-pw", "\n", 0o600) },
-			exitUsage, "fixture-pw is empty: it should hold the Gateway admin's password, on its first line", false},
+			exitRefused, "fixture-pw is empty: it should hold the Gateway admin's password, on its first line", false},
 		{"URL without a host", func(a *bootstrapArgs, _ string) { a.endpoint = "https:///" }, exitUsage, "not an absolute URL with a host", false},
 		{"URL with no server", func(a *bootstrapArgs, _ string) { a.endpoint = "https://127.0.0.1:1" }, exitUnreachable,
 			"bootstrap: the Gateway at https://127.0.0.1:1 did not answer: ", false},

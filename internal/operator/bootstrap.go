@@ -166,6 +166,9 @@ func checkBootstrap(o BootstrapOptions) (*bootstrapInputs, error) {
 	}
 	if o.TrustFile != "" {
 		if err := checkTrustCA(o.TrustFile); err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				err = &fileRefused{err}
+			}
 			return nil, fmt.Errorf("bootstrap: --trust-file: %w", err)
 		}
 	}
@@ -284,6 +287,20 @@ type InputError struct{ Err error }
 
 func (e *InputError) Error() string { return e.Err.Error() }
 func (e *InputError) Unwrap() error { return e.Err }
+
+// FileRefused reports whether the input refused is a file that is there
+// and was read, and does not hold what it should (a trust file with no CA
+// certificate), rather than a flag or a file that is missing.
+func (e *InputError) FileRefused() bool {
+	var fr *fileRefused
+	return errors.As(e.Err, &fr)
+}
+
+// fileRefused marks a file read and refused for what it holds.
+type fileRefused struct{ err error }
+
+func (e *fileRefused) Error() string { return e.err.Error() }
+func (e *fileRefused) Unwrap() error { return e.err }
 
 // AdminRefusedError: the Gateway did not accept the admin credentials
 // bootstrap was given. Nothing was generated.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 
 	"github.com/pdmcp/pdmcp/gateway"
@@ -44,8 +45,14 @@ func GatewayWords(url string, err error, hint string) error {
 	if errors.As(err, new(*UnansweredError)) {
 		return err
 	}
+	// In its own words: the dial error ("connect: connection refused"),
+	// else the cause the client kept (a timeout), else its detail.
 	reason := ae.Detail
-	if ae.Cause != nil {
+	var oe *net.OpError
+	switch {
+	case errors.As(ae.Cause, &oe) && oe.Err != nil:
+		reason = oe.Err.Error()
+	case ae.Cause != nil:
 		reason = ae.Cause.Error()
 	}
 	what := "did not answer"

@@ -3,6 +3,8 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"syscall"
 	"testing"
 
@@ -15,6 +17,8 @@ import (
 func TestGatewayWords(t *testing.T) {
 	unreachable := &api.Error{Layer: api.LayerGateway, Code: api.CodeUnreachable, Detail: "the Gateway could not be reached",
 		Cause: fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED)}
+	dialed := &api.Error{Layer: api.LayerGateway, Code: api.CodeUnreachable, Detail: "the Gateway could not be reached",
+		Cause: &url.Error{Op: "Post", URL: "https://gw/v1/x", Err: &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("connect: %w", syscall.ECONNREFUSED)}}}
 	bad := &api.Error{Layer: api.LayerGateway, Code: api.CodeBadResponse, Detail: "not JSON"}
 	refusal := &api.Error{Layer: api.LayerGateway, Code: api.CodeNotFound, Status: 404, Detail: "no such principal"}
 	for _, tc := range []struct {
@@ -30,6 +34,7 @@ func TestGatewayWords(t *testing.T) {
 		{"with a hint", fmt.Errorf("bootstrap: %w", unreachable), "nothing was generated",
 			"bootstrap: the Gateway at https://gw did not answer: dial tcp 127.0.0.1:1: connection refused; nothing was generated"},
 		{"bad response", fmt.Errorf("acl: %w", bad), "", "acl: the Gateway at https://gw did not answer as a Gateway does: not JSON"},
+		{"a dial error", fmt.Errorf("seed: %w", dialed), "", "seed: the Gateway at https://gw did not answer: connect: connection refused"},
 		{"a refusal", fmt.Errorf("acl: %w", refusal), "", fmt.Errorf("acl: %w", refusal).Error()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
