@@ -80,7 +80,7 @@ func TestBootstrapFailuresCanBeRetried(t *testing.T) {
 		{"missing admin password file", func(a *bootstrapArgs, dir string) { a.passwordFile = filepath.Join(dir, "fixture-nope") },
 			exitUsage, "--admin-password-file", false},
 		{"empty admin password file", func(a *bootstrapArgs, dir string) { a.passwordFile = writeFixture(t, dir, "fixture-pw", "\n", 0o600) },
-			exitRefused, "fixture-pw is empty: it should hold the Gateway admin's password, on its first line", false},
+			exitRefused, "fixture-pw is empty: it should hold the secret on its first line", false},
 		{"URL without a host", func(a *bootstrapArgs, _ string) { a.endpoint = "https:///" }, exitUsage, "not an absolute URL with a host", false},
 		{"URL with no server", func(a *bootstrapArgs, _ string) { a.endpoint = "https://127.0.0.1:1" }, exitUnreachable,
 			"bootstrap: the Gateway at https://127.0.0.1:1 did not answer: ", false},

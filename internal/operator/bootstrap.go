@@ -350,15 +350,14 @@ func nothingLeft(generated bool) string {
 	return ""
 }
 
-// readSecretFile reads the admin password file: owner-only, not empty.
 func readSecretFile(path string) (string, error) {
 	b, err := safefile.ReadSecret(path, 0)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("secret file: %w", err)
 	}
 	s := strings.TrimRight(string(b), "\r\n")
 	if s == "" {
-		return "", &fileerr.EmptyError{Path: path, Holds: "the Gateway admin's password, on its first line"}
+		return "", &fileerr.EmptyError{Path: path, Holds: "the secret on its first line"}
 	}
 	return s, nil
 }
