@@ -48,7 +48,7 @@ func newACLCmd() *cobra.Command {
 	pf.StringVar(&o.Destination, "destination", "", "a save destination: its key")
 	pf.StringVar(&o.Owner, "owner", "", "the key's owner, as the Gateway names the principal (default: the seed record's owner)")
 	pf.StringVar(&o.RecordPath, "seed-record", "", "a seed-record.json whose owner owns the key (default: the one beside the manifest)")
-	oldSpelling(acl, pf, "record", "seed-record", nil, "")
+	aliasFlag(pf, "record", "seed-record", nil, "")
 	pf.BoolVar(&asJSON, "json", false, "print one JSON object (shape in pdmcp acl --help) instead of the report")
 	// The manifest's names, once --manifest is given.
 	_ = acl.RegisterFlagCompletionFunc("document", completeNameFromManifest(func(m *grant.Manifest) []string {

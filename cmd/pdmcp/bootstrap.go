@@ -102,7 +102,7 @@ func newBootstrapCmd() *cobra.Command {
 	f.StringVar(&o.CredentialsDir, "credentials-dir", "", "where generated credentials go (default: service/ beside --out)")
 	f.StringVar(&o.Prefix, "prefix", "", "the service's principal prefix (default: the Gateway chooses)")
 	f.StringVar(&o.ConfigOut, "out", "", "where to write config.json (never overwritten), or - for standard output")
-	oldSpelling(cmd, f, "config-out", "out", nil, "")
+	aliasFlag(f, "config-out", "out", nil, "")
 	// Always on: kept so old command lines run; says so when given.
 	f.BoolVar(&allowScoped, "allow-scoped", true, "always on: the service is registered with scoped sessions")
 	_ = f.MarkHidden("allow-scoped")

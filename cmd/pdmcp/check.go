@@ -86,8 +86,8 @@ not there, 4 the Gateway did not answer, 1 check failed while working.`
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	completeFiles(cmd, "json", "manifest", "config", "seed-record")
 	completeFiles(cmd, "", "journal")
-	aliasFlag(f, "key-server", "config", nil)
-	aliasFlag(f, "record", "seed-record", nil)
+	aliasFlag(f, "key-server", "config", nil, "")
+	aliasFlag(f, "record", "seed-record", nil, "")
 	return requireFlags(cmd, "manifest")
 }
 

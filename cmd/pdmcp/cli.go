@@ -533,14 +533,19 @@ func (a *aliasValue) Set(s string) error {
 }
 
 // aliasFlag adds old to fs as a hidden spelling of the flag named target
-// that warns when used. convert, when not nil, turns the old flag's value
-// into the new one's.
-func aliasFlag(fs *pflag.FlagSet, old, target string, convert func(string) (string, error)) {
+// that warns when used (on standard error: see warnTo). convert, when not
+// nil, turns the old flag's value into the new one's; oldType, when not
+// "", is the type the old flag's value had, so its value errors are
+// worded for it ("int" for seconds).
+func aliasFlag(fs *pflag.FlagSet, old, target string, convert func(string) (string, error), oldType string) {
 	t := fs.Lookup(target)
 	if t == nil {
 		panic("aliasFlag: no flag --" + target) // a wiring mistake, found by every test
 	}
 	typ := t.Value.Type()
+	if oldType != "" {
+		typ = oldType
+	}
 	f := fs.VarPF(&aliasValue{fs: fs, target: target, convert: convert, typ: typ}, old, "", "old spelling of --"+target)
 	if typ == "bool" {
 		f.NoOptDefVal = "true"

@@ -1266,7 +1266,7 @@ func TestDocsCheckerFindsMistakes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		aliasFlag(g.Flags(), "old-out", "out", nil)
+		aliasFlag(g.Flags(), "old-out", "out", nil, "")
 		return root
 	}
 	f := docFacts{root: withAlias, devUsers: docsDevUsers(t), literals: map[string]bool{"seed-record.json": true, "DOCUMENT_NOT_IN_GRANT": true, "SEED: OK": true, "ACL %s: OK\n": true, "pdmcp audit head v1\n": true}}

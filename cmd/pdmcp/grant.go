@@ -130,7 +130,7 @@ func newGrantCmd() *cobra.Command {
 	f.StringSliceVar(&o.Steps, "steps", nil, "hand-off steps (comma-separated)")
 	f.StringVar(&o.FileRoot, "file-root", "", "the one folder the file tools may use")
 	f.DurationVar(&o.TTL, "ttl", taskTTL, "how long the grant lasts, as 15m, 12h or 720h (with --caller-identity the default is 720h)")
-	oldSpelling(cmd, f, "ttl-seconds", "ttl", secondsToDuration, "int")
+	aliasFlag(f, "ttl-seconds", "ttl", secondsToDuration, "int")
 	f.StringVar(&o.Out, "out", "", "where to write the grant (mode 600), or - for standard output")
 	f.StringVar(&seedRecord, "seed-record", "", "the seed record (default: seed-record.json beside the manifest)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")

@@ -147,7 +147,7 @@ func newProtectCmd() *cobra.Command {
 	f.StringVar(&o.Category, "category", "", "the document's category")
 	f.StringVar(&o.Owner, "owner", "", "the keys' owner, as the Gateway names the principal (default: the --seed-record seed's owner)")
 	f.StringVar(&o.RecordPath, "seed-record", "", "a seed-record.json: add the keys created here, so pdmcp seed --cleanup removes them")
-	oldSpelling(cmd, f, "record", "seed-record", nil, "")
+	aliasFlag(f, "record", "seed-record", nil, "")
 	f.StringArrayVar(&keys, "key", nil, "dataType=t-Tag: use this existing key for the data type instead of creating one (repeatable)")
 	f.StringArrayVar(&sections, "ccda-section", nil, "LOINC=dataType: protect C-CDA sections of this code too (repeatable)")
 	f.StringArrayVar(&segments, "hl7-segment", nil, "ID=dataType or ID=clear: protect, or keep in the clear, this HL7 segment too (repeatable)")

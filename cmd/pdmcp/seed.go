@@ -151,7 +151,7 @@ func newSeedCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "config.json from pdmcp bootstrap")
 	f.StringVar(&outDir, "out", "", "an empty folder for the manifest, the ciphertexts and seed-record.json (required without --cleanup)")
-	oldSpelling(cmd, f, "out-dir", "out", nil, "")
+	aliasFlag(f, "out-dir", "out", nil, "")
 	f.StringVar(&tag, "tag", "", "names this seed's principals (random when omitted)")
 	f.VarPF(&cleanup, "cleanup", "", "remove the keys and principals --seed-record lists instead").NoOptDefVal = "true"
 	f.StringVar(&seedRecord, "seed-record", "", "with --cleanup: the seed's seed-record.json (default: the one in --out)")
