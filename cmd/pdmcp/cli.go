@@ -23,6 +23,7 @@ import (
 	"github.com/pdmcp/pdmcp/internal/fileerr"
 	"github.com/pdmcp/pdmcp/internal/safefile"
 	"github.com/pdmcp/pdmcp/internal/strictjson"
+	"github.com/pdmcp/pdmcp/internal/suggest"
 )
 
 // Exit statuses, the same for every command (listed in `pdmcp --help` and
@@ -481,32 +482,11 @@ func suggestFlag(c *cobra.Command, name string) string {
 		if strings.HasPrefix(n, name) && len(name) >= 3 {
 			return n
 		}
-		if d := editDistance(name, n); d < bestD {
+		if d := suggest.Distance(name, n); d < bestD {
 			best, bestD = n, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // aliasValue is an old spelling of a flag: setting it sets the new flag

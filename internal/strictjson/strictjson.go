@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/pdmcp/pdmcp/internal/fileerr"
+	"github.com/pdmcp/pdmcp/internal/suggest"
 )
 
 // The kinds of refusal, matched with errors.Is on an [*Error]. An empty
@@ -450,7 +451,7 @@ func unknown(key string, fields map[string]field, member string, line, col int) 
 			e.Problem = fmt.Sprintf("unknown field: member names are case-sensitive: did you mean %s?", strconv.Quote(name))
 			return e
 		}
-		if d := distance(strings.ToLower(name), strings.ToLower(key)); d < bestDist {
+		if d := suggest.Distance(strings.ToLower(name), strings.ToLower(key)); d < bestDist {
 			best, bestDist = name, d
 		}
 	}
@@ -458,27 +459,6 @@ func unknown(key string, fields map[string]field, member string, line, col int) 
 		e.Problem = fmt.Sprintf("unknown field: did you mean %s? If not, remove it", strconv.Quote(best))
 	}
 	return e
-}
-
-// distance is the Levenshtein distance between a and b, in bytes.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // field is a struct field as the walk sees it: its type, and whether it is
