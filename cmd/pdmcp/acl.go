@@ -51,13 +51,13 @@ func newACLCmd() *cobra.Command {
 	aliasFlag(pf, "record", "seed-record", nil, "")
 	pf.BoolVar(&asJSON, "json", false, "print one JSON object (shape in pdmcp acl --help) instead of the report")
 	// The manifest's names, once --manifest is given.
-	_ = acl.RegisterFlagCompletionFunc("document", completeNameFromManifest(func(m *grant.Manifest) []string {
+	_ = acl.RegisterFlagCompletionFunc("document", completeFromManifest(false, func(m *grant.Manifest) []string {
 		return slices.Sorted(maps.Keys(m.Documents))
 	}))
-	_ = acl.RegisterFlagCompletionFunc("data-type", completeNameFromManifest(func(m *grant.Manifest) []string {
+	_ = acl.RegisterFlagCompletionFunc("data-type", completeFromManifest(false, func(m *grant.Manifest) []string {
 		return slices.Sorted(maps.Keys(m.CompoundKeys))
 	}))
-	_ = acl.RegisterFlagCompletionFunc("destination", completeNameFromManifest(func(m *grant.Manifest) []string {
+	_ = acl.RegisterFlagCompletionFunc("destination", completeFromManifest(false, func(m *grant.Manifest) []string {
 		return slices.Sorted(maps.Keys(m.Destinations))
 	}))
 	_ = acl.MarkPersistentFlagRequired("config")

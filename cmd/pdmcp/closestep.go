@@ -170,7 +170,7 @@ func newCloseStepCmd() *cobra.Command {
 	f.StringVar(&journalPath, "journal", "", "the server's journal (default <manifest>.journal.sqlite)")
 	f.StringVar(&step, "step", "", "the step whose open hand-offs to revoke: a step of the manifest")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")
-	_ = cmd.RegisterFlagCompletionFunc("step", completeNameFromManifest(func(m *grant.Manifest) []string {
+	_ = cmd.RegisterFlagCompletionFunc("step", completeFromManifest(false, func(m *grant.Manifest) []string {
 		return slices.Sorted(maps.Keys(m.Steps))
 	}))
 	return requireFlags(cmd, "config", "manifest", "step")

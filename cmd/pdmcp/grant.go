@@ -136,7 +136,7 @@ func newGrantCmd() *cobra.Command {
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (shape in --help) instead of prose")
 	_ = cmd.RegisterFlagCompletionFunc("tools", completeTools)
 	// The manifest's names, once --manifest is given.
-	_ = cmd.RegisterFlagCompletionFunc("documents", completeFromManifest(func(m *grant.Manifest) []string {
+	_ = cmd.RegisterFlagCompletionFunc("documents", completeFromManifest(true, func(m *grant.Manifest) []string {
 		var ids []string
 		for _, id := range slices.Sorted(maps.Keys(m.Documents)) {
 			if m.Documents[id].Approved {
@@ -145,10 +145,10 @@ func newGrantCmd() *cobra.Command {
 		}
 		return ids
 	}))
-	_ = cmd.RegisterFlagCompletionFunc("destinations", completeFromManifest(func(m *grant.Manifest) []string {
+	_ = cmd.RegisterFlagCompletionFunc("destinations", completeFromManifest(true, func(m *grant.Manifest) []string {
 		return slices.Sorted(maps.Keys(m.Destinations))
 	}))
-	_ = cmd.RegisterFlagCompletionFunc("steps", completeFromManifest(func(m *grant.Manifest) []string {
+	_ = cmd.RegisterFlagCompletionFunc("steps", completeFromManifest(true, func(m *grant.Manifest) []string {
 		return slices.Sorted(maps.Keys(m.Steps))
 	}))
 	return requireFlags(cmd, "manifest", "out")
