@@ -102,6 +102,23 @@ type PoolConfig struct {
 	// runs on the pool's own goroutine for an eviction ahead of need), to
 	// log and count it; when nil the pool logs it on Logger.
 	OnPanic func(v any)
+	// RefusedFor: a mint the Gateway refused finally (the identity not
+	// mapped, the principal disabled or not the service's, scoped sessions
+	// not allowed) is remembered this long for that caller (MinIdle when
+	// zero), and their calls are answered the same refusal meanwhile,
+	// without taking a place, ending anyone or asking the Gateway: else a
+	// user who can never be served would end a recent user's session on
+	// every call to free a place for a mint bound to fail. After it they
+	// are tried again (an operator may have mapped them), but their call
+	// ends only a user idle past MinIdle, until a mint of theirs succeeds.
+	// MinIdle by default: the same span within which a user is held to be
+	// still at work and is never ended ahead of need.
+	RefusedFor time.Duration
+	// MaxRefusedCallers bounds how many such callers are remembered
+	// (DefaultMaxRefusedCallers when zero), the least recently refused
+	// dropped first, so that a flood of distinct refused callers cannot
+	// grow the pool's memory.
+	MaxRefusedCallers int
 }
 
 // Pool keeps one scoped session per user for the HTTP transport: each
@@ -127,6 +144,11 @@ type PoolConfig struct {
 // revoke confirmed first); when every place is busy, it waits up to
 // MaxPlaceWait and is then refused SESSIONS_BUSY, retryable.
 //
+// A caller the Gateway refused finally (RefusedFor) is answered that
+// refusal again for RefusedFor, with nothing taken, ended or sent; tried
+// again after it, their call ends only a user idle past MinIdle, so that
+// one user who cannot be served never keeps the pool turning over.
+//
 // Concurrent calls of one user wait for each other, so that they mint at
 // most one session; no lock is held across a Gateway request that another
 // user's call needs.
@@ -142,6 +164,7 @@ type Pool struct {
 	now          func() time.Time
 	log          *slog.Logger
 	onPanic      func(v any)
+	refusedFor   time.Duration
 
 	// bg counts background evictions, waited for by EndAll.
 	bg sync.WaitGroup
@@ -160,6 +183,8 @@ type Pool struct {
 	evicting int
 	// spareTimer, when set, looks again for a user idle for spareIdle.
 	spareTimer *time.Timer
+	// refused are the callers whose mint was refused finally.
+	refused refusedMemory
 }
 
 // poolEntry is one user's place in the pool.
@@ -256,6 +281,12 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.SpareIdle != 0 && cfg.SpareIdle < minIdle {
 		return nil, fmt.Errorf("session pool: SpareIdle %s is under MinIdle %s; a user who called within MinIdle is never ended ahead of need", cfg.SpareIdle, minIdle)
 	}
+	if cfg.RefusedFor < 0 {
+		return nil, fmt.Errorf("session pool: RefusedFor %s is negative", cfg.RefusedFor)
+	}
+	if cfg.MaxRefusedCallers < 0 {
+		return nil, fmt.Errorf("session pool: MaxRefusedCallers %d is negative", cfg.MaxRefusedCallers)
+	}
 	p := &Pool{
 		minter:       cfg.Minter,
 		objects:      slices.Clone(cfg.Objects),
@@ -268,6 +299,8 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		now:          cfg.Now,
 		log:          cfg.Logger,
 		onPanic:      cfg.OnPanic,
+		refusedFor:   cmp.Or(cfg.RefusedFor, minIdle),
+		refused:      newRefusedMemory(cmp.Or(cfg.MaxRefusedCallers, DefaultMaxRefusedCallers)),
 		callers:      map[string]*poolEntry{},
 		freed:        make(chan struct{}),
 	}
@@ -306,7 +339,10 @@ func releasedAtOnce(s *Session, release func(), err error) (*Session, error) {
 //
 // A mint refused IDP_UNAVAILABLE with a Retry-After of at most MaxRetryWait
 // is tried once more after that wait; any other failure is returned as it
-// is and leaves nothing cached for the user. Refusals are *api.Error.
+// is and leaves no session cached for the user. A final refusal of the
+// Gateway (see PoolConfig.RefusedFor) is remembered: the user's calls for
+// RefusedFor after it are answered the same refusal, nothing sent.
+// Refusals are *api.Error.
 func (p *Pool) Acquire(ctx context.Context, callerID string, subject SubjectSource) (_ *Session, release func(), _ error) {
 	if callerID == "" {
 		return nil, nil, errors.New("session pool: empty caller id")
@@ -410,6 +446,11 @@ func (p *Pool) entry(id string) (*poolEntry, error) {
 	}
 	e := p.callers[id]
 	if e == nil {
+		// Answered before the user counts as arrived: a caller refused
+		// finally a moment ago frees no place and ends no one.
+		if err := p.refusedAnswerLocked(id); err != nil {
+			return nil, err
+		}
 		e = &poolEntry{id: id, digest: callerDigest(id), lock: make(chan struct{}, 1)}
 		p.callers[id] = e
 		// A newcomer will need a place: free one for them now, while
@@ -480,9 +521,18 @@ func (p *Pool) serve(ctx context.Context, e *poolEntry, subject SubjectSource) (
 			delete(p.callers, e.id)
 			e.gone = true
 		}
+		ae, final := finalMintRefusal(err)
+		if final {
+			p.refused.remember(e.id, ae, p.now())
+		}
 		p.mu.Unlock()
+		if final {
+			p.log.LogAttrs(ctx, slog.LevelInfo, "gateway session pool: mint refused finally; the caller's calls get the same answer for a while",
+				slog.String("caller", e.digest), slog.String("code", ae.Code), slog.Duration("for", p.refusedFor))
+		}
 		return nil, false, err
 	}
+	p.refused.forget(e.id)
 	if e.gone {
 		// End or EndAll took the user out while this session was being
 		// minted: it must not outlive them.

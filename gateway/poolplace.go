@@ -49,8 +49,9 @@ func (p *Pool) givePlace(e *poolEntry) {
 }
 
 // takePlace makes sure e holds a place before it mints: a free one, or the
-// place of the least recent user with no call in flight, whose session is
-// revoked first; else it waits, up to MaxPlaceWait, for either. e.lock is
+// place of the least recent user with no call in flight (idle past MinIdle
+// when e's mint was refused finally before), whose session is revoked
+// first; else it waits, up to MaxPlaceWait, for either. e.lock is
 // held. again says e left the pool meanwhile (its place, if any, is given
 // up).
 func (p *Pool) takePlace(ctx context.Context, e *poolEntry) (again bool, _ error) {
@@ -87,7 +88,13 @@ func (p *Pool) takePlace(ctx context.Context, e *poolEntry) (again bool, _ error
 				return false, fmt.Errorf("waiting for a place in the session pool: %w", ctx.Err())
 			}
 		}
-		if v := p.idlestLocked(e, time.Time{}); v != nil {
+		// A caller whose mint was refused finally before, tried again,
+		// may be refused again: it ends only a user idle past MinIdle.
+		var calledBefore time.Time
+		if p.wasRefusedLocked(e.id) {
+			calledBefore = p.now().Add(-p.minIdle)
+		}
+		if v := p.idlestLocked(e, calledBefore); v != nil {
 			// v's place passes to e once v's session is revoked: e mints
 			// only after that, so the count at the Gateway never rises.
 			delete(p.callers, v.id)
@@ -161,12 +168,14 @@ func (p *Pool) idlestLocked(keep *poolEntry, calledBefore time.Time) *poolEntry 
 // no call in flight who has not called for MinIdle is ended in the
 // background now, and their place passes to callerID, reserved, once the
 // session is revoked; their first call mints in it. When no such user
-// exists, or a place is free, nothing is ended and nothing is reserved.
+// exists, or a place is free, or callerID's mint was refused finally
+// within RefusedFor, nothing is ended and nothing is reserved.
 // Nothing is minted; at most one place is freed this way at a time.
 func (p *Pool) Expect(callerID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if callerID == "" || p.closed || p.callers[callerID] != nil || p.places < p.maxCallers || p.evicting > 0 {
+	if callerID == "" || p.closed || p.callers[callerID] != nil || p.places < p.maxCallers || p.evicting > 0 ||
+		p.refusedAnswerLocked(callerID) != nil {
 		return
 	}
 	e := &poolEntry{id: callerID, digest: callerDigest(callerID), lock: make(chan struct{}, 1)}
