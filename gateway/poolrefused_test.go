@@ -50,6 +50,9 @@ func TestPoolRefusedCallerDoesNotChurn(t *testing.T) {
 	if n := w.count(api.RouteRevoke) - revokes; n != 1 {
 		t.Fatalf("carol's first call: %d revokes, want alice's", n)
 	}
+	if n := w.count(api.RouteScoped) - mints; n != 1 {
+		t.Fatalf("carol's first call: %d mints, want 1", n)
+	}
 	aliceSess := w.session(t, p, alice) // alice is back: the pool is full again
 	bobSess := w.session(t, p, bob)
 	mints, revokes = w.count(api.RouteScoped), w.count(api.RouteRevoke)
