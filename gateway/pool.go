@@ -82,7 +82,8 @@ type PoolConfig struct {
 	// MinIdle: a user who called within this long is never ended ahead
 	// of need, whoever is expected or arrives (DefaultMinIdle when zero);
 	// only a newcomer's call that has its subject token in hand, and finds
-	// no place free, ends them (see Pool). A place reserved ahead of need
+	// no place free, ends them (see Pool), and not one whose mint the
+	// Gateway refused finally before (see RefusedFor). A place reserved ahead of need
 	// for a newcomer who has not called yet is kept for them this long too.
 	MinIdle time.Duration
 	// SpareIdle: once every place is taken, the user who called least
