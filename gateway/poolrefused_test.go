@@ -181,3 +181,36 @@ func TestPoolRefusedCallersAreBounded(t *testing.T) {
 		t.Fatal("alice lost her session to the flood")
 	}
 }
+
+// TestPoolRefusedCallerFreesNothingAhead: within RefusedFor (here longer
+// than MinIdle), a refused caller expected or arriving frees no place
+// ahead of need, though alice and bob are idle past MinIdle.
+func TestPoolRefusedCallerFreesNothingAhead(t *testing.T) {
+	w, p, clock, alice, bob, carol := newRefusedPool(t, gateway.PoolConfig{RefusedFor: 5 * refusedMinIdle})
+	w.session(t, p, alice)
+	_, err := p.Session(context.Background(), carol.caller.ID(), w.source(carol, nil))
+	wantRefusalCode(t, err, api.LayerGateway, api.CodeIdentityNotMapped)
+	w.session(t, p, bob) // the pool is full
+	mints, revokes := w.count(api.RouteScoped), w.count(api.RouteRevoke)
+
+	clock.Advance(2 * refusedMinIdle)
+	p.Expect(carol.caller.ID())
+	_, err = p.Session(context.Background(), carol.caller.ID(), w.source(carol, nil))
+	wantRefusalCode(t, err, api.LayerGateway, api.CodeIdentityNotMapped)
+	if !holds(p, alice) || !holds(p, bob) {
+		t.Fatal("a refused caller's expected or refused call ended a user ahead of need")
+	}
+	if n := w.count(api.RouteRevoke) - revokes; n != 0 {
+		t.Fatalf("%d revokes", n)
+	}
+	if n := w.count(api.RouteScoped) - mints; n != 0 {
+		t.Fatalf("%d mints", n)
+	}
+
+	// The same Expect for a newcomer never refused ends alice, idle past
+	// MinIdle: what the refused caller was kept from.
+	p.Expect("dave")
+	if holds(p, alice) {
+		t.Fatal("alice, idle past MinIdle, was not ended for an expected newcomer")
+	}
+}
