@@ -148,45 +148,73 @@ func jsonRPCShape(supported []string, noteIDs bool, next http.Handler) http.Hand
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				http.Error(w, "Request Entity Too Large", http.StatusRequestEntityTooLarge)
+		var body []byte
+		var env *envelope
+		if p, ok := parsedBodyOf(r.Context()); ok {
+			// The user limiter read and decoded it.
+			body, env = p.body, p.env
+		} else {
+			var err error
+			if body, err = io.ReadAll(r.Body); err != nil {
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					http.Error(w, "Request Entity Too Large", http.StatusRequestEntityTooLarge)
+					return
+				}
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					// boundRequests' body deadline passed.
+					http.Error(w, "Request Timeout: the body did not arrive in time", http.StatusRequestTimeout)
+					return
+				}
+				http.Error(w, "Bad Request", http.StatusBadRequest)
 				return
 			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				// boundRequests' body deadline passed.
-				http.Error(w, "Request Timeout: the body did not arrive in time", http.StatusRequestTimeout)
+			env, _ = parseEnvelope(body)
+		}
+		var id json.RawMessage
+		if env != nil {
+			// The common body, decoded once: the same checks, read from
+			// its envelope.
+			if env.Method.n == 0 && env.Result.n == 0 && env.Error.n == 0 {
+				writeRPCError(w, -32600, notAMessage)
 				return
 			}
-			http.Error(w, "Bad Request", http.StatusBadRequest)
-			return
-		}
-		trimmed := bytes.TrimSpace(body)
-		switch {
-		case !json.Valid(trimmed):
-			writeRPCError(w, -32700, "parse error: the body is not JSON")
-			return
-		case len(trimmed) > 0 && trimmed[0] == '[':
-			writeRPCError(w, -32600, "invalid request: JSON-RPC batches are not accepted; send one message per request")
-			return
-		case len(trimmed) == 0 || trimmed[0] != '{':
-			writeRPCError(w, -32600, "invalid request: the body must be one JSON-RPC message object")
-			return
-		}
-		isMsg, id := messageShape(trimmed)
-		if !isMsg {
-			writeRPCError(w, -32600, "invalid request: a JSON-RPC message has a method (a request or notification) or a result or error (a response)")
-			return
-		}
-		if id, msg := protocolHeaderMismatch(r.Header, trimmed); msg != "" {
-			writeRPCErrorID(w, id, codeHeaderMismatch, msg)
-			return
-		}
-		if requested, why := unsupportedVersion(r.Header, trimmed, supported); why != "" {
-			writeUnsupportedVersion(w, messageID(trimmed), requested, why, supported)
-			return
+			id = env.ID.raw
+			if msg := headerMismatch(r.Header, env); msg != "" {
+				writeRPCErrorID(w, id, codeHeaderMismatch, msg)
+				return
+			}
+			if requested, why := unsupportedVersionOf(r.Header, env.metaVersion(), true, supported); why != "" {
+				writeUnsupportedVersion(w, id, requested, why, supported)
+				return
+			}
+		} else {
+			trimmed := bytes.TrimSpace(body)
+			switch {
+			case !json.Valid(trimmed):
+				writeRPCError(w, -32700, "parse error: the body is not JSON")
+				return
+			case len(trimmed) > 0 && trimmed[0] == '[':
+				writeRPCError(w, -32600, "invalid request: JSON-RPC batches are not accepted; send one message per request")
+				return
+			case len(trimmed) == 0 || trimmed[0] != '{':
+				writeRPCError(w, -32600, "invalid request: the body must be one JSON-RPC message object")
+				return
+			}
+			var isMsg bool
+			isMsg, id = messageShape(trimmed)
+			if !isMsg {
+				writeRPCError(w, -32600, notAMessage)
+				return
+			}
+			if id, msg := protocolHeaderMismatch(r.Header, trimmed); msg != "" {
+				writeRPCErrorID(w, id, codeHeaderMismatch, msg)
+				return
+			}
+			if requested, why := unsupportedVersion(r.Header, trimmed, supported); why != "" {
+				writeUnsupportedVersion(w, messageID(trimmed), requested, why, supported)
+				return
+			}
 		}
 		if noteIDs && len(id) > 0 {
 			var v any
@@ -219,6 +247,10 @@ func messageShape(obj []byte) (bool, json.RawMessage) {
 	}
 	return m.Method != nil || m.Result != nil || m.Error != nil, m.ID
 }
+
+// notAMessage answers an object that is neither a request, a notification
+// nor a response.
+const notAMessage = "invalid request: a JSON-RPC message has a method (a request or notification) or a result or error (a response)"
 
 // codeHeaderMismatch is the JSON-RPC error code protocol 2026-07-28 names
 // for an HTTP header that disagrees with the message it carries (SEP-2243).
@@ -259,16 +291,36 @@ func protocolHeaderMismatch(h http.Header, msg []byte) (json.RawMessage, string)
 	}
 	raw, ok := m.Params.Meta[metaProtocolVersion]
 	var body string
-	if !ok || json.Unmarshal(raw, &body) != nil || body == "" {
+	if !ok || json.Unmarshal(raw, &body) != nil {
 		return nil, ""
+	}
+	if why := versionMismatch(h, body); why != "" {
+		return m.ID, why
+	}
+	return nil, ""
+}
+
+// headerMismatch is protocolHeaderMismatch read from an envelope.
+func headerMismatch(h http.Header, env *envelope) string {
+	if m, ok := env.method(); !ok || m == "" {
+		return ""
+	}
+	return versionMismatch(h, env.metaVersion())
+}
+
+// versionMismatch is why a message naming protocol body in its _meta (""
+// for none) has the wrong Mcp-Protocol-Version header, or "".
+func versionMismatch(h http.Header, body string) string {
+	if body == "" {
+		return ""
 	}
 	switch header := h.Get("Mcp-Protocol-Version"); {
 	case header == "":
-		return m.ID, fmt.Sprintf("header mismatch: the message names protocol %q in _meta but has no Mcp-Protocol-Version header; send the header with the same value", body)
+		return fmt.Sprintf("header mismatch: the message names protocol %q in _meta but has no Mcp-Protocol-Version header; send the header with the same value", body)
 	case header != body:
-		return m.ID, fmt.Sprintf("header mismatch: Mcp-Protocol-Version header %q does not match the message's _meta protocol %q", header, body)
+		return fmt.Sprintf("header mismatch: Mcp-Protocol-Version header %q does not match the message's _meta protocol %q", header, body)
 	}
-	return nil, ""
+	return ""
 }
 
 // metaProtocolVersion is the _meta key a 2026-07-28 request names its

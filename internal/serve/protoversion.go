@@ -32,23 +32,32 @@ const maxEchoedVersion = 64
 // Every one of these is the same refusal under 2026-07-28: the revision is
 // not served that way, here is what is.
 func unsupportedVersion(h http.Header, msg []byte, supported []string) (requested, why string) {
-	header := h.Get("Mcp-Protocol-Version")
-	if header != "" && !slices.Contains(supported, header) {
-		return header, fmt.Sprintf("unsupported protocol version: this server serves %v; retry with one of them", supported)
-	}
 	if len(msg) == 0 {
-		return "", ""
+		return unsupportedVersionOf(h, "", false, supported)
 	}
 	var m struct {
 		Params struct {
 			Meta map[string]json.RawMessage `json:"_meta"`
 		} `json:"params"`
 	}
-	if json.Unmarshal(msg, &m) != nil {
-		return "", ""
-	}
 	var meta string
-	if raw, ok := m.Params.Meta[metaProtocolVersion]; !ok || json.Unmarshal(raw, &meta) != nil || meta == "" {
+	if json.Unmarshal(msg, &m) == nil {
+		if raw, ok := m.Params.Meta[metaProtocolVersion]; ok && json.Unmarshal(raw, &meta) != nil {
+			meta = ""
+		}
+	}
+	return unsupportedVersionOf(h, meta, true, supported)
+}
+
+// unsupportedVersionOf is unsupportedVersion given the revision the
+// message's _meta names ("" for none); hasBody false is a request with no
+// message.
+func unsupportedVersionOf(h http.Header, meta string, hasBody bool, supported []string) (requested, why string) {
+	header := h.Get("Mcp-Protocol-Version")
+	if header != "" && !slices.Contains(supported, header) {
+		return header, fmt.Sprintf("unsupported protocol version: this server serves %v; retry with one of them", supported)
+	}
+	if !hasBody || meta == "" {
 		return "", ""
 	}
 	switch {

@@ -315,8 +315,21 @@ func (l *UserLimiter) Wrap(next http.Handler) http.Handler {
 			held.bodyBytes = used
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-
-		if id, listen := listenRequest(body); listen {
+		// The body is decoded here once for every check of internal/serve
+		// that reads it (jsonRPCShape too).
+		env, parsed := parseEnvelope(body)
+		if body != nil {
+			r = withParsedBody(r, body, env)
+		}
+		isListen := false
+		if parsed {
+			m, ok := env.method()
+			isListen = ok && m == methodListen
+		} else {
+			_, isListen = listenRequest(body)
+		}
+		if isListen {
+			id, _ := listenRequest(body)
 			// A listen stream is open as long as the host runs: it counts
 			// as a stream, not as a request in flight.
 			if rf := l.take(user, userLoad{listens: 1}); rf.refused() {
