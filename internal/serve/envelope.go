@@ -26,6 +26,11 @@ type envelope struct {
 	Result envelopeMember `json:"result"`
 	Error  envelopeMember `json:"error"`
 	Params envelopeMember `json:"params"`
+
+	// What the checks read of method and params, decoded once.
+	methodName string
+	methodOK   bool
+	version    string
 }
 
 // envelopeMember is one member's raw value and how many members of the
@@ -60,27 +65,33 @@ func parseEnvelope(body []byte) (*envelope, bool) {
 			return nil, false
 		}
 	}
+	e.methodName, e.methodOK = decodeMethod(e.Method.raw)
+	e.version = decodeMetaVersion(e.Params.raw)
 	return e, true
 }
 
 // method is the message's method as protocolHeaderMismatch reads it: ""
 // when there is none (or it is null), and ok false when it is not a string.
-func (e *envelope) method() (string, bool) {
+func (e *envelope) method() (string, bool) { return e.methodName, e.methodOK }
+
+// metaVersion is the protocol revision the message's params._meta names,
+// "" when it names none, or when params (or its _meta) is not an object:
+// the checks leave such a message to the SDK.
+func (e *envelope) metaVersion() string { return e.version }
+
+func decodeMethod(raw json.RawMessage) (string, bool) {
 	var s string
-	if e.Method.raw != nil && json.Unmarshal(e.Method.raw, &s) != nil {
+	if raw != nil && json.Unmarshal(raw, &s) != nil {
 		return "", false
 	}
 	return s, true
 }
 
-// metaVersion is the protocol revision the message's params._meta names,
-// "" when it names none, or when params (or its _meta) is not an object:
-// the checks leave such a message to the SDK.
-func (e *envelope) metaVersion() string {
+func decodeMetaVersion(params json.RawMessage) string {
 	var p struct {
-		Meta map[string]json.RawMessage `json:"_meta"`
+		Meta map[string]rawValue `json:"_meta"`
 	}
-	if e.Params.raw != nil && json.Unmarshal(e.Params.raw, &p) != nil {
+	if params != nil && json.Unmarshal(params, &p) != nil {
 		return ""
 	}
 	var meta string
@@ -88,6 +99,15 @@ func (e *envelope) metaVersion() string {
 		return ""
 	}
 	return meta
+}
+
+// rawValue is json.RawMessage without the copy: it keeps the bytes it is
+// handed, a part of a body that is not changed while it is read.
+type rawValue []byte
+
+func (r *rawValue) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
 }
 
 // parsedBody is a body the user limiter read, and its envelope (nil when
