@@ -254,11 +254,18 @@ func TestHTTPEvictionReloginAndIdPUnavailable(t *testing.T) {
 		t.Error("no audit line says serviceRelogin: true")
 	}
 
-	// A long IDP_UNAVAILABLE is returned with retryAfter for a fresh mint.
+	// dave's refusal is final: within the pool's RefusedFor his next call
+	// is answered it again, with nothing sent to the Gateway.
+	mints = hs.env.Gateway.Count(api.RouteScoped)
+	if m, e := read(dave); !e || m["code"] != "IDENTITY_NOT_MAPPED" || hs.env.Gateway.Count(api.RouteScoped) != mints {
+		t.Fatalf("an unmapped user's second call: %v, %d mints sent", m, hs.env.Gateway.Count(api.RouteScoped)-mints)
+	}
+
+	// A long IDP_UNAVAILABLE is returned with retryAfter for a fresh mint:
+	// bob's, whose session alice's return ended.
 	hs.env.Gateway.SetFaults(reference.Faults{IdPUnavailable: 30 * time.Second})
 	bob2 := hs.connect(t, hs.token(t, "bob", "pw-b"))
-	_ = bob2
-	m, e = read(dave)
+	m, e = read(bob2)
 	if !e || m["code"] != "IDP_UNAVAILABLE" {
 		t.Fatalf("IDP_UNAVAILABLE: %v", m)
 	}
