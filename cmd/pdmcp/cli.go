@@ -173,16 +173,52 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	warnTo(root, stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	code := exitCode(err, st.ran)
 	if err != nil {
 		var ee *exitError
 		if !errors.As(err, &ee) || !ee.silent {
-			fmt.Fprintln(stderr, errorLine(err))
+			fmt.Fprintln(stderr, errorLine(nameMissingFlag(cmd, err)))
 		}
 	}
 	return code
 }
+
+// nameMissingFlag is err with a missing file named by the flag that gave
+// it: "open x.json: no such file or directory" becomes "--config x.json:
+// no such file or directory", so the operator sees which flag to correct.
+// Any other error, or a path no flag of cmd holds, is err as it is.
+func nameMissingFlag(cmd *cobra.Command, err error) error {
+	var pe *fs.PathError
+	if cmd == nil || !errors.As(err, &pe) || !errors.Is(pe, fs.ErrNotExist) {
+		return err
+	}
+	name, given := "", ""
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if name != "" || !f.Changed || f.Hidden || f.Value.Type() != "string" {
+			return
+		}
+		// Some commands resolve a path before opening it.
+		v := f.Value.String()
+		if abs, aerr := filepath.Abs(v); v == pe.Path || aerr == nil && abs == pe.Path {
+			name, given = f.Name, v
+		}
+	})
+	if name == "" {
+		return err
+	}
+	return &flagPathError{err: err, old: pe.Error(), new: fmt.Sprintf("--%s %s: no such file or directory", name, given)}
+}
+
+// flagPathError is an error whose text names the flag of a missing file;
+// it unwraps to the original, so exit statuses are unchanged.
+type flagPathError struct {
+	err      error
+	old, new string
+}
+
+func (e *flagPathError) Error() string { return strings.Replace(e.err.Error(), e.old, e.new, 1) }
+func (e *flagPathError) Unwrap() error { return e.err }
 
 // warnTo sends the flags' warnings (an old spelling's "Flag --x has been
 // deprecated, use --y instead") of every command under c to w. Cobra
