@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pdmcp/pdmcp/gateway"
 	"github.com/pdmcp/pdmcp/gateway/api"
@@ -112,33 +111,10 @@ func journalRun(t *testing.T, dir, id string) *protectRun {
 func TestProtectInterruptedThenAbandoned(t *testing.T) {
 	env, svc, dir := seeded(t, "i")
 	env.Gateway.ResetCounts()
-	env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
+	err := stopAtFirstEncrypt(t, env, "protect", func(ctx context.Context) error {
 		_, err := Protect(ctx, protectOptions(svc, dir, oruFixture, "oru-0001"))
-		done <- err
-	}()
-	deadline := time.After(time.Minute)
-	for env.Gateway.Count(api.RouteEncrypt) == 0 {
-		select {
-		case err := <-done:
-			t.Fatalf("protect ended before its first encrypt: %v", err)
-		case <-deadline:
-			t.Fatal("no encrypt reached the Gateway")
-		case <-time.After(time.Millisecond):
-		}
-	}
-	cancel()
-	// The stop must not cut the encrypt: it is answered only now.
-	env.Gateway.SetFaults(reference.Faults{})
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("protect did not end after the stop")
-	}
+		return err
+	})
 	if !errors.Is(err, ErrInterrupted) || strings.Contains(err.Error(), api.CodeUnreachable) {
 		t.Fatalf("interrupted protect: %v; want ErrInterrupted", err)
 	}

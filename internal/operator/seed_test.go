@@ -209,32 +209,10 @@ func TestSeedStoppedThenCleanedThenSeeded(t *testing.T) {
 	svc := env.Service(t, "svc", true)
 	dir := t.TempDir()
 	recordPath := filepath.Join(dir, "seed-record.json")
-	env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
+	err := stopAtFirstEncrypt(t, env, "seed", func(ctx context.Context) error {
 		_, err := Seed(ctx, SeedOptions{Config: svc, OutDir: dir, Tag: "stop"})
-		done <- err
-	}()
-	deadline := time.After(time.Minute)
-	for env.Gateway.Count(api.RouteEncrypt) == 0 {
-		select {
-		case err := <-done:
-			t.Fatalf("seed ended before its first encrypt: %v", err)
-		case <-deadline:
-			t.Fatal("no encrypt reached the Gateway")
-		case <-time.After(time.Millisecond):
-		}
-	}
-	cancel()
-	env.Gateway.SetFaults(reference.Faults{})
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("seed did not end after the stop")
-	}
+		return err
+	})
 	if !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("stopped seed: %v, want ErrInterrupted", err)
 	}
@@ -271,4 +249,37 @@ func TestSeedStoppedThenCleanedThenSeeded(t *testing.T) {
 			t.Errorf("cleanup of a finished seed removed %s: %v", name, err)
 		}
 	}
+}
+
+// stopAtFirstEncrypt runs run while the Gateway holds every encrypt, stops
+// it (cancels its context) once the first encrypt has reached the Gateway,
+// then lets the Gateway answer, and returns what run returned. what names
+// the run in failures.
+func stopAtFirstEncrypt(t *testing.T, env *reftest.Env, what string, run func(context.Context) error) error {
+	t.Helper()
+	env.Gateway.SetFaults(reference.Faults{HoldRoute: api.RouteEncrypt})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	deadline := time.After(time.Minute)
+	for env.Gateway.Count(api.RouteEncrypt) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("%s ended before its first encrypt: %v", what, err)
+		case <-deadline:
+			t.Fatal("no encrypt reached the Gateway")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	// The stop must not cut the encrypt: it is answered only now.
+	env.Gateway.SetFaults(reference.Faults{})
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not end after the stop", what)
+	}
+	return nil
 }
