@@ -113,9 +113,11 @@ same TLS, a bearer check) on 127.0.0.1, and measures, in alternating rounds in t
 
 Each figure is printed with its baselines and their ratio, and the ratio's
 least and greatest over the rounds; only ratios mean anything on a shared
-machine. --tracing runs pdmcp with its OpenTelemetry tracing on (every span
-exported to a loopback sink): compare P1 with a run without. --trace FILE breaks a P1 read's time, and a P5 new user's first read,
-down from a runtime/trace. Progress goes to stderr; --json prints the report
+machine. --tracing prices tracing: P1 also reads through a second pdmcp
+with its OpenTelemetry tracing on (every span exported to a loopback sink),
+in the same rounds, and judges its reads against the untraced ones (goal:
+1.05 x). --trace FILE breaks a P1 read's time, and a P5 new user's first
+read, down from a runtime/trace. Progress goes to stderr; --json prints the report
 for machines: {"started","seconds","go","cpus","os","options","figures":[{"id","name","unit",
 "pdmcp","baselines","baseline","ratio","goal","met","note","ratioMin","ratioMax","rounds"}],
 "maxLiveGatewaySessions","trace","problems","goals","missed"}, where "goals" is "judged" or
@@ -178,8 +180,8 @@ is wrong, 1 a figure could not be measured.`,
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&allowMissed, "allow-missed", false, "exit 0 when a goal is missed (the report still says MISSED)")
-	f.BoolVar(&opts.Tracing, "tracing", false, "run pdmcp with OpenTelemetry tracing on, every span exported over OTLP/HTTP "+
-		"to a loopback sink that drops it (compare P1 with a run without)")
+	f.BoolVar(&opts.Tracing, "tracing", false, "price tracing: P1 also reads through a second pdmcp with OpenTelemetry tracing on "+
+		"(every span exported over OTLP/HTTP to a loopback sink that drops it), in the same rounds, and judges traced over untraced")
 	f.BoolVar(&quick, "quick", false, "small counts (seconds): checks that every figure runs, measures little, judges no goal")
 	f.StringSliceVar(&only, "only", nil, "measure only these figures (P1,...,P7)")
 	_ = cmd.RegisterFlagCompletionFunc("only", completeList(benchFigures()...))

@@ -57,9 +57,11 @@ type Options struct {
 	AbuseRate        float64
 	AbuseConnections int
 	Abuse            AbuseSizes
-	// Tracing runs pdmcp with OpenTelemetry tracing on, every span
-	// exported to a loopback sink (StackOptions.Tracing), to price it
-	// against a run without.
+	// Tracing prices tracing: P1 also reads through a second pdmcp with
+	// OpenTelemetry tracing on, every span exported to a loopback sink
+	// (StackOptions.TracedTwin), in the same rounds as the untraced one,
+	// and reports the traced reads over the untraced. Every other figure
+	// measures the untraced pdmcp.
 	Tracing  bool
 	Progress io.Writer // stderr
 	Logger   *slog.Logger
@@ -139,7 +141,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// P5's traced new users come after P3's.
 	users := o.Users + 2*o.NewUsers + o.Churn + o.p5Group()
 	st, err := StartStack(ctx, StackOptions{Dir: filepath.Join(dir, "main"), Users: users, MaxCallers: 8,
-		BigFile: false, Tracing: o.Tracing, Logger: o.Logger})
+		BigFile: false, TracedTwin: o.Tracing && o.wants(FigureRead), Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}

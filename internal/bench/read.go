@@ -88,7 +88,13 @@ type readTarget struct {
 	name string
 	cs   []*mcp.ClientSession // the users' sessions, for the MCP sides
 	call func(ctx context.Context, u int) error
+	// settle, when set, runs at the end of each of the target's windows,
+	// inside its CPU time: the traced twin's span export.
+	settle func(ctx context.Context) error
 }
+
+// tracedPrefix names the traced twin's targets ("pdmcp-traced <mode>").
+const tracedPrefix = "pdmcp-traced "
 
 // readTargets connects every user to pdmcp (reading the 4 KiB document)
 // and to the bare server (its no-op) in both session modes.
@@ -126,6 +132,18 @@ func (b *run) readTargets(ctx context.Context, closers *[]func()) ([]readTarget,
 				return nil, err
 			}
 		}
+		targets = append(targets, p)
+		if st.TracedURL != "" {
+			// Right after the untraced reads, in every round: the same
+			// machine's moment for both.
+			tr, err := target(strings.TrimSpace(tracedPrefix), st.TracedURL, mode, "read_protected_document", readArgs(),
+				func(u int) string { return tokens[u] })
+			if err != nil {
+				return nil, err
+			}
+			tr.settle = st.twinTracing.Flush
+			targets = append(targets, tr)
+		}
 		n, err := target("bare", st.BareURL, mode, "noop", map[string]any{}, func(int) string { return st.BareToken })
 		if err != nil {
 			return nil, err
@@ -135,7 +153,7 @@ func (b *run) readTargets(ctx context.Context, closers *[]func()) ([]readTarget,
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, p, n, same)
+		targets = append(targets, n, same)
 	}
 	return targets, nil
 }
@@ -229,6 +247,11 @@ func (b *run) readRounds(ctx context.Context, targets []readTarget) (*readMeasur
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", t.name, err)
 			}
+			if t.settle != nil {
+				if err := t.settle(ctx); err != nil {
+					return nil, fmt.Errorf("%s: %w", t.name, err)
+				}
+			}
 			if round > 0 {
 				c := cpuTime() - c0
 				m.lat[t.name] = append(m.lat[t.name], l...)
@@ -285,8 +308,7 @@ func (b *run) readFigures(m *readMeasures, mode string) {
 	}
 	// CPU per call of the whole process (client, server, Gateway all run
 	// here): far less sensitive than latency to a loaded machine.
-	calls := float64(b.o.Rounds * b.o.Users * b.o.Calls)
-	per := func(name string) float64 { return m.cpu[name].Seconds() * 1000 / calls }
+	per := func(name string) float64 { return m.cpu[name].Seconds() * 1000 / b.calls() }
 	pc, ac, nc := per(p), per("direct"), per(n)
 	f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, CPU per call (whole process), " + label,
 		Unit: "ms", PDMCP: pc, Baselines: map[string]float64{"direct decrypt (a)": ac, "bare no-op (b)": nc}, Baseline: ac + nc,
@@ -297,7 +319,43 @@ func (b *run) readFigures(m *readMeasures, mode string) {
 	}
 	f.spread(rounds)
 	b.r.Figures = append(b.r.Figures, f)
+	b.tracedFigures(m, mode, label)
 }
+
+// tracedFigures adds, when the run read through the traced twin too, what
+// tracing costs a read: the traced pdmcp's median and CPU per call over
+// the untraced one's, measured in the same rounds, each window next to
+// the other's.
+func (b *run) tracedFigures(m *readMeasures, mode, label string) {
+	p, tr := "pdmcp "+mode, tracedPrefix+mode
+	if _, ok := m.lat[tr]; !ok {
+		return
+	}
+	const goal = "<= 1.05 x tracing off"
+	on, off := m.lat[tr].Quantile(0.5), m.lat[p].Quantile(0.5)
+	f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, median, " + label + ", tracing on over off",
+		Unit: "ms", PDMCP: on, Measured: "tracing on", Baselines: map[string]float64{"tracing off": off}, Baseline: off, Ratio: on / off,
+		Goal: goal, Met: on/off <= 1.05,
+		Note: "every span sampled and exported over OTLP/HTTP to a loopback sink; the export is charged to the traced reads"}
+	f.spread(m.roundRatios(0.5, []string{tr}, []string{p}))
+	b.r.Figures = append(b.r.Figures, f)
+	if !cpuMeasured {
+		return
+	}
+	onC, offC := m.cpu[tr].Seconds(), m.cpu[p].Seconds()
+	c := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, CPU per call (whole process), " + label + ", tracing on over off",
+		Unit: "ms", PDMCP: onC * 1000 / b.calls(), Measured: "tracing on", Baselines: map[string]float64{"tracing off": offC * 1000 / b.calls()},
+		Baseline: offC * 1000 / b.calls(), Ratio: onC / offC, Goal: goal, Met: onC/offC <= 1.05}
+	var rounds []float64
+	for i := range m.roundCPU[p] {
+		rounds = append(rounds, float64(m.roundCPU[tr][i])/float64(m.roundCPU[p][i]))
+	}
+	c.spread(rounds)
+	b.r.Figures = append(b.r.Figures, c)
+}
+
+// calls is how many calls each P1 target makes over the measured rounds.
+func (b *run) calls() float64 { return float64(b.o.Rounds * b.o.Users * b.o.Calls) }
 
 // noCostRead is the P1 median ratio that a read costing pdmcp nothing
 // of its own would have: (a)+(b') over (a)+(b), the goal's floor plus

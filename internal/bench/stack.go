@@ -71,6 +71,11 @@ type StackOptions struct {
 	// (startTraceSink): what tracing costs the server, a collector's own
 	// work aside.
 	Tracing bool
+	// TracedTwin starts, beside the untraced pdmcp, a second one on the
+	// same files with tracing on as Tracing describes (TracedURL), so
+	// that one run reads through both in the same rounds: what tracing
+	// costs, against a baseline measured next to it.
+	TracedTwin bool
 	// BigFile writes the 16,777,215-byte file in the file root.
 	BigFile bool
 	// Mixed maps the users to three principals in turn (see Principals)
@@ -95,7 +100,12 @@ type Stack struct {
 	Issuer     string
 	HC         *http.Client // trusts the stack's CA only
 	MCPURL     string
-	BareURL    string
+	// TracedURL is the traced twin's MCP URL (StackOptions.TracedTwin).
+	TracedURL string
+	// twinTracing is the twin's tracing, flushed at the end of each of
+	// its measured windows so that its export is charged to it.
+	twinTracing *telemetry.Tracing
+	BareURL     string
 	// BareToken is the bare server's bearer token.
 	BareToken string
 	Service   *gateway.ServiceConfig
@@ -189,6 +199,11 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 			return nil, err
 		}
 	}
+	if o.TracedTwin {
+		if st.twinTracing, err = st.startTracing(ctx, o.Logger); err != nil {
+			return nil, err
+		}
+	}
 	st.stack, err = stack.Start(ctx, stack.Options{Dir: o.Dir, CA: st.ca, Logger: o.Logger, Version: "bench",
 		ServiceName: "pdmcp-bench", SeedTag: "b", SeedUsers: []operator.SeedUser{
 			{Name: "reader", Documents: principalDocs["reader"], Save: true},
@@ -218,6 +233,11 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 	st.Service, st.Reader, st.FileRoot = s.Service, s.Principal("reader"), s.FileRoot
 	if st.Manifest, err = grant.LoadManifest(s.ManifestPath); err != nil {
 		return nil, err
+	}
+	if o.TracedTwin {
+		if st.TracedURL, err = s.StartTwin(ctx, "traced", func(so *serve.Options) { so.Tracing = st.twinTracing }); err != nil {
+			return nil, err
+		}
 	}
 	if err := st.startBare(); err != nil {
 		return nil, err

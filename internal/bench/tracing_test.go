@@ -2,7 +2,13 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -31,6 +37,132 @@ func TestStackTracingExportsToTheSink(t *testing.T) {
 		st.Close()
 		if got := st.TraceBytes.Load(); (got > 0) != tracing {
 			t.Errorf("tracing %v: the sink read %d bytes", tracing, got)
+		}
+	}
+}
+
+// TestTracedTwin: a stack started with TracedTwin serves two pdmcps on
+// the same files: reads through the first export nothing and leave no
+// trace id in its audit file; reads through the twin export spans and
+// carry trace ids in the twin's own audit file.
+func TestTracedTwin(t *testing.T) {
+	ctx := context.Background()
+	st, err := StartStack(ctx, StackOptions{Dir: t.TempDir(), Users: 1, MaxCallers: 2, TracedTwin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.TracedURL == "" || st.TracedURL == st.MCPURL {
+		t.Fatalf("twin at %q beside %q", st.TracedURL, st.MCPURL)
+	}
+	tok, err := st.Token(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(url string) {
+		t.Helper()
+		cs, err := st.Connect(ctx, url, tok, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		if err := callOK(ctx, cs, "read_protected_document", readArgs()); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.twinTracing.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The twin exports spans of its own start.
+	if err := st.twinTracing.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := st.TraceBytes.Load()
+	read(st.MCPURL)
+	if n := st.TraceBytes.Load() - start; n != 0 {
+		t.Errorf("a read through the untraced pdmcp exported %d bytes", n)
+	}
+	read(st.TracedURL)
+	if n := st.TraceBytes.Load() - start; n == 0 {
+		t.Error("a read through the traced twin exported nothing")
+	}
+	audits := map[string]string{"untraced": st.stack.AuditPath,
+		"traced": filepath.Join(filepath.Dir(st.stack.AuditPath), "audit-traced.jsonl")}
+	for which, path := range audits {
+		lines := readLines(t, path)
+		var reads, traced int
+		for _, l := range lines {
+			var line struct {
+				Tool, TraceID string
+			}
+			if json.Unmarshal([]byte(l), &line) != nil || line.Tool != "read_protected_document" {
+				continue
+			}
+			reads++
+			if line.TraceID != "" {
+				traced++
+			}
+		}
+		want := 0
+		if which == "traced" {
+			want = 1
+		}
+		if reads != 1 || traced != want {
+			t.Errorf("%s audit %s: %d reads, %d with a trace id; want 1 and %d", which, path, reads, traced, want)
+		}
+	}
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+// TestTracedFigures: the traced reads are judged against the untraced
+// ones of the same rounds, median and CPU, and nothing is added for a run
+// without the twin.
+func TestTracedFigures(t *testing.T) {
+	ms := func(v float64) Latencies { return Latencies{time.Duration(v * float64(time.Millisecond))} }
+	m := &readMeasures{lat: map[string]Latencies{}, cpu: map[string]time.Duration{},
+		roundLat: map[string][]Latencies{}, roundCPU: map[string][]time.Duration{}}
+	b := &run{o: Options{Rounds: 2, Users: 1, Calls: 1}, r: &Report{}}
+	b.tracedFigures(m, "x", "with sessions (x)")
+	if len(b.r.Figures) != 0 {
+		t.Fatalf("figures without a traced twin: %+v", b.r.Figures)
+	}
+	// Round 1: 1.04 / 1; round 2: 2.2 / 2 = 1.1; the medians over both
+	// rounds (nearest rank, lower) are 1.04 and 1.
+	for name, rounds := range map[string][]float64{"pdmcp x": {1, 2}, "pdmcp-traced x": {1.04, 2.2}} {
+		for _, v := range rounds {
+			m.lat[name] = append(m.lat[name], ms(v)...)
+			m.roundLat[name] = append(m.roundLat[name], ms(v))
+			c := time.Duration(v * float64(time.Millisecond))
+			m.cpu[name] += c
+			m.roundCPU[name] = append(m.roundCPU[name], c)
+		}
+	}
+	b.tracedFigures(m, "x", "with sessions (x)")
+	want := 1
+	if cpuMeasured {
+		want = 2
+	}
+	if len(b.r.Figures) != want {
+		t.Fatalf("%d figures, want %d: %+v", len(b.r.Figures), want, b.r.Figures)
+	}
+	med := b.r.Figures[0]
+	if math.Abs(med.Ratio-1.04) > 1e-9 || math.Abs(med.RatioMin-1.04) > 1e-9 || math.Abs(med.RatioMax-1.1) > 1e-9 ||
+		!med.Met || med.Goal != "<= 1.05 x tracing off" || med.Measured != "tracing on" {
+		t.Errorf("median figure %+v", med)
+	}
+	if cpuMeasured {
+		// CPU: (1.04 + 2.2) / (1 + 2) = 1.08, over the goal.
+		c := b.r.Figures[1]
+		if math.Abs(c.Ratio-1.08) > 1e-9 || c.Met || math.Abs(c.RatioMax-1.1) > 1e-9 {
+			t.Errorf("CPU figure %+v", c)
 		}
 	}
 }

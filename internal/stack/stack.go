@@ -155,6 +155,8 @@ type Stack struct {
 	HTTPConfigPath string
 	MCPURL         string
 
+	httpCfg auth.HTTPConfig // mcp-http.json as made, its paths absolute
+	twins   []func()        // StartTwin's stops
 	closers []func()
 	cancel  context.CancelFunc
 	done    chan error
@@ -201,8 +203,12 @@ func (st *Stack) StopMCP() error {
 	return st.Wait()
 }
 
-// Close stops pdmcp first, then the provider and the Gateway.
+// Close stops pdmcp (its twins too) first, then the provider and the Gateway.
 func (st *Stack) Close() {
+	for _, stop := range st.twins {
+		stop()
+	}
+	st.twins = nil
 	_ = st.StopMCP()
 	for i := len(st.closers) - 1; i >= 0; i-- {
 		st.closers[i]()
@@ -508,7 +514,7 @@ func (st *Stack) startMCP(ctx context.Context) error {
 	if st.o.HTTP != nil {
 		st.o.HTTP(&cfg)
 	}
-	st.HTTPConfigPath = filepath.Join(st.o.Dir, "mcp-http.json")
+	st.HTTPConfigPath, st.httpCfg = filepath.Join(st.o.Dir, "mcp-http.json"), cfg
 	if err := WriteHTTPConfig(st.HTTPConfigPath, cfg); err != nil {
 		ln.Close()
 		return err
@@ -530,5 +536,47 @@ func (st *Stack) startMCP(ctx context.Context) error {
 		st.cancel, st.done = nil, nil
 		cancel()
 		return err
+	}
+}
+
+// StartTwin starts a second pdmcp beside the first, as a second process on
+// the same host would run: the same service, manifest, grant, journal and
+// provider, its own port (mcp-http-<name>.json) and its own audit file
+// (audit-<name>.jsonl beside the first's). edit changes its serve.Run
+// options (a benchmark traces one and not the other, to price tracing in
+// the same rounds). It returns the twin's MCP URL; Close stops it first.
+func (st *Stack) StartTwin(ctx context.Context, name string, edit func(*serve.Options)) (string, error) {
+	ln, err := listen(0)
+	if err != nil {
+		return "", err
+	}
+	cfg := st.httpCfg
+	cfg.Listen.Port, cfg.Resource = ln.Addr().(*net.TCPAddr).Port, ""
+	cfgPath := filepath.Join(st.o.Dir, "mcp-http-"+name+".json")
+	if err := WriteHTTPConfig(cfgPath, cfg); err != nil {
+		ln.Close()
+		return "", err
+	}
+	ready := make(chan string, 1)
+	so := serve.Options{ConfigPath: st.ServicePath, ManifestPath: st.ManifestPath, GrantPath: st.GrantPath,
+		AuditPath: filepath.Join(filepath.Dir(st.AuditPath), "audit-"+name+".jsonl"), HTTPConfigPath: cfgPath,
+		Version: st.o.Version, Listener: ln, Logger: st.o.Logger.With("component", "mcp-"+name),
+		Ready: func(u string) { ready <- u }}
+	if st.o.Serve != nil {
+		st.o.Serve(&so)
+	}
+	if edit != nil {
+		edit(&so)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- serve.Run(runCtx, so) }()
+	select {
+	case u := <-ready:
+		st.twins = append(st.twins, func() { cancel(); <-done })
+		return u, nil
+	case err := <-done:
+		cancel()
+		return "", fmt.Errorf("pdmcp %s: %w", name, err)
 	}
 }
