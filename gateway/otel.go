@@ -53,6 +53,20 @@ func endPoolSpan(span trace.Span, err error) {
 // server has no use for it.
 var traceHeaders = propagation.TraceContext{}
 
+// clientKind is the start option of every request's span, made once.
+var clientKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+
+// spanNames are the span names of the routes a tool call sends, made
+// once; any other route's is made when it is sent.
+var spanNames = func() map[string]string {
+	m := map[string]string{}
+	for _, r := range []string{api.RouteServiceLogin, api.RouteScoped, api.RouteWiden, api.RouteRevoke,
+		api.RouteEncrypt, api.RouteDecrypt} {
+		m[r] = http.MethodPost + " " + r
+	}
+	return m
+}()
+
 // startSpan starts the CLIENT span of one request to route and puts its
 // trace context in req's headers. It carries the method, the route (the
 // URL's template: no handle, proof or body is in it) and the server's
@@ -61,9 +75,14 @@ func (c *Client) startSpan(ctx context.Context, route string, req *http.Request)
 	if c.tracer == nil {
 		return nil
 	}
-	ctx, span := c.tracer.Start(ctx, "POST "+route, trace.WithSpanKind(trace.SpanKindClient))
+	name, ok := spanNames[route]
+	if !ok {
+		name = http.MethodPost + " " + route
+	}
+	ctx, span := c.tracer.Start(ctx, name, clientKind...)
 	if span.IsRecording() {
-		span.SetAttributes(
+		attrs := make([]attribute.KeyValue, 0, 5)
+		attrs = append(attrs,
 			attribute.String("http.request.method", http.MethodPost),
 			attribute.String("url.template", route),
 			attribute.String(AttrGatewayRoute, route),
@@ -71,11 +90,12 @@ func (c *Client) startSpan(ctx context.Context, route string, req *http.Request)
 		)
 		if p := req.URL.Port(); p != "" {
 			if n, err := strconv.Atoi(p); err == nil {
-				span.SetAttributes(attribute.Int("server.port", n))
+				attrs = append(attrs, attribute.Int("server.port", n))
 			}
 		}
+		span.SetAttributes(attrs...)
 	}
-	traceHeaders.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	traceHeaders.Inject(ctx, telemetry.HeaderCarrier(req.Header))
 	return span
 }
 
@@ -86,11 +106,16 @@ func endSpan(span trace.Span, status int, code string) {
 	if span == nil {
 		return
 	}
-	if status != 0 {
+	switch {
+	case status != 0 && code != "":
+		span.SetAttributes(attribute.Int("http.response.status_code", status),
+			attribute.String(AttrGatewayCode, code), attribute.String("error.type", code))
+	case status != 0:
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
+	case code != "":
+		span.SetAttributes(attribute.String(AttrGatewayCode, code), attribute.String("error.type", code))
 	}
 	if code != "" {
-		span.SetAttributes(attribute.String(AttrGatewayCode, code), attribute.String("error.type", code))
 		span.SetStatus(codes.Error, code)
 	}
 	span.End()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -71,9 +72,41 @@ func (m metaTrace) Set(string, string) {}
 
 func (m metaTrace) Keys() []string { return []string{"traceparent", "tracestate", "baggage"} }
 
-// propagator reads trace context and baggage, from _meta and from the
-// HTTP request's headers.
-var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+// traceContext reads the W3C trace context, from _meta and from the HTTP
+// request's headers. Baggage is not read: no span or line uses it.
+var traceContext = propagation.TraceContext{}
+
+// maxDigests bounds digestCache: past it the cache starts again empty.
+const maxDigests = 4096
+
+// digestCache keeps audit.Digest12 of the session ids and caller ids a
+// server's spans name, so a session's requests hash its id once, not once
+// each; bounded by maxDigests.
+type digestCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// digest is audit.Digest12(s), "" for "".
+func (d *digestCache) digest(s string) string {
+	if s == "" {
+		return ""
+	}
+	d.mu.Lock()
+	v, ok := d.m[s]
+	d.mu.Unlock()
+	if ok {
+		return v
+	}
+	v = audit.Digest12(s)
+	d.mu.Lock()
+	if d.m == nil || len(d.m) >= maxDigests {
+		d.m = make(map[string]string)
+	}
+	d.m[s] = v
+	d.mu.Unlock()
+	return v
+}
 
 // traceRequests is the receiving middleware that makes one SERVER span per
 // MCP request: named "{method} {tool}" for a tool the build knows (the
@@ -86,39 +119,43 @@ var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 // Nothing it records is an argument, a result, a token or a subject.
 func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 	tracer := s.cfg.Tracer
+	// The names of tools/call's spans, one per known tool, made once.
+	callNames := map[string]string{}
+	for _, t := range grant.AllTools() {
+		callNames[t] = "tools/call " + t
+	}
+	serverKind := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	transport, isHTTP := s.transport(), s.cfg.Transport == "http"
+	digests := &digestCache{}
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		var header propagation.HeaderCarrier
+		var header telemetry.HeaderCarrier
 		if ex := req.GetExtra(); ex != nil && ex.Header != nil {
-			header = propagation.HeaderCarrier(ex.Header)
-		}
-		httpCtx := context.Background()
-		if header != nil {
-			httpCtx = propagator.Extract(httpCtx, header)
+			header = telemetry.HeaderCarrier(ex.Header)
 		}
 		parent := ctx
-		var opts []trace.SpanStartOption
-		metaCtx := context.Background()
+		opts := serverKind
+		var metaSpan trace.SpanContext
 		if m := metaOf(req.GetParams()); len(m) > 0 {
-			metaCtx = propagator.Extract(metaCtx, metaTrace(m))
+			metaSpan = trace.SpanContextFromContext(traceContext.Extract(context.Background(), metaTrace(m)))
 		}
-		httpSpan := trace.SpanContextFromContext(httpCtx)
-		if sc := trace.SpanContextFromContext(metaCtx); sc.IsValid() {
-			parent = trace.ContextWithRemoteSpanContext(ctx, sc)
-			if httpSpan.IsValid() {
-				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: httpSpan}))
+		switch {
+		case metaSpan.IsValid():
+			parent = trace.ContextWithRemoteSpanContext(ctx, metaSpan)
+			if header != nil {
+				if httpSpan := trace.SpanContextFromContext(traceContext.Extract(context.Background(), header)); httpSpan.IsValid() {
+					opts = []trace.SpanStartOption{serverKind[0], trace.WithLinks(trace.Link{SpanContext: httpSpan})}
+				}
 			}
-		} else if httpSpan.IsValid() {
-			parent = trace.ContextWithRemoteSpanContext(ctx, httpSpan)
+		case header != nil:
+			// Under the HTTP request's span, when it sent one.
+			parent = traceContext.Extract(ctx, header)
 		}
-		tool := ""
-		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && p != nil && method == "tools/call" && grant.KnownTool(p.Name) {
-			tool = p.Name
+		tool, name := "", method
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && p != nil && method == "tools/call" {
+			if n, known := callNames[p.Name]; known {
+				tool, name = p.Name, n
+			}
 		}
-		name := method
-		if tool != "" {
-			name += " " + tool
-		}
-		opts = append(opts, trace.WithSpanKind(trace.SpanKindServer))
 		ctx, span := tracer.Start(parent, name, opts...)
 		defer span.End()
 		// A panic below is recovered outside (recoverPanics): the span
@@ -130,9 +167,10 @@ func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		}()
 		if span.IsRecording() {
-			attrs := []attribute.KeyValue{attribute.String(AttrMCPMethod, method),
-				attribute.String(AttrNetworkTransport, s.transport())}
-			if s.cfg.Transport == "http" {
+			// One slice of the right size: set at once, it is one copy.
+			attrs := make([]attribute.KeyValue, 0, 9)
+			attrs = append(attrs, attribute.String(AttrMCPMethod, method), attribute.String(AttrNetworkTransport, transport))
+			if isHTTP {
 				attrs = append(attrs, attribute.String(AttrNetworkProtocol, "http"))
 			}
 			if method == "tools/call" {
@@ -151,9 +189,9 @@ func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 			// The session id lets its holder go on in the session: the span
 			// names it by digest, as the audit names handles.
 			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil && ss.ID() != "" {
-				attrs = append(attrs, attribute.String(AttrMCPSession, audit.Digest12(ss.ID())))
+				attrs = append(attrs, attribute.String(AttrMCPSession, digests.digest(ss.ID())))
 			}
-			if c := CallerDigest(callerOf(req).ID); c != "" {
+			if c := digests.digest(callerOf(req).ID); c != "" {
 				attrs = append(attrs, attribute.String(AttrCaller, c))
 			}
 			span.SetAttributes(attrs...)
@@ -222,9 +260,11 @@ func traceCall(ctx context.Context, line *audit.ToolCall) {
 	if !span.IsRecording() {
 		return
 	}
-	attrs := []attribute.KeyValue{attribute.String(AttrOutcome, line.Outcome),
-		attribute.Int(AttrGatewayReqs, len(line.GatewayRequests))}
-	for _, a := range []struct{ k, v string }{{AttrLayer, line.Layer}, {AttrCode, line.Code},
+	// Sized for all of them, so the slice is made once.
+	attrs := make([]attribute.KeyValue, 0, 9)
+	attrs = append(attrs, attribute.String(AttrOutcome, line.Outcome),
+		attribute.Int(AttrGatewayReqs, len(line.GatewayRequests)))
+	for _, a := range [...]struct{ k, v string }{{AttrLayer, line.Layer}, {AttrCode, line.Code},
 		{AttrDocumentID, line.DocumentID}, {AttrFragmentID, line.FragmentID}, {AttrStepID, line.StepID}} {
 		if a.v != "" {
 			attrs = append(attrs, attribute.String(a.k, a.v))

@@ -37,6 +37,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/pdmcp/pdmcp/gateway/api"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 )
 
 // Config configures a reference Gateway.
@@ -282,7 +283,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The caller's W3C trace context, if it sent one, rides the context to
 	// the key server's audit row (AuditRow.TraceID). A malformed header is
 	// ignored, as the W3C rules say.
-	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx := propagation.TraceContext{}.Extract(r.Context(), telemetry.HeaderCarrier(r.Header))
 	res, err := rt.handle(ctx, c)
 	switch {
 	case errors.Is(err, errAnswerDropped):

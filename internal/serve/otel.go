@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pdmcp/pdmcp/auth"
+	"github.com/pdmcp/pdmcp/internal/telemetry"
 )
 
 // Attribute names of the token check's span: the refusal's class and
@@ -35,40 +36,51 @@ var httpTrace = propagation.TraceContext{}
 // the method, the route, the protocol header and the answer's status;
 // never a header's value beyond those, the body or the token.
 func tracedHTTP(tracer trace.Tracer, route string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := httpTrace.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		method := r.Method
-		switch method {
-		case http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodOptions, http.MethodHead:
-		default:
-			method = "_OTHER"
-		}
+	// Each method's span name and start options (the kind and the
+	// attributes known before the answer) are built once, here.
+	type start struct {
+		name string
+		opts []trace.SpanStartOption
+	}
+	starts := map[string]start{}
+	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodOptions, http.MethodHead, "_OTHER"} {
 		name := method + " " + route
 		if method == "_OTHER" {
 			name = "HTTP " + route
 		}
-		ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+		starts[method] = start{name: name, opts: []trace.SpanStartOption{
+			trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(
+				attribute.String("http.request.method", method),
+				attribute.String("http.route", route),
+				attribute.String("url.path", route),
+				attribute.String("url.scheme", "https"),
+				attribute.String("network.transport", "tcp"),
+			),
+		}}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := httpTrace.Extract(r.Context(), telemetry.HeaderCarrier(r.Header))
+		st, ok := starts[r.Method]
+		if !ok {
+			st = starts["_OTHER"]
+		}
+		ctx, span := tracer.Start(ctx, st.name, st.opts...)
 		defer span.End()
-		span.SetAttributes(
-			attribute.String("http.request.method", method),
-			attribute.String("http.route", route),
-			attribute.String("url.path", route),
-			attribute.String("url.scheme", "https"),
-			attribute.String("network.transport", "tcp"),
-		)
 		r.Header.Del("Traceparent")
 		r.Header.Del("Tracestate")
-		httpTrace.Inject(ctx, propagation.HeaderCarrier(r.Header))
+		httpTrace.Inject(ctx, telemetry.HeaderCarrier(r.Header))
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		status := sw.status
 		if status == 0 {
 			status = http.StatusOK
 		}
-		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		if status >= 500 {
-			span.SetAttributes(attribute.String("error.type", strconv.Itoa(status)))
+			span.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("error.type", strconv.Itoa(status)))
 			span.SetStatus(codes.Error, "")
+		} else {
+			span.SetAttributes(attribute.Int("http.response.status_code", status))
 		}
 	})
 }
