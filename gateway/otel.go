@@ -67,53 +67,65 @@ var spanNames = func() map[string]string {
 	return m
 }()
 
+// requestSpan is the CLIENT span of one request and what its attributes
+// are made of: they are set once, when it ends, in one slice.
+type requestSpan struct {
+	span        trace.Span
+	route, host string
+	port        int
+}
+
 // startSpan starts the CLIENT span of one request to route and puts its
 // trace context in req's headers. It carries the method, the route (the
 // URL's template: no handle, proof or body is in it) and the server's
-// address, never a header's value. nil when the client does not trace.
-func (c *Client) startSpan(ctx context.Context, route string, req *http.Request) trace.Span {
+// address, never a header's value. Its span is nil when the client does
+// not trace.
+func (c *Client) startSpan(ctx context.Context, route string, req *http.Request) requestSpan {
 	if c.tracer == nil {
-		return nil
+		return requestSpan{}
 	}
 	name, ok := spanNames[route]
 	if !ok {
 		name = http.MethodPost + " " + route
 	}
 	ctx, span := c.tracer.Start(ctx, name, clientKind...)
-	if span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, 5)
-		attrs = append(attrs,
-			attribute.String("http.request.method", http.MethodPost),
-			attribute.String("url.template", route),
-			attribute.String(AttrGatewayRoute, route),
-			attribute.String("server.address", req.URL.Hostname()),
-		)
-		if p := req.URL.Port(); p != "" {
-			if n, err := strconv.Atoi(p); err == nil {
-				attrs = append(attrs, attribute.Int("server.port", n))
-			}
+	rs := requestSpan{span: span, route: route, host: req.URL.Hostname()}
+	if p := req.URL.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err == nil {
+			rs.port = n
 		}
-		span.SetAttributes(attrs...)
 	}
 	traceHeaders.Inject(ctx, telemetry.HeaderCarrier(req.Header))
-	return span
+	return rs
 }
 
-// endSpan ends span with the answer's status and the refusal code: a
-// refusal or a failure to reach the Gateway is an error of this request
-// (error.type is the code), and the span's status says so.
-func endSpan(span trace.Span, status int, code string) {
+// endSpan ends the request's span with its attributes, the answer's status
+// and the refusal code: a refusal or a failure to reach the Gateway is an
+// error of this request (error.type is the code), and the span's status
+// says so.
+func endSpan(rs requestSpan, status int, code string) {
+	span := rs.span
 	if span == nil {
 		return
 	}
-	switch {
-	case status != 0 && code != "":
-		span.SetAttributes(attribute.Int("http.response.status_code", status),
-			attribute.String(AttrGatewayCode, code), attribute.String("error.type", code))
-	case status != 0:
-		span.SetAttributes(attribute.Int("http.response.status_code", status))
-	case code != "":
-		span.SetAttributes(attribute.String(AttrGatewayCode, code), attribute.String("error.type", code))
+	if span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, 8)
+		attrs = append(attrs,
+			attribute.String("http.request.method", http.MethodPost),
+			attribute.String("url.template", rs.route),
+			attribute.String(AttrGatewayRoute, rs.route),
+			attribute.String("server.address", rs.host),
+		)
+		if rs.port != 0 {
+			attrs = append(attrs, attribute.Int("server.port", rs.port))
+		}
+		if status != 0 {
+			attrs = append(attrs, attribute.Int("http.response.status_code", status))
+		}
+		if code != "" {
+			attrs = append(attrs, attribute.String(AttrGatewayCode, code), attribute.String("error.type", code))
+		}
+		span.SetAttributes(attrs...)
 	}
 	if code != "" {
 		span.SetStatus(codes.Error, code)

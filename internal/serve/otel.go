@@ -36,11 +36,12 @@ var httpTrace = propagation.TraceContext{}
 // the method, the route, the protocol header and the answer's status;
 // never a header's value beyond those, the body or the token.
 func tracedHTTP(tracer trace.Tracer, route string, next http.Handler) http.Handler {
-	// Each method's span name and start options (the kind and the
-	// attributes known before the answer) are built once, here.
+	// Each method's span name and attributes known before the answer are
+	// made once, here; the attributes are set when the span ends, with
+	// the answer's, in one slice.
 	type start struct {
-		name string
-		opts []trace.SpanStartOption
+		name  string
+		attrs []attribute.KeyValue
 	}
 	starts := map[string]start{}
 	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodOptions, http.MethodHead, "_OTHER"} {
@@ -48,40 +49,51 @@ func tracedHTTP(tracer trace.Tracer, route string, next http.Handler) http.Handl
 		if method == "_OTHER" {
 			name = "HTTP " + route
 		}
-		starts[method] = start{name: name, opts: []trace.SpanStartOption{
-			trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(
-				attribute.String("http.request.method", method),
-				attribute.String("http.route", route),
-				attribute.String("url.path", route),
-				attribute.String("url.scheme", "https"),
-				attribute.String("network.transport", "tcp"),
-			),
+		starts[method] = start{name: name, attrs: []attribute.KeyValue{
+			attribute.String("http.request.method", method),
+			attribute.String("http.route", route),
+			attribute.String("url.path", route),
+			attribute.String("url.scheme", "https"),
+			attribute.String("network.transport", "tcp"),
 		}}
 	}
+	serverKind := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := httpTrace.Extract(r.Context(), telemetry.HeaderCarrier(r.Header))
 		st, ok := starts[r.Method]
 		if !ok {
 			st = starts["_OTHER"]
 		}
-		ctx, span := tracer.Start(ctx, st.name, st.opts...)
+		ctx, span := tracer.Start(ctx, st.name, serverKind...)
 		defer span.End()
+		answered := false
+		defer func() {
+			// A panic passing through: the span still names the request.
+			if !answered {
+				span.SetAttributes(st.attrs...)
+			}
+		}()
 		r.Header.Del("Traceparent")
 		r.Header.Del("Tracestate")
 		httpTrace.Inject(ctx, telemetry.HeaderCarrier(r.Header))
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(ctx))
+		answered = true
 		status := sw.status
 		if status == 0 {
 			status = http.StatusOK
 		}
-		if status >= 500 {
-			span.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("error.type", strconv.Itoa(status)))
-			span.SetStatus(codes.Error, "")
-		} else {
-			span.SetAttributes(attribute.Int("http.response.status_code", status))
+		if !span.IsRecording() {
+			return
 		}
+		attrs := make([]attribute.KeyValue, len(st.attrs), len(st.attrs)+2)
+		copy(attrs, st.attrs)
+		attrs = append(attrs, attribute.Int("http.response.status_code", status))
+		if status >= 500 {
+			attrs = append(attrs, attribute.String("error.type", strconv.Itoa(status)))
+			span.SetStatus(codes.Error, "")
+		}
+		span.SetAttributes(attrs...)
 	})
 }
 
