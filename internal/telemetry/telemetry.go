@@ -292,7 +292,7 @@ func Start(ctx context.Context, cfg Config, version string, log *slog.Logger) (*
 	if len(cfg.Headers) > 0 {
 		opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
 	}
-	exp, err := otlptracehttp.New(ctx, opts...)
+	exp, err := newOTLPExporter(ctx, otlptracehttp.NewClient(opts...))
 	if err != nil {
 		return nil, fmt.Errorf("tracing exporter: %w", err)
 	}
