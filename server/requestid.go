@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -51,6 +52,58 @@ func NoteRequestID(h http.Header, id jsonrpc.ID) {
 	if s := RequestIDString(id); s != "" && len(s) <= maxRequestID {
 		h[RequestIDHeader] = []string{s}
 	}
+}
+
+// NoteRawRequestID is NoteRequestID of a message's raw JSON id (as the
+// serving edge reads it from the body): a plain integer or a string
+// without escapes is taken as it is written, without decoding it; any
+// other id is decoded as the SDK decodes it.
+func NoteRawRequestID(h http.Header, raw []byte) {
+	if s, ok := plainID(raw); ok {
+		if s != "" {
+			h[RequestIDHeader] = []string{s}
+		}
+		return
+	}
+	var v any
+	if json.Unmarshal(raw, &v) == nil {
+		if id, err := jsonrpc.MakeID(v); err == nil {
+			NoteRequestID(h, id)
+		}
+	}
+}
+
+// plainID is the string form of a raw id that needs no decoding ("" when
+// it is one a span does not record: an empty or over-long string): an
+// integer of at most 15 digits (which a float64 holds exactly, as the SDK
+// decodes it) without a leading zero, or a string of printable ASCII
+// without escapes. ok is false for any other.
+func plainID(raw []byte) (id string, ok bool) {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' {
+		inner := raw[1 : n-1]
+		for _, b := range inner {
+			if b < 0x20 || b >= 0x7f || b == '\\' || b == '"' {
+				return "", false
+			}
+		}
+		if len(inner) > maxRequestID {
+			return "", true
+		}
+		return string(inner), true
+	}
+	digits := raw
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 15 || (digits[0] == '0' && len(raw) > 1) {
+		return "", false
+	}
+	for _, b := range digits {
+		if b < '0' || b > '9' {
+			return "", false
+		}
+	}
+	return string(raw), true
 }
 
 // requestIDOf is the JSON-RPC id the transport noted for req; "" for a

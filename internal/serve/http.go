@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pdmcp/pdmcp/audit"
@@ -217,12 +216,7 @@ func jsonRPCShape(supported []string, noteIDs bool, next http.Handler) http.Hand
 			}
 		}
 		if noteIDs && len(id) > 0 {
-			var v any
-			if json.Unmarshal(id, &v) == nil {
-				if jid, err := jsonrpc.MakeID(v); err == nil {
-					server.NoteRequestID(r.Header, jid)
-				}
-			}
+			server.NoteRawRequestID(r.Header, id)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
