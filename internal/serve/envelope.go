@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"unicode/utf8"
 )
 
 // envelope is what internal/serve's checks read of a POST body's JSON-RPC
@@ -53,21 +54,261 @@ func (m *envelopeMember) UnmarshalJSON(b []byte) error {
 // the common case envelope describes.
 func parseEnvelope(body []byte) (*envelope, bool) {
 	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
 		return nil, false
 	}
+	// The common body is walked by hand, without encoding/json's
+	// reflection and allocations; a member name it does not read as
+	// encoding/json would for sure (escaped, not ASCII) sends the body to
+	// the general decode.
+	e, ok := walkEnvelope(trimmed)
+	if !ok {
+		e, ok = decodeEnvelope(trimmed)
+	}
+	if !ok || !e.counted() {
+		return nil, false
+	}
+	return e, true
+}
+
+// decodeEnvelope is the general decode of a valid JSON object's envelope.
+func decodeEnvelope(obj []byte) (*envelope, bool) {
 	e := new(envelope)
-	if json.Unmarshal(trimmed, e) != nil {
+	if json.Unmarshal(obj, e) != nil {
 		return nil, false
-	}
-	for _, m := range []envelopeMember{e.ID, e.Method, e.Result, e.Error, e.Params} {
-		if m.n > 1 {
-			return nil, false
-		}
 	}
 	e.methodName, e.methodOK = decodeMethod(e.Method.raw)
 	e.version = decodeMetaVersion(e.Params.raw)
 	return e, true
+}
+
+// counted reports whether no member the checks read occurs twice.
+func (e *envelope) counted() bool {
+	for _, m := range []*envelopeMember{&e.ID, &e.Method, &e.Result, &e.Error, &e.Params} {
+		if m.n > 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// walkEnvelope is json.Unmarshal(obj, e) for a valid JSON object whose
+// member names are plain ASCII without escapes, matched to envelope's
+// fields as encoding/json matches them (exactly, else ASCII
+// case-insensitively); ok is false for any other object.
+func walkEnvelope(obj []byte) (*envelope, bool) {
+	e := new(envelope)
+	w := objectWalker{b: obj, i: 1}
+	for {
+		key, val, more := w.next()
+		if !more {
+			break
+		}
+		if !plainName(key) {
+			return nil, false
+		}
+		var m *envelopeMember
+		switch {
+		case asciiFold(key, "id"):
+			m = &e.ID
+		case asciiFold(key, "method"):
+			m = &e.Method
+		case asciiFold(key, "result"):
+			m = &e.Result
+		case asciiFold(key, "error"):
+			m = &e.Error
+		case asciiFold(key, "params"):
+			m = &e.Params
+		default:
+			continue
+		}
+		m.raw = val
+		m.n++
+	}
+	e.methodName, e.methodOK = decodeMethod(e.Method.raw)
+	e.version = metaVersionOf(e.Params.raw)
+	return e, true
+}
+
+// metaVersionOf is decodeMetaVersion, walked by hand when params is an
+// object whose member names are plain and which has at most one _meta.
+func metaVersionOf(params json.RawMessage) string {
+	if len(params) == 0 || params[0] != '{' {
+		// null, or not an object: what decodeMetaVersion answers.
+		return decodeMetaVersion(params)
+	}
+	var meta []byte
+	n := 0
+	w := objectWalker{b: params, i: 1}
+	for {
+		key, val, more := w.next()
+		if !more {
+			break
+		}
+		if !plainName(key) {
+			return decodeMetaVersion(params)
+		}
+		if asciiFold(key, "_meta") {
+			meta, n = val, n+1
+		}
+	}
+	if n != 1 || meta[0] != '{' {
+		// None, several (merged by encoding/json), null, or not an object.
+		return decodeMetaVersion(params)
+	}
+	var version []byte
+	w = objectWalker{b: meta, i: 1}
+	for {
+		key, val, more := w.next()
+		if !more {
+			break
+		}
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return decodeMetaVersion(params)
+		}
+		// A map's keys match exactly; the last of a name given twice wins.
+		if string(key) == metaProtocolVersion {
+			version = val
+		}
+	}
+	if version == nil {
+		return ""
+	}
+	if s, ok := plainString(version); ok {
+		return s
+	}
+	var s string
+	if json.Unmarshal(version, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// objectWalker reads the members of a JSON object already checked valid,
+// b[i:] being what follows its opening brace (or a member's comma).
+type objectWalker struct {
+	b []byte
+	i int
+}
+
+// next is the next member's name as written (without its quotes, escapes
+// not decoded) and its raw value, or more false at the object's end.
+func (w *objectWalker) next() (key, val []byte, more bool) {
+	w.space()
+	if w.b[w.i] == '}' {
+		return nil, nil, false
+	}
+	if w.b[w.i] == ',' {
+		w.i++
+		w.space()
+	}
+	start := w.i
+	w.skip()
+	key = w.b[start+1 : w.i-1]
+	w.space()
+	w.i++ // the colon
+	w.space()
+	start = w.i
+	w.skip()
+	return key, w.b[start:w.i], true
+}
+
+func (w *objectWalker) space() {
+	for w.i < len(w.b) {
+		switch w.b[w.i] {
+		case ' ', '\t', '\r', '\n':
+			w.i++
+		default:
+			return
+		}
+	}
+}
+
+// skip moves past one value.
+func (w *objectWalker) skip() {
+	b := w.b
+	switch b[w.i] {
+	case '"':
+		w.i++
+		for b[w.i] != '"' {
+			if b[w.i] == '\\' {
+				w.i++
+			}
+			w.i++
+		}
+		w.i++
+	case '{', '[':
+		depth := 0
+		for {
+			switch b[w.i] {
+			case '"':
+				w.skip()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			w.i++
+			if depth == 0 {
+				return
+			}
+		}
+	default: // a number, true, false or null
+		for w.i < len(b) {
+			switch b[w.i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return
+			}
+			w.i++
+		}
+	}
+}
+
+// plainName reports whether a member name as written is printable ASCII
+// without escapes: what it says is what it is.
+func plainName(key []byte) bool {
+	for _, c := range key {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiFold reports whether the ASCII name key matches field as
+// encoding/json matches a member to a struct field.
+func asciiFold(key []byte, field string) bool {
+	if len(key) != len(field) {
+		return false
+	}
+	for i := range len(key) {
+		c := key[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		f := field[i]
+		if 'a' <= f && f <= 'z' {
+			f -= 'a' - 'A'
+		}
+		if c != f {
+			return false
+		}
+	}
+	return true
+}
+
+// plainString is a JSON string value without escapes, in valid UTF-8,
+// decoded: its bytes between the quotes.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	if bytes.IndexByte(in, '\\') >= 0 || !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
 }
 
 // method is the message's method as protocolHeaderMismatch reads it: ""
@@ -80,6 +321,9 @@ func (e *envelope) method() (string, bool) { return e.methodName, e.methodOK }
 func (e *envelope) metaVersion() string { return e.version }
 
 func decodeMethod(raw json.RawMessage) (string, bool) {
+	if s, ok := plainString(raw); ok {
+		return s, true
+	}
 	var s string
 	if raw != nil && json.Unmarshal(raw, &s) != nil {
 		return "", false

@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"net/http"
+	"reflect"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -35,6 +36,26 @@ func TestEnvelopeAgrees(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":13,"error":null}`, true},
 		{`{"jsonrpc":"2.0","id":14}`, true},
 		{`{}`, true},
+		// What the hand walk must read as encoding/json does: spacing,
+		// strings holding braces, quotes and escapes, names it leaves to
+		// the general decode (escaped, not ASCII, folded by Unicode).
+		{" {\n\t\"id\" : 21 ,\r\n \"method\"\t:\t\"tools/call\" , \"params\" : { \"_meta\" : { " + v + " : \"2026-07-28\" } } }\n", true},
+		{`{"jsonrpc":"2.0","id":"a}\"]{","method":"tools/call","params":{"arguments":{"x":"}{\"","y":[1,{"z":[]}],"w":-1.5e3},"_meta":{` + v + `:"2026-07-28"}}}`, true},
+		{`{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"_meta":{` + v + `:"2026-07-28",` + v + `:"2025-11-25"}}}`, true},
+		{`{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol\/protocolVersion":"2026-07-28"}}}`, true},
+		{`{"jsonrpc":"2.0","id":24,"method":"tools/call","params":{"_meta":{` + v + `:"2026\u002d07-28"}}}`, true},
+		{`{"jsonrpc":"2.0","id":25,"method":"tools/call","params":{"_META":{` + v + `:"2026-07-28"}}}`, true},
+		{`{"jsonrpc":"2.0","id":26,"method":"tools/call","params":{"_meta":{` + v + `:"2026-07-28"},"_meta":{"x":1}}}`, true},
+		{`{"jsonrpc":"2.0","id":27,"method":"tools/call","params":{"_meta":null}}`, true},
+		{`{"jsonrpc":"2.0","id":28,"method":"tools/call","params":{"\u005fmeta":{` + v + `:"2026-07-28"}}}`, true},
+		{`{"jsonrpc":"2.0","id":29,"method":"tools/call","params":{"_meta":{` + v + `:"\u00e9"}}}`, true},
+		{`{"jsonrpc":"2.0","id":30,"method":"tools/call","params":{"_meta":{` + v + `:"` + "\xff" + `"}}}`, true},
+		{`{"jsonrpc":"2.0","id":31,"m\u0065thod":"subscriptions/listen"}`, true},
+		{`{"jsonrpc":"2.0","id":32,"method":"tools/call","param\u017f":{"_meta":{` + v + `:"2026-07-28"}}}`, true},
+		{`{"jsonrpc":"2.0","id":33,"method":"tools/call","paramſ":{"_meta":{` + v + `:"2026-07-28"}}}`, true},
+		{`{"jsonrpc":"2.0","id":34,"method":"tools/call","params":{"_meta":{` + v + `:"2026-07-28"}},"paramſ":{}}`, false},
+		{`{"jsonrpc":"2.0","id":35,"method":"` + "\xff" + `","params":{}}`, true},
+		{`{"jsonrpc":"2.0","id":36,"method":true,"params":[1,2]}`, true},
 		{`{"jsonrpc":"2.0","id":15,"method":"tools/list","method":"subscriptions/listen"}`, false},
 		{`{"jsonrpc":"2.0","id":16,"Method":"subscriptions/listen","method":"tools/list"}`, false},
 		{`{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}`, false},
@@ -55,6 +76,14 @@ func TestEnvelopeAgrees(t *testing.T) {
 			continue
 		}
 		trimmed := bytes.TrimSpace(body)
+		// The hand walk, where it answers, reads what the general decode
+		// reads.
+		if walked, ok := walkEnvelope(trimmed); ok {
+			decoded, _ := decodeEnvelope(trimmed)
+			if !reflect.DeepEqual(walked, decoded) {
+				t.Errorf("%s: walked %+v; decoded %+v", tc.body, walked, decoded)
+			}
+		}
 		isMsg, id := messageShape(trimmed)
 		if envMsg := env.Method.n+env.Result.n+env.Error.n > 0; envMsg != isMsg || string(env.ID.raw) != string(id) {
 			t.Errorf("%s: envelope says message %v, id %s; the body %v, %s", tc.body, envMsg, env.ID.raw, isMsg, id)
