@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -34,7 +36,7 @@ func decodeArgs[In any](raw json.RawMessage, schema *jsonschema.Schema) (In, *Re
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		raw = []byte("{}")
 	}
-	var fields map[string]json.RawMessage
+	var fields map[string]rawArg
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return in, refuseCode(refusal.InvalidArgument, "the arguments must be a JSON object; fix the call and try again")
 	}
@@ -56,7 +58,7 @@ func decodeArgs[In any](raw json.RawMessage, schema *jsonschema.Schema) (In, *Re
 		}
 	}
 	for name, v := range fields {
-		if err := checkType(schema.Properties[name], v); err != nil {
+		if err := checkType(schema.Properties[name], json.RawMessage(v)); err != nil {
 			return in, refuseCode(refusal.InvalidArgument, "argument %q %s; call again with a valid value", name, err.Error())
 		}
 	}
@@ -66,46 +68,71 @@ func decodeArgs[In any](raw json.RawMessage, schema *jsonschema.Schema) (In, *Re
 	return in, nil
 }
 
+// rawArg is json.RawMessage without the copy: it keeps the bytes it is
+// handed, a part of the call's arguments, which are not changed while they
+// are read.
+type rawArg []byte
+
+func (r *rawArg) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
+}
+
 // checkType compares a JSON value's kind with the property's declared type
 // (the inferred schemas use only string, integer, boolean and their nullable
-// forms), and enforces declared string length bounds.
+// forms), and enforces declared string length bounds. v is one valid JSON
+// value, as decoded into a json.RawMessage: its first byte tells its kind,
+// and only a string with bounds to check is decoded.
 func checkType(p *jsonschema.Schema, v json.RawMessage) error {
-	types := p.Types
-	if p.Type != "" {
-		types = []string{p.Type}
-	}
-	var val any
-	dec := json.NewDecoder(bytes.NewReader(v))
-	dec.UseNumber()
-	if err := dec.Decode(&val); err != nil {
+	if len(v) == 0 {
 		return fmt.Errorf("is not valid JSON")
 	}
-	kind := "null"
-	switch x := val.(type) {
-	case string:
+	var kind string
+	switch v[0] {
+	case '"':
 		kind = "string"
-		if p.MinLength != nil && len([]rune(x)) < *p.MinLength {
-			return fmt.Errorf("must be at least %d characters", *p.MinLength)
+		if p.MinLength != nil || p.MaxLength != nil {
+			var x string
+			if err := json.Unmarshal(v, &x); err != nil {
+				return fmt.Errorf("is not valid JSON")
+			}
+			n := utf8.RuneCountInString(x)
+			if p.MinLength != nil && n < *p.MinLength {
+				return fmt.Errorf("must be at least %d characters", *p.MinLength)
+			}
+			if p.MaxLength != nil && n > *p.MaxLength {
+				return fmt.Errorf("must be at most %d characters", *p.MaxLength)
+			}
 		}
-		if p.MaxLength != nil && len([]rune(x)) > *p.MaxLength {
-			return fmt.Errorf("must be at most %d characters", *p.MaxLength)
-		}
-	case bool:
+	case 't', 'f':
 		kind = "boolean"
-	case json.Number:
+	case 'n':
+		kind = "null"
+	case '[':
+		kind = "array"
+	case '{':
+		kind = "object"
+	default:
 		kind = "number"
-		if _, err := x.Int64(); err == nil {
+		if _, err := strconv.ParseInt(string(v), 10, 64); err == nil {
 			kind = "integer"
 		}
-	case []any:
-		kind = "array"
-	case map[string]any:
-		kind = "object"
 	}
-	for _, t := range types {
-		if t == kind || (t == "number" && kind == "integer") {
+	if p.Type != "" {
+		if typeAllows(p.Type, kind) {
+			return nil
+		}
+		return fmt.Errorf("must be of type %v, not %s", []string{p.Type}, kind)
+	}
+	for _, t := range p.Types {
+		if typeAllows(t, kind) {
 			return nil
 		}
 	}
-	return fmt.Errorf("must be of type %v, not %s", types, kind)
+	return fmt.Errorf("must be of type %v, not %s", p.Types, kind)
+}
+
+// typeAllows reports whether a value of kind is of the declared type t.
+func typeAllows(t, kind string) bool {
+	return t == kind || (t == "number" && kind == "integer")
 }

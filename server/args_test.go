@@ -2,7 +2,10 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
+
+	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/pdmcp/pdmcp/server/refusal"
 )
@@ -52,5 +55,55 @@ func TestDecodeArgs(t *testing.T) {
 				t.Fatalf("got %+v, want %s", r, tc.code)
 			}
 		})
+	}
+}
+
+// TestCheckType: each JSON kind against declared types, nullable forms,
+// and string length bounds counted in characters, not bytes.
+func TestCheckType(t *testing.T) {
+	two, three := 2, 3
+	str := &jsonschema.Schema{Type: "string"}
+	bounded := &jsonschema.Schema{Type: "string", MinLength: &two, MaxLength: &three}
+	integer := &jsonschema.Schema{Type: "integer"}
+	number := &jsonschema.Schema{Type: "number"}
+	nullableInt := &jsonschema.Schema{Types: []string{"null", "integer"}}
+	boolean := &jsonschema.Schema{Type: "boolean"}
+	for _, tc := range []struct {
+		p    *jsonschema.Schema
+		v    string
+		want string // "" for accepted
+	}{
+		{str, `"a"`, ""},
+		{str, `"a\"b\u00e9"`, ""},
+		{str, `7`, "must be of type [string], not integer"},
+		{str, `null`, "must be of type [string], not null"},
+		{str, `{"a":1}`, "must be of type [string], not object"},
+		{str, `["a"]`, "must be of type [string], not array"},
+		{str, `true`, "must be of type [string], not boolean"},
+		{bounded, `"ab"`, ""},
+		{bounded, `"ééé"`, ""},
+		{bounded, `"\u00e9\u00e9"`, ""},
+		{bounded, `"a"`, "must be at least 2 characters"},
+		{bounded, `"abcd"`, "must be at most 3 characters"},
+		{bounded, `"éééé"`, "must be at most 3 characters"},
+		{integer, `-12`, ""},
+		{integer, `1.5`, "must be of type [integer], not number"},
+		{integer, `1e3`, "must be of type [integer], not number"},
+		{integer, `99999999999999999999`, "must be of type [integer], not number"},
+		{number, `1.5`, ""},
+		{number, `3`, ""},
+		{nullableInt, `null`, ""},
+		{nullableInt, `4`, ""},
+		{nullableInt, `"4"`, "must be of type [null integer], not string"},
+		{boolean, `false`, ""},
+		{boolean, `0`, "must be of type [boolean], not integer"},
+	} {
+		got := ""
+		if err := checkType(tc.p, json.RawMessage(tc.v)); err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("%v %s: got %q, want %q", tc.p.Type+fmt.Sprint(tc.p.Types), tc.v, got, tc.want)
+		}
 	}
 }
