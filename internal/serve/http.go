@@ -149,8 +149,9 @@ func jsonRPCShape(supported []string, noteIDs bool, next http.Handler) http.Hand
 		}
 		var body []byte
 		var env *envelope
-		if p, ok := parsedBodyOf(r.Context()); ok {
-			// The user limiter read and decoded it.
+		p, parsed := parsedBodyOf(r)
+		if parsed {
+			// The user limiter read and decoded it; r.Body reads it again.
 			body, env = p.body, p.env
 		} else {
 			var err error
@@ -218,7 +219,9 @@ func jsonRPCShape(supported []string, noteIDs bool, next http.Handler) http.Hand
 		if noteIDs && len(id) > 0 {
 			server.NoteRawRequestID(r.Header, id)
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !parsed {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
 		next.ServeHTTP(w, r)
 	})
 }

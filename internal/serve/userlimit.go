@@ -314,12 +314,13 @@ func (l *UserLimiter) Wrap(next http.Handler) http.Handler {
 			l.give(user, userLoad{bodyBytes: held.bodyBytes - used})
 			held.bodyBytes = used
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
 		// The body is decoded here once for every check of internal/serve
 		// that reads it (jsonRPCShape too).
 		env, parsed := parseEnvelope(body)
 		if body != nil {
-			r = withParsedBody(r, body, env)
+			setParsedBody(r, body, env)
+		} else {
+			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		isListen := false
 		if parsed {
