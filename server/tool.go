@@ -142,11 +142,13 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 		defer c.releaseSessions()
 		ctx = gateway.WithRecorder(ctx, rec)
 		out, err := runTool(ctx, s, c, start, req.Params.Arguments, in, h)
-		var ni *needInput
-		if errors.As(err, &ni) {
-			return &mcp.CallToolResult{InputRequests: ni.requests, RequestState: ni.state}, nil
-		}
 		if err != nil {
+			// Only a call that did not complete asks for input; ni is
+			// declared here so that a completed call does not allocate it.
+			var ni *needInput
+			if errors.As(err, &ni) {
+				return &mcp.CallToolResult{InputRequests: ni.requests, RequestState: ni.state}, nil
+			}
 			r, internal := asRefusal(err)
 			if internal {
 				s.log.Error("tool call failed", "tool", d.Name, "err", err)
@@ -158,8 +160,10 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 			return r.result(), nil
 		}
 		s.writeAudit(ctx, c.line, c.caller.ID, start, nil, rec, c.session)
-		ok := &mcp.CallToolResult{StructuredContent: out}
-		if cc, isContenter := any(out).(contenter); isContenter {
+		// out is made an interface value once, for both uses.
+		structured := any(out)
+		ok := &mcp.CallToolResult{StructuredContent: structured}
+		if cc, isContenter := structured.(contenter); isContenter {
 			ok.Content = cc.content()
 		} else {
 			ok.Content = []mcp.Content{&mcp.TextContent{Text: jsonText(out)}}
