@@ -155,6 +155,13 @@ func (t *connTracker) signIn(c *trackedConn, user string) {
 	t.perUser[user]++
 }
 
+// anonymous reports whether c is still counted as unauthenticated.
+func (t *connTracker) anonymous(c *trackedConn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return c.elem != nil
+}
+
 // counts reports the open connections of each class.
 func (t *connTracker) counts() (anon, signedIn int) {
 	t.mu.Lock()
@@ -183,7 +190,8 @@ func markSignedIn(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tc, ok := r.Context().Value(connKey{}).(*trackedConn)
 		caller, verified := auth.CallerFromContext(r.Context())
-		if ok && verified {
+		// Only a connection not yet signed in needs the caller's id made.
+		if ok && verified && tc.t.anonymous(tc) {
 			tc.t.signIn(tc, caller.ID())
 		}
 		next.ServeHTTP(w, r)
