@@ -162,7 +162,7 @@ type UserLimiter struct {
 	log    *slog.Logger
 
 	mu    sync.Mutex
-	users map[string]*userLoad
+	users map[string]userLoad // held as values: no allocation per request
 	all   userLoad
 }
 
@@ -173,7 +173,7 @@ func NewUserLimiter(lim UserLimits, record func(audit.AuthRefused) (own bool), m
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &UserLimiter{lim: lim.withDefaults(), record: record, m: m, log: log, users: map[string]*userLoad{}}
+	l := &UserLimiter{lim: lim.withDefaults(), record: record, m: m, log: log, users: map[string]userLoad{}}
 	m.userLimits(l)
 	return l
 }
@@ -211,9 +211,6 @@ func (l *UserLimiter) take(user string, d userLoad) refusal {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	u := l.users[user]
-	if u == nil {
-		u = &userLoad{}
-	}
 	switch {
 	case d.requests > 0 && u.requests+d.requests > l.lim.MaxRequestsPerUser:
 		return refusal{ClassTooManyRequests, ReasonUserRequests, http.StatusTooManyRequests, retryRequest}
@@ -237,14 +234,10 @@ func (l *UserLimiter) take(user string, d userLoad) refusal {
 func (l *UserLimiter) give(user string, d userLoad) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	u := l.users[user]
-	if u == nil {
-		u = &userLoad{}
-	}
-	l.addLocked(user, u, userLoad{-d.requests, -d.bodyBytes, -d.listens})
+	l.addLocked(user, l.users[user], userLoad{-d.requests, -d.bodyBytes, -d.listens})
 }
 
-func (l *UserLimiter) addLocked(user string, u *userLoad, d userLoad) {
+func (l *UserLimiter) addLocked(user string, u userLoad, d userLoad) {
 	u.requests += d.requests
 	u.bodyBytes += d.bodyBytes
 	u.listens += d.listens
