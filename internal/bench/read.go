@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -148,7 +149,7 @@ func (b *run) readTargets(ctx context.Context, closers *[]func()) ([]readTarget,
 		if err != nil {
 			return nil, err
 		}
-		same, err := target(bareResultTarget, st.BareURL, mode, BareResultTool, map[string]any{},
+		same, err := target(bareResultTarget, st.BareURL, mode, BareResultTool, readArgs(),
 			func(int) string { return st.BareToken })
 		if err != nil {
 			return nil, err
@@ -159,14 +160,24 @@ func (b *run) readTargets(ctx context.Context, closers *[]func()) ([]readTarget,
 }
 
 // setBareResult makes the bare server's result tool answer what a read
-// through cs answers.
+// through cs answers, taking what the read takes (its input schema as cs
+// lists it; the bare side is called with the read's arguments).
 func setBareResult(ctx context.Context, st *Stack, cs *mcp.ClientSession) error {
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_protected_document", Arguments: readArgs()})
 	if err != nil || res.IsError {
 		return fmt.Errorf("a read for the bare server's result: %v %v", err, res)
 	}
-	st.SetBareResult(res)
-	return nil
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("the read tool's input schema: %w", err)
+	}
+	for _, t := range tools.Tools {
+		if t.Name == "read_protected_document" {
+			st.SetBareResult(res, t.InputSchema)
+			return nil
+		}
+	}
+	return errors.New("pdmcp lists no read_protected_document")
 }
 
 // bareResultTarget names the bare server's result tool among P1's
@@ -440,7 +451,7 @@ func (b *run) firstRead(ctx context.Context) error {
 		}
 		defer cs.Close()
 		t0 := time.Now()
-		err = callOK(ctx, cs, BareResultTool, map[string]any{})
+		err = callOK(ctx, cs, BareResultTool, readArgs())
 		return time.Since(t0), err
 	}
 	var pT, dT, bT time.Duration

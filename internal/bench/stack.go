@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -122,6 +121,7 @@ type Stack struct {
 	// bareResult is what the bare server's "result" tool answers: a copy
 	// of one pdmcp read's result (see readTargets).
 	bareResult atomic.Pointer[mcp.CallToolResult]
+	bareSrv    *mcp.Server
 }
 
 // Principals are the seed's users: the reader (the 4 KiB document, two
@@ -320,21 +320,15 @@ func (st *Stack) startBare() error {
 		func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil, nil
 		})
-	// "result" answers, from memory, a copy of a pdmcp read's result: the
-	// floor of a call that carries what a read carries. Registered as
-	// pdmcp's tools are, with an untyped handler.
-	srv.AddTool(&mcp.Tool{Name: BareResultTool, Description: "answers a copy of a read's result",
-		InputSchema: json.RawMessage(`{"type":"object","additionalProperties":false}`)},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			r := st.bareResult.Load()
-			if r == nil {
-				return nil, errors.New("no result to answer yet")
-			}
-			return &mcp.CallToolResult{Content: r.Content, StructuredContent: r.StructuredContent}, nil
-		})
+	// "result" (BareResultTool) is added by SetBareResult, with the read
+	// tool's input schema.
+	st.bareSrv = srv
 	get := func(*http.Request) *mcp.Server { return srv }
-	stateful := mcp.NewStreamableHTTPHandler(get, nil)
-	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true})
+	// A call's answer is one JSON body, as pdmcp's is (its stack grants no
+	// hand-off, so it never keeps a call's stream open): the floor pays no
+	// SSE framing pdmcp does not.
+	stateful := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{JSONResponse: true})
+	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
 	want := []byte("Bearer " + st.BareToken)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
@@ -367,8 +361,23 @@ func (st *Stack) startBare() error {
 // result.
 const BareResultTool = "result"
 
-// SetBareResult makes res the answer of the bare server's result tool.
-func (st *Stack) SetBareResult(res *mcp.CallToolResult) { st.bareResult.Store(res) }
+// SetBareResult makes res the answer of the bare server's result tool,
+// and in (the read tool's input schema as pdmcp lists it) its input
+// schema: the floor of a call that carries what a read carries, its
+// arguments and their schema's checks in the SDK included. The tool is
+// registered as pdmcp's tools are, with an untyped handler that does not
+// look at its arguments.
+func (st *Stack) SetBareResult(res *mcp.CallToolResult, in any) {
+	st.bareResult.Store(res)
+	st.bareSrv.AddTool(&mcp.Tool{Name: BareResultTool, Description: "answers a copy of a read's result", InputSchema: in},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r := st.bareResult.Load()
+			if r == nil {
+				return nil, errors.New("no result to answer yet")
+			}
+			return &mcp.CallToolResult{Content: r.Content, StructuredContent: r.StructuredContent}, nil
+		})
+}
 
 // Protocol revisions of the two session modes.
 const (

@@ -75,10 +75,8 @@ func BenchmarkStatelessRead(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer cs.Close()
-				args := map[string]any{}
-				if tc.tool == "read_protected_document" {
-					args = readArgs()
-				}
+				// The bare result tool takes the read's arguments (setBareResult).
+				args := readArgs()
 				call := func() {
 					if err := callOK(ctx, cs, tc.tool, args); err != nil {
 						b.Fatal(err)
