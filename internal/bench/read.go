@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -246,13 +247,22 @@ func (m *readMeasures) roundRatios(q float64, over, under []string) []float64 {
 
 // readRounds runs the targets in turn, paced, for o.Rounds rounds after a
 // first unmeasured one that warms every path (pdmcp mints the users'
-// sessions there).
+// sessions there). Every other round runs them in the reverse order, so
+// that no target always follows the same one or always comes first: a
+// machine's drift over a round, or what one target leaves behind (its
+// garbage, its connections' state), falls on each side alike.
 func (b *run) readRounds(ctx context.Context, targets []readTarget) (*readMeasures, error) {
 	o := b.o
 	m := &readMeasures{lat: map[string]Latencies{}, cpu: map[string]time.Duration{},
 		roundLat: map[string][]Latencies{}, roundCPU: map[string][]time.Duration{}}
+	reversed := slices.Clone(targets)
+	slices.Reverse(reversed)
 	for round := 0; round <= o.Rounds; round++ {
-		for _, t := range targets {
+		order := targets
+		if round%2 == 0 {
+			order = reversed
+		}
+		for _, t := range order {
 			c0 := cpuTime()
 			l, err := paced(ctx, o.Users, o.Calls, o.Rate, t.call)
 			if err != nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -163,6 +164,34 @@ func TestTracedFigures(t *testing.T) {
 		c := b.r.Figures[1]
 		if math.Abs(c.Ratio-1.08) > 1e-9 || c.Met || math.Abs(c.RatioMax-1.1) > 1e-9 {
 			t.Errorf("CPU figure %+v", c)
+		}
+	}
+}
+
+// TestReadRoundsAlternateOrder: the measured rounds run the targets
+// forward and backward in turn, so neither side of a pair always goes
+// first; each target's window is settled once per round, warm-up included.
+func TestReadRoundsAlternateOrder(t *testing.T) {
+	var order []string
+	settled := map[string]int{}
+	target := func(name string) readTarget {
+		return readTarget{name: name,
+			call:   func(context.Context, int) error { order = append(order, name); return nil },
+			settle: func(context.Context) error { settled[name]++; return nil }}
+	}
+	b := &run{o: Options{Rounds: 3, Users: 1, Calls: 1, Rate: 1000, Progress: io.Discard}, r: &Report{}}
+	m, err := b.readRounds(context.Background(), []readTarget{target("A"), target("B"), target("C")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The warm-up (round 0) is backward, then forward, backward, forward.
+	want := "CBA" + "ABC" + "CBA" + "ABC"
+	if got := strings.Join(order, ""); got != want {
+		t.Errorf("calls in the order %s, want %s", got, want)
+	}
+	for _, name := range []string{"A", "B", "C"} {
+		if settled[name] != 4 || len(m.roundLat[name]) != 3 {
+			t.Errorf("%s: settled %d times, %d measured rounds; want 4 and 3", name, settled[name], len(m.roundLat[name]))
 		}
 	}
 }
