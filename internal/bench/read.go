@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -93,10 +94,54 @@ type readTarget struct {
 	// settle, when set, runs at the end of each of the target's windows,
 	// inside its CPU time: the traced twin's span export.
 	settle func(ctx context.Context) error
+	// split, when set, is a target made of two sides whose calls take
+	// turns within one window: it hands over each side's latencies of the
+	// window (by their names), which are recorded instead of the window's.
+	split func() map[string]Latencies
 }
 
 // tracedPrefix names the traced twin's targets ("pdmcp-traced <mode>").
 const tracedPrefix = "pdmcp-traced "
+
+// Names of the interleaved pair's sides (interleaved): "<side> <mode>".
+const (
+	interleavedOff = "interleaved-off "
+	interleavedOn  = "interleaved-on "
+)
+
+// interleaved is a target whose users' calls take turns between off and
+// on, user u's k-th call going to on when k+u is odd: both sides meet the
+// machine's same moments, so its drift over seconds, which moves one
+// window against the next, cancels out of their ratio. Each side's time
+// is taken around its own call.
+func interleaved(name string, off, on readTarget, users int) readTarget {
+	var mu sync.Mutex
+	lat := map[string]Latencies{}
+	turn := make([]int, users) // each user's calls so far: only its goroutine touches its entry
+	t := readTarget{name: name}
+	t.call = func(ctx context.Context, u int) error {
+		side, call := off.name, off.call
+		if (turn[u]+u)%2 == 1 {
+			side, call = on.name, on.call
+		}
+		turn[u]++
+		t0 := time.Now()
+		err := call(ctx, u)
+		d := time.Since(t0)
+		mu.Lock()
+		lat[side] = append(lat[side], d)
+		mu.Unlock()
+		return err
+	}
+	t.split = func() map[string]Latencies {
+		mu.Lock()
+		defer mu.Unlock()
+		out := lat
+		lat = map[string]Latencies{}
+		return out
+	}
+	return t
+}
 
 // readTargets connects every user to pdmcp (reading the 4 KiB document)
 // and to the bare server (its no-op) in both session modes.
@@ -145,6 +190,11 @@ func (b *run) readTargets(ctx context.Context, closers *[]func()) ([]readTarget,
 			}
 			tr.settle = st.twinTracing.Flush
 			targets = append(targets, tr)
+			// And the two in turn within one window, call by call.
+			pair := interleaved("interleaved "+mode, readTarget{name: interleavedOff + mode, call: p.call},
+				readTarget{name: interleavedOn + mode, call: tr.call}, o.Users)
+			pair.settle = tr.settle
+			targets = append(targets, pair)
 		}
 		n, err := target("bare", st.BareURL, mode, "noop", map[string]any{}, func(int) string { return st.BareToken })
 		if err != nil {
@@ -273,12 +323,18 @@ func (b *run) readRounds(ctx context.Context, targets []readTarget) (*readMeasur
 					return nil, fmt.Errorf("%s: %w", t.name, err)
 				}
 			}
+			sides := map[string]Latencies{t.name: l}
+			if t.split != nil {
+				sides = t.split()
+			}
 			if round > 0 {
 				c := cpuTime() - c0
-				m.lat[t.name] = append(m.lat[t.name], l...)
 				m.cpu[t.name] += c
-				m.roundLat[t.name] = append(m.roundLat[t.name], l)
 				m.roundCPU[t.name] = append(m.roundCPU[t.name], c)
+				for name, l := range sides {
+					m.lat[name] = append(m.lat[name], l...)
+					m.roundLat[name] = append(m.roundLat[name], l)
+				}
 			}
 		}
 		if round > 0 {
@@ -353,13 +409,25 @@ func (b *run) tracedFigures(m *readMeasures, mode, label string) {
 		return
 	}
 	const goal = "<= 1.05 x tracing off"
-	on, off := m.lat[tr].Quantile(0.5), m.lat[p].Quantile(0.5)
-	f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, median, " + label + ", tracing on over off",
-		Unit: "ms", PDMCP: on, Measured: "tracing on", Baselines: map[string]float64{"tracing off": off}, Baseline: off, Ratio: on / off,
-		Goal: goal, Met: on/off <= 1.05,
-		Note: "every span sampled and exported over OTLP/HTTP to a loopback sink; the export is charged to the traced reads"}
-	f.spread(m.roundRatios(0.5, []string{tr}, []string{p}))
-	b.r.Figures = append(b.r.Figures, f)
+	median := func(name, on, off, note string, judged bool) Figure {
+		onQ, offQ := m.lat[on].Quantile(0.5), m.lat[off].Quantile(0.5)
+		f := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, median, " + label + ", tracing on over off" + name,
+			Unit: "ms", PDMCP: onQ, Measured: "tracing on", Baselines: map[string]float64{"tracing off": offQ}, Baseline: offQ,
+			Ratio: onQ / offQ, Goal: "reported", Met: true, Note: note}
+		if judged {
+			f.Goal, f.Met = goal, f.Ratio <= 1.05
+		}
+		f.spread(m.roundRatios(0.5, []string{on}, []string{off}))
+		return f
+	}
+	// Judged: the calls in turn, which the machine's drift moves alike;
+	// the windows side by side are reported (their ratio moves with what
+	// the machine does from one window to the next).
+	b.r.Figures = append(b.r.Figures,
+		median(", calls in turn", interleavedOn+mode, interleavedOff+mode,
+			"each user's calls alternate between the two pdmcps within one window; every span sampled and exported over OTLP/HTTP to a loopback sink", true),
+		median(", windows side by side", tr, p,
+			"diagnostic: one window each, next to each other in every round; the export is charged to the traced window", false))
 	if !cpuMeasured {
 		return
 	}
