@@ -140,7 +140,7 @@ func TestTracedFigures(t *testing.T) {
 	// both rounds (nearest rank, lower) are 1.04 and 1. Calls in turn:
 	// 1.06 / 1 and 2.1 / 2.
 	for name, rounds := range map[string][]float64{"pdmcp x": {1, 2}, "pdmcp-traced x": {1.04, 2.2},
-		"interleaved-off x": {1, 2}, "interleaved-on x": {1.06, 2.1}} {
+		"tracing-turn pdmcp x": {1, 2}, "tracing-turn pdmcp-traced x": {1.06, 2.1}} {
 		for _, v := range rounds {
 			m.lat[name] = append(m.lat[name], ms(v)...)
 			m.roundLat[name] = append(m.roundLat[name], ms(v))
@@ -204,10 +204,10 @@ func TestReadRoundsAlternateOrder(t *testing.T) {
 	}
 }
 
-// TestInterleavedTakesTurns: each user's calls alternate between the two
-// sides, the users starting on different sides; each side's latencies
-// come out under its name, once.
-func TestInterleavedTakesTurns(t *testing.T) {
+// TestInTurn: each user's calls rotate among the sides, the users
+// starting on different sides; each side's latencies come out under the
+// prefix and its name, once.
+func TestInTurn(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[int]string{}
 	side := func(name string) readTarget {
@@ -218,18 +218,52 @@ func TestInterleavedTakesTurns(t *testing.T) {
 			return nil
 		}}
 	}
-	pair := interleaved("pair", side("0"), side("1"), 2)
-	if _, err := paced(context.Background(), 2, 4, 1000, pair.call); err != nil {
+	turn := inTurn("turn", "p ", []readTarget{side("0"), side("1"), side("2")}, 2)
+	if _, err := paced(context.Background(), 2, 6, 1000, turn.call); err != nil {
 		t.Fatal(err)
 	}
-	if calls[0] != "0101" || calls[1] != "1010" {
-		t.Errorf("user 0 called %s, user 1 %s; want 0101 and 1010", calls[0], calls[1])
+	if calls[0] != "012012" || calls[1] != "120120" {
+		t.Errorf("user 0 called %s, user 1 %s; want 012012 and 120120", calls[0], calls[1])
 	}
-	got := pair.split()
-	if len(got) != 2 || len(got["0"]) != 4 || len(got["1"]) != 4 {
+	got := turn.split()
+	if len(got) != 3 || len(got["p 0"]) != 4 || len(got["p 1"]) != 4 || len(got["p 2"]) != 4 {
 		t.Errorf("split: %v", got)
 	}
-	if again := pair.split(); len(again) != 0 {
+	if again := turn.split(); len(again) != 0 {
 		t.Errorf("a second split: %v", again)
+	}
+}
+
+// TestFloorInTurnFigure: pdmcp's read over (a)+(b') from the window whose
+// calls rotate among the three is reported beside the windows' figure.
+func TestFloorInTurnFigure(t *testing.T) {
+	m := &readMeasures{lat: map[string]Latencies{}, cpu: map[string]time.Duration{},
+		roundLat: map[string][]Latencies{}, roundCPU: map[string][]time.Duration{}}
+	// In turn: 2.1 / (1 + 1) = 1.05 in one round, 2.4 / 2 = 1.2 in the next.
+	for name, rounds := range map[string][]float64{"pdmcp x": {3, 3}, "direct": {1, 1}, "bare x": {0.5, 0.5},
+		"bare-result x": {1, 1}, "floor-turn pdmcp x": {2.1, 2.4}, "floor-turn direct x": {1, 1},
+		"floor-turn bare-result x": {1, 1}} {
+		for _, v := range rounds {
+			d := time.Duration(v * float64(time.Millisecond))
+			m.lat[name] = append(m.lat[name], d)
+			m.roundLat[name] = append(m.roundLat[name], Latencies{d})
+			m.cpu[name] += d
+			m.roundCPU[name] = append(m.roundCPU[name], d)
+		}
+	}
+	b := &run{o: Options{Rounds: 2, Users: 1, Calls: 1}, r: &Report{}}
+	b.readFigures(m, "x")
+	var found []Figure
+	for _, f := range b.r.Figures {
+		if strings.HasSuffix(f.Name, "against a bare call carrying the same result, calls in turn") {
+			found = append(found, f)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d in-turn floor figures: %+v", len(found), b.r.Figures)
+	}
+	f := found[0]
+	if math.Abs(f.Ratio-1.05) > 1e-9 || math.Abs(f.RatioMin-1.05) > 1e-9 || math.Abs(f.RatioMax-1.2) > 1e-9 || f.Goal != "reported" {
+		t.Errorf("figure %+v", f)
 	}
 }
