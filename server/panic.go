@@ -101,6 +101,11 @@ func (s *Server) endPanicked(ctx context.Context, c *call, start time.Time, rec 
 // written; any other method the JSON-RPC internal error, -32603.
 func (s *Server) recoverPanics(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		if method == "tools/call" {
+			// Here, the outermost of pdmcp's frames on the request's
+			// goroutine: the fewest to copy (growStack).
+			growStack()
+		}
 		start := s.cfg.Now()
 		defer func() {
 			v := recover()
