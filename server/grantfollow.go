@@ -71,6 +71,16 @@ func (s *Server) FollowGrant(ctx context.Context) *grant.Grant {
 		return s.grantNow()
 	}
 	fi, statErr := os.Stat(s.cfg.GrantPath)
+	if statErr == nil {
+		// The common case, the grant unchanged, needs no manifest: every
+		// tool that reads the manifest looks at its file itself.
+		s.mu.Lock()
+		g, same := s.grant, sameFile(fi, s.grantFile) || sameFile(fi, s.badGrantFile)
+		s.mu.Unlock()
+		if same {
+			return g
+		}
+	}
 	m := s.currentManifest()
 	s.mu.Lock()
 	if statErr != nil {
