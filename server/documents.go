@@ -249,7 +249,7 @@ func (s *Server) read(ctx context.Context, c *call, in readInput) (readOutput, e
 	if err != nil {
 		return zero, fmt.Errorf("manifest IV of %s: %w", in.DocumentID, err)
 	}
-	ct, err := s.root.ReadFile(filepath.FromSlash(d.Path))
+	ct, err := s.ciphertexts.readFile(s.root, filepath.FromSlash(d.Path))
 	if err != nil {
 		return zero, refuseCode(refusal.CiphertextUnavailable,
 			"the stored ciphertext of %q cannot be read; nothing was sent; tell the operator", in.DocumentID)

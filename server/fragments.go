@@ -96,7 +96,7 @@ func (s *Server) openFragment(ctx context.Context, sess GatewaySession, m *grant
 	if err != nil {
 		return nil, "", fmt.Errorf("manifest IV of %s/%s: %w", docID, f.ID, err)
 	}
-	ct, err := s.root.ReadFile(filepath.FromSlash(f.Path))
+	ct, err := s.ciphertexts.readFile(s.root, filepath.FromSlash(f.Path))
 	if err != nil {
 		return nil, "", refuseCode(refusal.CiphertextUnavailable,
 			"the stored ciphertext of section %q of %q cannot be read; tell the operator", f.ID, docID)

@@ -171,6 +171,9 @@ type Server struct {
 	// root confines every ciphertext read and result write to the
 	// manifest's folder, symbolic links included.
 	root *os.Root
+	// ciphertexts answers a ciphertext read again from memory while its
+	// file is unchanged (fileCache).
+	ciphertexts *fileCache
 	// idemLocks serialises the saves of one caller's idempotency key (a
 	// retry waits for the first attempt, so one key never encrypts twice);
 	// destLocks serialises one destination's version allocation, file write
@@ -228,7 +231,8 @@ func New(cfg Config) (*Server, error) {
 		root.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root, confirms: confirms}
+	s := &Server{cfg: cfg, manifest: cfg.Manifest, allowed: map[string]bool{}, log: cfg.Logger, root: root,
+		ciphertexts: newFileCache(), confirms: confirms}
 	if fi, err := os.Stat(cfg.ManifestPath); err == nil {
 		s.manifestFile = fi
 	}

@@ -1,0 +1,174 @@
+//go:build linux || darwin
+
+package server
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// cacheRoot is a root with the file name in a folder, holding v1.
+func cacheRoot(t *testing.T) (*os.Root, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "docs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join("docs", "a.bin")
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte("version-1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return root, name, path
+}
+
+// later is a fileCache whose clock is an hour ahead: every file it reads
+// is quiet, so it keeps each one.
+func later() *fileCache {
+	c := newFileCache()
+	c.now = func() time.Time { return time.Now().Add(time.Hour) }
+	return c
+}
+
+func TestFileCacheAnswersAnUnchangedQuietFileFromMemory(t *testing.T) {
+	root, name, _ := cacheRoot(t)
+	c := later()
+	a, err := c.readFile(root, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.readFile(root, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != "version-1" || &a[0] != &b[0] {
+		t.Fatalf("second read = %q, same bytes %v; want version-1 from memory", b, &a[0] == &b[0])
+	}
+}
+
+// setTimesBack gives path the modification time it had, as a restore
+// that keeps times does.
+func setTimesBack(t *testing.T, path string, fi os.FileInfo) {
+	t.Helper()
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForNewChangeTime returns once a change to path gets another change
+// time than fi's (the file system's clock moved on), touching its mode.
+func waitForNewChangeTime(t *testing.T, path string, fi os.FileInfo) {
+	t.Helper()
+	was, _ := changeTime(fi)
+	for {
+		if err := os.Chmod(path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		now, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ct, _ := changeTime(now); !ct.Equal(was) {
+			return
+		}
+	}
+}
+
+func TestFileCacheSeesEveryChange(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, path string, fi os.FileInfo)
+		want   string // "" for an error
+	}{
+		{"replaced by rename, same size and times", func(t *testing.T, path string, fi os.FileInfo) {
+			tmp := path + ".tmp"
+			if err := os.WriteFile(tmp, []byte("version-2"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			setTimesBack(t, tmp, fi)
+			if err := os.Rename(tmp, path); err != nil {
+				t.Fatal(err)
+			}
+		}, "version-2"},
+		{"rewritten in place, same size, times set back", func(t *testing.T, path string, fi os.FileInfo) {
+			waitForNewChangeTime(t, path, fi)
+			if err := os.WriteFile(path, []byte("version-3"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			setTimesBack(t, path, fi)
+		}, "version-3"},
+		{"grown in place", func(t *testing.T, path string, _ os.FileInfo) {
+			if err := os.WriteFile(path, []byte("version-10"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "version-10"},
+		{"removed", func(t *testing.T, path string, _ os.FileInfo) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+		}, ""},
+		{"replaced by a folder", func(t *testing.T, path string, _ os.FileInfo) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, name, path := cacheRoot(t)
+			c := later()
+			if _, err := c.readFile(root, name); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.change(t, path, fi)
+			got, err := c.readFile(root, name)
+			switch {
+			case tc.want == "" && err == nil:
+				t.Fatalf("read after the change = %q, want an error", got)
+			case tc.want != "" && (err != nil || string(got) != tc.want):
+				t.Fatalf("read after the change = %q, %v; want %q", got, err, tc.want)
+			}
+			if tc.name == "removed" && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("read of a removed file: %v, want fs.ErrNotExist", err)
+			}
+		})
+	}
+}
+
+// TestFileCacheReadsARecentFileEveryTime: a file whose times are within
+// quietFor of the read is never kept, so a rewrite that keeps its size and
+// its times (within one tick of the file system's clock) is still seen.
+func TestFileCacheReadsARecentFileEveryTime(t *testing.T) {
+	root, name, path := cacheRoot(t)
+	c := newFileCache()
+	if _, err := c.readFile(root, name); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("version-4"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	setTimesBack(t, path, fi)
+	got, err := c.readFile(root, name)
+	if err != nil || string(got) != "version-4" {
+		t.Fatalf("read after the rewrite = %q, %v; want version-4", got, err)
+	}
+}
