@@ -1,6 +1,7 @@
 package server
 
 import (
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -49,24 +50,27 @@ func newFileCache() *fileCache {
 }
 
 // readFile is root.ReadFile(name), from memory when the file is the one
-// read before, unchanged. A nil fileCache reads every time.
+// kept, unchanged. A file not kept is read as root.ReadFile reads it, its
+// times taken from the file opened, with no stat more.
 func (c *fileCache) readFile(root *os.Root, name string) ([]byte, error) {
 	if c == nil {
 		return root.ReadFile(name)
 	}
-	fi, err := root.Stat(name)
-	if err != nil {
-		c.drop(name)
-		return nil, err
-	}
 	c.mu.Lock()
-	e, ok := c.entries[name]
+	e, kept := c.entries[name]
 	c.mu.Unlock()
-	if ok && unchanged(fi, e.fi) {
-		return e.data, nil
+	if kept {
+		fi, err := root.Stat(name)
+		if err != nil {
+			c.drop(name)
+			return nil, err
+		}
+		if unchanged(fi, e.fi) {
+			return e.data, nil
+		}
 	}
 	read := c.now()
-	data, err := root.ReadFile(name)
+	data, fi, err := readOpened(root, name)
 	if err != nil {
 		c.drop(name)
 		return nil, err
@@ -83,10 +87,44 @@ func (c *fileCache) readFile(root *os.Root, name string) ([]byte, error) {
 		}
 		c.entries[name] = cachedFile{fi: fi, data: data}
 		c.mu.Unlock()
-	} else {
+	} else if kept {
 		c.drop(name)
 	}
 	return data, nil
+}
+
+// readOpened is root.ReadFile(name) that also returns what the file
+// opened was before it was read.
+func readOpened(root *os.Root, name string) ([]byte, os.FileInfo, error) {
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	// As os.ReadFile: room for the whole file and the read that finds its
+	// end, and more as long as it grows.
+	size := 512
+	if n := fi.Size() + 1; n > int64(size) && int64(int(n)) == n {
+		size = int(n)
+	}
+	data := make([]byte, 0, size)
+	for {
+		n, err := f.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			return data, fi, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+	}
 }
 
 func (c *fileCache) drop(name string) {

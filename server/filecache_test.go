@@ -3,7 +3,9 @@
 package server
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -170,5 +172,34 @@ func TestFileCacheReadsARecentFileEveryTime(t *testing.T) {
 	got, err := c.readFile(root, name)
 	if err != nil || string(got) != "version-4" {
 		t.Fatalf("read after the rewrite = %q, %v; want version-4", got, err)
+	}
+}
+
+func TestFileCacheReadsWhatReadFileReads(t *testing.T) {
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for _, size := range []int{0, 1, 511, 512, 513, maxCachedFile, maxCachedFile + 1, 3 * maxCachedFile} {
+		name := fmt.Sprintf("f%d.bin", size)
+		want := bytes.Repeat([]byte{'x', 'y', 'z'}, size/3+1)[:size]
+		if err := os.WriteFile(filepath.Join(dir, name), want, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := later()
+		a, err := c.readFile(root, name)
+		if err != nil || !bytes.Equal(a, want) {
+			t.Fatalf("%d bytes: read %d bytes, %v", size, len(a), err)
+		}
+		b, err := c.readFile(root, name)
+		if err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("%d bytes: read again %d bytes, %v", size, len(b), err)
+		}
+		// Only a file within the bound is kept.
+		if kept := size > 0 && &a[0] == &b[0]; kept != (size > 0 && size <= maxCachedFile) {
+			t.Fatalf("%d bytes: kept = %v", size, kept)
+		}
 	}
 }
