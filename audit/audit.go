@@ -258,21 +258,27 @@ func (l *Log) Write(line Line) error {
 // write is Write without the Shutdown rule.
 func (l *Log) write(line Line) error {
 	v, dropped := line.prepare(l.clock())
-	var buf bytes.Buffer
 	// A leading newline is written only after a torn write (below), and
-	// the line is encoded after it.
-	buf.WriteByte('\n')
-	enc := json.NewEncoder(&buf) // Encode ends the line with '\n'
-	enc.SetEscapeHTML(false)
-	// "event" comes first, ahead of the line's own members: it is written
-	// here and the encoded object's opening brace is dropped. Every line has
-	// a member that is never omitted, so the object is never empty.
-	buf.WriteString(`{"event":"` + line.event() + `",`)
-	start := buf.Len()
-	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("audit: encode %s line: %w", line.event(), err)
+	// the line is encoded after it. "event" comes first, ahead of the
+	// line's own members. Every line has a member that is never omitted,
+	// so the object is never empty.
+	head := "\n{\"event\":\"" + line.event() + "\","
+	out, ok := []byte(nil), false
+	if tc, isTool := v.(ToolCall); isTool {
+		out, ok = appendToolCall(append(make([]byte, 0, 512), head...), tc)
 	}
-	out := append(buf.Bytes()[:start], buf.Bytes()[start+1:]...)
+	if !ok {
+		var buf bytes.Buffer
+		buf.WriteString(head)
+		enc := json.NewEncoder(&buf) // Encode ends the line with '\n'
+		enc.SetEscapeHTML(false)
+		// The encoded object's opening brace is dropped.
+		start := buf.Len()
+		if err := enc.Encode(v); err != nil {
+			return fmt.Errorf("audit: encode %s line: %w", line.event(), err)
+		}
+		out = append(buf.Bytes()[:start], buf.Bytes()[start+1:]...)
+	}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
