@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	oteltrace "go.opentelemetry.io/otel/trace"
@@ -232,7 +233,8 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 // else). A request without such a header has no token; a token in the
 // query is never taken (RFC 9700, MCP: header only).
 func bearerToken(r *http.Request) (string, *TokenError) {
-	if r.URL.Query().Has("access_token") {
+	// An empty query has no access_token; parsing it would only allocate.
+	if r.URL.RawQuery != "" && r.URL.Query().Has("access_token") {
 		return "", refuse(ClassMalformed, ReasonTokenInQuery)
 	}
 	values := r.Header.Values("Authorization")
@@ -243,15 +245,51 @@ func bearerToken(r *http.Request) (string, *TokenError) {
 	default:
 		return "", refuse(ClassMalformed, ReasonMultipleAuthHeaders)
 	}
-	fields := strings.Fields(values[0])
-	if len(fields) == 0 || !strings.EqualFold(fields[0], "bearer") {
+	scheme, token, n := twoFields(values[0])
+	if n == 0 || !strings.EqualFold(scheme, "bearer") {
 		// Another scheme (Basic, DPoP) is no bearer token at all.
 		return "", refuse(ClassNoToken, ReasonNoToken)
 	}
-	if len(fields) != 2 {
+	if n != 2 {
 		return "", refuse(ClassMalformed, ReasonBadAuthHeader)
 	}
-	return fields[1], nil
+	return token, nil
+}
+
+// twoFields is strings.Fields(v)'s first two fields and how many it has
+// (3 for three or more), without making the slice for a value of ASCII,
+// the form every header value a client sends takes.
+func twoFields(v string) (first, second string, n int) {
+	var f [2]string
+	for i := 0; i < len(v); i++ {
+		if v[i] >= utf8.RuneSelf {
+			fields := strings.Fields(v)
+			copy(f[:], fields)
+			return f[0], f[1], min(len(fields), 3)
+		}
+	}
+	for i := 0; i < len(v); {
+		if asciiSpace(v[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(v) && !asciiSpace(v[j]) {
+			j++
+		}
+		if n == 2 {
+			return f[0], f[1], 3
+		}
+		f[n] = v[i:j]
+		n++
+		i = j
+	}
+	return f[0], f[1], n
+}
+
+// asciiSpace is strings.Fields' white space among ASCII bytes.
+func asciiSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
 }
 
 // challenge builds the WWW-Authenticate value for a refusal.
