@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -62,10 +63,61 @@ func decodeArgs[In any](raw json.RawMessage, schema *jsonschema.Schema) (In, *Re
 			return in, refuseCode(refusal.InvalidArgument, "argument %q %s; call again with a valid value", name, err.Error())
 		}
 	}
+	if decodeStrings(&in, fields) {
+		return in, nil
+	}
+	in = *new(In)
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return in, refuseCode(refusal.InvalidArgument, "the arguments do not match the tool's input schema; call again with valid values")
 	}
 	return in, nil
+}
+
+// decodeStrings sets in's fields from fields, as json.Unmarshal of the
+// arguments into In would, when each one names a string field of In by its
+// JSON name: every tool's arguments but the file tools', once decodeArgs has
+// checked them (declared names, values of the declared type). It reports
+// false for anything else, which is left to json.Unmarshal.
+func decodeStrings[In any](in *In, fields map[string]rawArg) bool {
+	v := reflect.ValueOf(in).Elem()
+	t := v.Type()
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	for name, raw := range fields {
+		i := fieldNamed(t, name)
+		if i < 0 || t.Field(i).Type.Kind() != reflect.String || len(raw) < 2 || raw[0] != '"' {
+			return false
+		}
+		s, ok := plainJSONString(raw)
+		if !ok && json.Unmarshal(raw, &s) != nil {
+			return false
+		}
+		v.Field(i).SetString(s)
+	}
+	return true
+}
+
+// fieldNamed is the index of t's exported field whose JSON name is name,
+// or -1.
+func fieldNamed(t reflect.Type, name string) int {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag == name && f.IsExported() && !f.Anonymous {
+			return i
+		}
+	}
+	return -1
+}
+
+// plainJSONString is the value of a JSON string with no escape whose bytes
+// are UTF-8: its bytes as they are. Any other is left to json.Unmarshal.
+func plainJSONString(raw []byte) (string, bool) {
+	body := raw[1 : len(raw)-1]
+	if raw[len(raw)-1] != '"' || bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
+		return "", false
+	}
+	return string(body), true
 }
 
 // rawArg is json.RawMessage without the copy: it keeps the bytes it is

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -105,5 +106,53 @@ func TestCheckType(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%v %s: got %q, want %q", tc.p.Type+fmt.Sprint(tc.p.Types), tc.v, got, tc.want)
 		}
+	}
+}
+
+// TestDecodeArgsIsUnmarshal: checked arguments come out as json.Unmarshal
+// makes them, escapes, invalid UTF-8 and repeated names included, whichever
+// way decodeArgs decodes them.
+func TestDecodeArgsIsUnmarshal(t *testing.T) {
+	for _, raw := range []string{
+		`{"documentId":"doc-1"}`,
+		`{"documentId":""}`,
+		`{"documentId":"a\"b\\c\u00e9\ud83d\ude00\n"}`,
+		`{"documentId":"zoë"}`,
+		"{\"documentId\":\"a\xffb\"}",
+		`{"documentId":"first","documentId":"last"}`,
+		` { "documentId" : "spaced" } `,
+	} {
+		checkDecodesAsUnmarshal[readInput](t, raw)
+	}
+	for _, raw := range []string{
+		`{"documentId":"d","fragmentId":"f","text":"line 1\nline 2 <b>&</b>","idempotencyKey":"k1"}`,
+		`{"idempotencyKey":"k2","text":"only","documentId":"d","fragmentId":"f"}`,
+	} {
+		// Its embedded idempotency key is left to json.Unmarshal.
+		checkDecodesAsUnmarshal[saveFragmentInput](t, raw)
+	}
+	checkDecodesAsUnmarshal[saveInput](t, `{"destinationId":"out","text":"t\u00e9","idempotencyKey":"k3"}`)
+	checkDecodesAsUnmarshal[listInput](t, `{}`)
+	checkDecodesAsUnmarshal[listInput](t, `{"category":"lab"}`)
+	checkDecodesAsUnmarshal[sampleArgs](t, `{"documentId":"n","count":3}`)
+	checkDecodesAsUnmarshal[sampleArgs](t, `{"documentId":"n","category":"c"}`)
+}
+
+func checkDecodesAsUnmarshal[In any](t *testing.T, raw string) {
+	t.Helper()
+	schema, err := inputSchema[In]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, r := decodeArgs[In](json.RawMessage(raw), schema)
+	if r != nil {
+		t.Fatalf("decodeArgs(%s) refused: %v", raw, r)
+	}
+	var want In
+	if err := json.Unmarshal([]byte(raw), &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decodeArgs(%s) = %+v, json.Unmarshal = %+v", raw, got, want)
 	}
 }
