@@ -26,9 +26,12 @@ const quietFor = 5 * time.Second
 
 // Bounds on what a fileCache keeps: a read's ciphertext is its text (at
 // most MaxTextBytes) and a tag; a larger file is read every time.
+// All the files kept hold at most maxCachedBytes: a server with many
+// documents keeps the last ones read, not all of them.
 const (
 	maxCachedFile  = 2 * MaxTextBytes
 	maxCachedFiles = 512
+	maxCachedBytes = 8 << 20
 )
 
 // fileCache is the bytes of files read under a root, by name. Its bytes
@@ -38,6 +41,7 @@ type fileCache struct {
 	now     func() time.Time
 	mu      sync.Mutex
 	entries map[string]cachedFile
+	bytes   int // of the entries' data
 }
 
 type cachedFile struct {
@@ -79,13 +83,16 @@ func (c *fileCache) readFile(root *os.Root, name string) ([]byte, error) {
 	// read moves them, so the next stat misses.
 	if keepable(fi, read) && int64(len(data)) == fi.Size() && len(data) <= maxCachedFile {
 		c.mu.Lock()
-		if _, had := c.entries[name]; !had && len(c.entries) >= maxCachedFiles {
-			for k := range c.entries {
-				delete(c.entries, k)
+		c.removeLocked(name)
+		// Room for it: any other entry goes first (map order).
+		for k := range c.entries {
+			if len(c.entries) < maxCachedFiles && c.bytes+len(data) <= maxCachedBytes {
 				break
 			}
+			c.removeLocked(k)
 		}
 		c.entries[name] = cachedFile{fi: fi, data: data}
+		c.bytes += len(data)
 		c.mu.Unlock()
 	} else if kept {
 		c.drop(name)
@@ -129,8 +136,15 @@ func readOpened(root *os.Root, name string) ([]byte, os.FileInfo, error) {
 
 func (c *fileCache) drop(name string) {
 	c.mu.Lock()
-	delete(c.entries, name)
+	c.removeLocked(name)
 	c.mu.Unlock()
+}
+
+func (c *fileCache) removeLocked(name string) {
+	if e, ok := c.entries[name]; ok {
+		c.bytes -= len(e.data)
+		delete(c.entries, name)
+	}
 }
 
 // keepable reports whether a file of fi may be kept when read at read: a

@@ -203,3 +203,52 @@ func TestFileCacheReadsWhatReadFileReads(t *testing.T) {
 		}
 	}
 }
+
+// TestFileCacheBounded: however many files are read, what is kept stays
+// within maxCachedBytes and maxCachedFiles, and the last file read is kept.
+func TestFileCacheBounded(t *testing.T) {
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	c := later()
+	big := bytes.Repeat([]byte{'b'}, maxCachedFile)
+	n := maxCachedBytes/maxCachedFile + 8
+	for i := range n {
+		name := fmt.Sprintf("big%d.bin", i)
+		if err := os.WriteFile(filepath.Join(dir, name), big, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.readFile(root, name); err != nil {
+			t.Fatal(err)
+		}
+		// Read again: the same file read twice is counted once.
+		if _, err := c.readFile(root, name); err != nil {
+			t.Fatal(err)
+		}
+		sum := 0
+		for _, e := range c.entries {
+			sum += len(e.data)
+		}
+		if sum != c.bytes || c.bytes > maxCachedBytes || len(c.entries) > maxCachedFiles {
+			t.Fatalf("after %d files: %d entries of %d bytes (counted %d)", i+1, len(c.entries), sum, c.bytes)
+		}
+		if _, ok := c.entries[name]; !ok {
+			t.Fatalf("the last file read, %s, is not kept", name)
+		}
+	}
+	for i := range maxCachedFiles + 8 {
+		name := fmt.Sprintf("small%d.bin", i)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("s"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.readFile(root, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.entries) > maxCachedFiles || c.bytes > maxCachedBytes {
+		t.Errorf("%d entries, %d bytes", len(c.entries), c.bytes)
+	}
+}
