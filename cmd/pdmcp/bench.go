@@ -115,8 +115,8 @@ Each figure is printed with its baselines and their ratio, and the ratio's
 least and greatest over the rounds; only ratios mean anything on a shared
 machine. --tracing prices tracing: P1 also reads through a second pdmcp
 with its OpenTelemetry tracing on (every span exported to a loopback sink),
-in the same rounds, and judges its reads against the untraced ones (goal:
-1.05 x). --trace FILE breaks a P1 read's time, and a P5 new user's first
+in the same rounds, and judges its reads against the untraced ones, their
+calls taking turns within one window (goal: 1.05 x). --trace FILE breaks a P1 read's time, and a P5 new user's first
 read, down from a runtime/trace. Progress goes to stderr; --json prints the report
 for machines: {"started","seconds","go","cpus","os","options","figures":[{"id","name","unit",
 "pdmcp","baselines","baseline","ratio","goal","met","note","ratioMin","ratioMax","rounds"}],
