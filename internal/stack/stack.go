@@ -519,23 +519,39 @@ func (st *Stack) startMCP(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
+	u, cancel, done, err := st.runMCP(ctx, ln, st.HTTPConfigPath, st.AuditPath, "mcp", nil)
+	if err != nil {
+		return err
+	}
+	st.MCPURL, st.cancel, st.done = u, cancel, done
+	return nil
+}
+
+// runMCP runs serve.Run on ln with the stack's files, cfgPath and
+// auditPath, the stack's Serve option and then edit applied, until ctx
+// ends or cancel; done gives serve.Run's result. It returns once pdmcp
+// serves, with its MCP URL, or with the error it stopped with.
+func (st *Stack) runMCP(ctx context.Context, ln net.Listener, cfgPath, auditPath, component string,
+	edit func(*serve.Options)) (url string, cancel context.CancelFunc, done chan error, err error) {
 	ready := make(chan string, 1)
 	so := serve.Options{ConfigPath: st.ServicePath, ManifestPath: st.ManifestPath, GrantPath: st.GrantPath,
-		AuditPath: st.AuditPath, HTTPConfigPath: st.HTTPConfigPath, Version: st.o.Version, Listener: ln,
-		Logger: st.o.Logger.With("component", "mcp"), Ready: func(u string) { ready <- u }}
+		AuditPath: auditPath, HTTPConfigPath: cfgPath, Version: st.o.Version, Listener: ln,
+		Logger: st.o.Logger.With("component", component), Ready: func(u string) { ready <- u }}
 	if st.o.Serve != nil {
 		st.o.Serve(&so)
 	}
+	if edit != nil {
+		edit(&so)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
-	st.cancel, st.done = cancel, make(chan error, 1)
-	go func() { st.done <- serve.Run(runCtx, so) }()
+	done = make(chan error, 1)
+	go func() { done <- serve.Run(runCtx, so) }()
 	select {
-	case st.MCPURL = <-ready:
-		return nil
-	case err := <-st.done:
-		st.cancel, st.done = nil, nil
+	case url = <-ready:
+		return url, cancel, done, nil
+	case err := <-done:
 		cancel()
-		return err
+		return "", nil, nil, err
 	}
 }
 
@@ -557,26 +573,11 @@ func (st *Stack) StartTwin(ctx context.Context, name string, edit func(*serve.Op
 		ln.Close()
 		return "", err
 	}
-	ready := make(chan string, 1)
-	so := serve.Options{ConfigPath: st.ServicePath, ManifestPath: st.ManifestPath, GrantPath: st.GrantPath,
-		AuditPath: filepath.Join(filepath.Dir(st.AuditPath), "audit-"+name+".jsonl"), HTTPConfigPath: cfgPath,
-		Version: st.o.Version, Listener: ln, Logger: st.o.Logger.With("component", "mcp-"+name),
-		Ready: func(u string) { ready <- u }}
-	if st.o.Serve != nil {
-		st.o.Serve(&so)
-	}
-	if edit != nil {
-		edit(&so)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- serve.Run(runCtx, so) }()
-	select {
-	case u := <-ready:
-		st.twins = append(st.twins, func() { cancel(); <-done })
-		return u, nil
-	case err := <-done:
-		cancel()
+	u, cancel, done, err := st.runMCP(ctx, ln, cfgPath, filepath.Join(filepath.Dir(st.AuditPath), "audit-"+name+".jsonl"),
+		"mcp-"+name, edit)
+	if err != nil {
 		return "", fmt.Errorf("pdmcp %s: %w", name, err)
 	}
+	st.twins = append(st.twins, func() { cancel(); <-done })
+	return u, nil
 }
