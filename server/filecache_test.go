@@ -118,6 +118,36 @@ func TestFileCacheSeesEveryChange(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, ""},
+		{"replaced by a symbolic link to another file of the same size and times", func(t *testing.T, path string, fi os.FileInfo) {
+			other := filepath.Join(filepath.Dir(path), "b.bin")
+			if err := os.WriteFile(other, []byte("version-4"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			setTimesBack(t, other, fi)
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("b.bin", path); err != nil {
+				t.Fatal(err)
+			}
+		}, "version-4"},
+		{"restored from an older copy, its times kept", func(t *testing.T, path string, fi os.FileInfo) {
+			// The copy an operator kept, taken before the file was read.
+			old := filepath.Join(t.TempDir(), "a.bin")
+			if err := os.WriteFile(old, []byte("version-0"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			setTimesBack(t, old, fi)
+			waitForNewChangeTime(t, path, fi)
+			b, err := os.ReadFile(old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			setTimesBack(t, path, fi)
+		}, "version-0"},
 		{"replaced by a folder", func(t *testing.T, path string, _ os.FileInfo) {
 			if err := os.Remove(path); err != nil {
 				t.Fatal(err)
