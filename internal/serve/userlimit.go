@@ -348,7 +348,7 @@ func (l *UserLimiter) readBody(w http.ResponseWriter, r *http.Request) ([]byte, 
 	// Where the writer cannot set a deadline (a test's recorder), the
 	// body is read without one.
 	deadline := rc.SetReadDeadline(time.Now().Add(l.lim.BodyTimeout)) == nil
-	body, err := readAllSized(r.Body, r.ContentLength)
+	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		if isTimeout(err) {
 			return nil, refusal{ClassBodyTimeout, ReasonBodyTimeout, http.StatusRequestTimeout, retryRequest}, err
@@ -361,31 +361,6 @@ func (l *UserLimiter) readBody(w http.ResponseWriter, r *http.Request) ([]byte, 
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	return body, refusal{}, nil
-}
-
-// readAllSized is io.ReadAll into one buffer of the size the request
-// declared (n, -1 when unknown), instead of growing one from 512 bytes.
-// The declared size only sizes the buffer: what is read is what the body
-// holds.
-func readAllSized(r io.Reader, n int64) ([]byte, error) {
-	if n <= 0 || n > MaxRequestBytes {
-		return io.ReadAll(r)
-	}
-	// One byte more, so that the read that meets the end needs no growth.
-	b := make([]byte, 0, n+1)
-	for {
-		m, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+m]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-	}
 }
 
 func isTimeout(err error) bool {

@@ -3,13 +3,11 @@ package serve
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/pdmcp/pdmcp/auth"
@@ -220,21 +218,5 @@ func TestSessionStreamsAreNotRequests(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the request past the cap was not answered")
-	}
-}
-
-// TestReadAllSized: the body is read whole whatever size the request
-// declared, too small, too large or unknown, as io.ReadAll reads it.
-func TestReadAllSized(t *testing.T) {
-	body := strings.Repeat("0123456789", 100)
-	for _, n := range []int64{-1, 0, 1, 10, 999, 1000, 1001, 5000, MaxRequestBytes + 1} {
-		got, err := readAllSized(iotest.OneByteReader(strings.NewReader(body)), n)
-		if err != nil || string(got) != body {
-			t.Errorf("declared %d: read %d bytes, err %v; want the %d-byte body", n, len(got), err, len(body))
-		}
-	}
-	boom := errors.New("boom")
-	if _, err := readAllSized(iotest.ErrReader(boom), 10); !errors.Is(err, boom) {
-		t.Errorf("a failed read: err %v, want %v", err, boom)
 	}
 }
