@@ -188,3 +188,173 @@ func checkType(p *jsonschema.Schema, v json.RawMessage) error {
 func typeAllows(t, kind string) bool {
 	return t == kind || (t == "number" && kind == "integer")
 }
+
+// argDecoder is decodeArgs for one tool's In and closed schema, with a
+// one-pass walk, planned once per tool, for the common arguments: a flat
+// object of plain strings (no escape, UTF-8) each set straight into a
+// string field of In. Those need neither the map decodeArgs builds nor
+// json.Unmarshal's reflection; anything else goes to decodeArgs.
+type argDecoder[In any] struct {
+	schema *jsonschema.Schema
+	// plain are the declared arguments the walk may take: unbounded
+	// strings that name a string field of In. required has a bit set for
+	// each of them the schema requires; flat is false when the walk can
+	// never apply (In is not a struct, a required argument is not plain).
+	plain    []plainArg
+	required uint64
+	flat     bool
+}
+
+// plainArg is a declared string argument and the index of its field in In.
+type plainArg struct {
+	name  string
+	field int
+}
+
+// newArgDecoder plans the walk for In under schema, as inputSchema[In]
+// made it.
+func newArgDecoder[In any](schema *jsonschema.Schema) *argDecoder[In] {
+	d := &argDecoder[In]{schema: schema}
+	t := reflect.TypeFor[In]()
+	if t.Kind() != reflect.Struct {
+		return d
+	}
+	names := make([]string, 0, len(schema.Properties))
+	for name := range schema.Properties {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := schema.Properties[name]
+		i := fieldNamed(t, name)
+		if i < 0 || t.Field(i).Type.Kind() != reflect.String || p.MinLength != nil || p.MaxLength != nil ||
+			checkType(p, json.RawMessage(`""`)) != nil {
+			continue
+		}
+		d.plain = append(d.plain, plainArg{name: name, field: i})
+	}
+	if len(d.plain) > 64 {
+		return d
+	}
+	for _, name := range schema.Required {
+		a := d.lookup([]byte(name))
+		if a < 0 {
+			return d
+		}
+		d.required |= 1 << a
+	}
+	d.flat = true
+	return d
+}
+
+// decode is decodeArgs[In](raw, d.schema).
+func (d *argDecoder[In]) decode(raw json.RawMessage) (In, *Refusal) {
+	if in, ok := d.walk(raw); ok {
+		return in, nil
+	}
+	return decodeArgs[In](raw, d.schema)
+}
+
+// walk decodes raw when it is a JSON object (JSON white space allowed
+// around its parts) whose members are all plain arguments with plain
+// string values, with every required one among them: arguments decodeArgs
+// accepts and decodes the same (a repeated name's last value is kept, as
+// json.Unmarshal keeps it). It reports false for anything else, refusals
+// included, so that every refusal is decodeArgs' own.
+func (d *argDecoder[In]) walk(raw []byte) (In, bool) {
+	var in In
+	if !d.flat {
+		return in, false
+	}
+	v := reflect.ValueOf(&in).Elem()
+	i := skipJSONSpace(raw, 0)
+	if i == len(raw) || raw[i] != '{' {
+		return in, false
+	}
+	i = skipJSONSpace(raw, i+1)
+	var seen uint64
+	if i < len(raw) && raw[i] == '}' {
+		i++
+	} else {
+		for {
+			name, j, ok := plainString(raw, i)
+			if !ok {
+				return in, false
+			}
+			a := d.lookup(name)
+			if a < 0 {
+				return in, false
+			}
+			j = skipJSONSpace(raw, j)
+			if j == len(raw) || raw[j] != ':' {
+				return in, false
+			}
+			val, j, ok := plainString(raw, skipJSONSpace(raw, j+1))
+			if !ok {
+				return in, false
+			}
+			v.Field(d.plain[a].field).SetString(string(val))
+			seen |= 1 << a
+			j = skipJSONSpace(raw, j)
+			if j == len(raw) {
+				return in, false
+			}
+			if raw[j] == '}' {
+				i = j + 1
+				break
+			}
+			if raw[j] != ',' {
+				return in, false
+			}
+			i = skipJSONSpace(raw, j+1)
+		}
+	}
+	if skipJSONSpace(raw, i) != len(raw) || seen&d.required != d.required {
+		return in, false
+	}
+	return in, true
+}
+
+// lookup is the index in d.plain of the argument named name, or -1.
+func (d *argDecoder[In]) lookup(name []byte) int {
+	for a := range d.plain {
+		if d.plain[a].name == string(name) {
+			return a
+		}
+	}
+	return -1
+}
+
+// skipJSONSpace is the index of raw's first byte from i that is not JSON
+// white space, or len(raw).
+func skipJSONSpace(raw []byte, i int) int {
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString is the body of the JSON string at raw[i] when it has no
+// escape, no control character and is UTF-8 (a string whose value is its
+// bytes as they are), and the index just past its closing quote.
+func plainString(raw []byte, i int) ([]byte, int, bool) {
+	if i == len(raw) || raw[i] != '"' {
+		return nil, 0, false
+	}
+	ascii := true
+	for j := i + 1; j < len(raw); j++ {
+		switch c := raw[j]; {
+		case c == '"':
+			body := raw[i+1 : j]
+			if !ascii && !utf8.Valid(body) {
+				return nil, 0, false
+			}
+			return body, j + 1, true
+		case c == '\\' || c < 0x20:
+			return nil, 0, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return nil, 0, false
+}

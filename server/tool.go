@@ -124,6 +124,7 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 	if out, err := jsonschema.For[Out](&jsonschema.ForOptions{}); err == nil {
 		def.OutputSchema = schemaJSON(out)
 	}
+	args := newArgDecoder[In](in)
 	d := def
 	handler := func(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
 		defer trace.StartRegion(ctx, TraceToolRegion).End()
@@ -141,7 +142,7 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 		}()
 		defer c.releaseSessions()
 		ctx = gateway.WithRecorder(ctx, rec)
-		out, err := runTool(ctx, s, c, start, req.Params.Arguments, in, h)
+		out, err := runTool(ctx, s, c, start, req.Params.Arguments, args, h)
 		if err != nil {
 			// Only a call that did not complete asks for input; ni is
 			// declared here so that a completed call does not allocate it.
@@ -177,7 +178,7 @@ func newTool[In, Out any](s *Server, def mcp.Tool, h func(context.Context, *call
 // notAfter is refused GRANT_EXPIRED and ends the task's Gateway sessions,
 // then the arguments are decoded against the closed schema.
 func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Time, raw json.RawMessage,
-	schema *jsonschema.Schema, h func(context.Context, *call, In) (Out, error)) (Out, error) {
+	args *argDecoder[In], h func(context.Context, *call, In) (Out, error)) (Out, error) {
 	var zero Out
 	g := s.FollowGrant(ctx)
 	if g.Expired(start) {
@@ -189,7 +190,7 @@ func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Ti
 		return zero, refusal.New(refusal.ToolNotInGrant,
 			"the operator's new grant no longer allows %s; nothing was sent", c.line.Tool)
 	}
-	in, r := decodeArgs[In](raw, schema)
+	in, r := args.decode(raw)
 	if r != nil {
 		return zero, r
 	}
