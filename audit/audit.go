@@ -255,31 +255,65 @@ func (l *Log) Write(line Line) error {
 	return l.write(line)
 }
 
+// WriteToolCall is Write of a tool call's line, the line written per call:
+// it takes the line as it is, not as an interface value, which would copy
+// it to the heap.
+func (l *Log) WriteToolCall(c ToolCall) error {
+	if l == nil {
+		return nil
+	}
+	return l.writeToolCall(&c)
+}
+
 // write is Write without the Shutdown rule.
 func (l *Log) write(line Line) error {
+	if tc, ok := line.(ToolCall); ok {
+		return l.writeToolCall(&tc)
+	}
 	v, dropped := line.prepare(l.clock())
-	// A leading newline is written only after a torn write (below), and
-	// the line is encoded after it. "event" comes first, ahead of the
-	// line's own members. Every line has a member that is never omitted,
-	// so the object is never empty.
-	head := "\n{\"event\":\"" + line.event() + "\","
-	out, ok := []byte(nil), false
-	if tc, isTool := v.(ToolCall); isTool {
-		out, ok = appendToolCall(append(make([]byte, 0, 512), head...), tc)
+	out, err := encodeLine(line.event(), v)
+	if err != nil {
+		return err
 	}
-	if !ok {
-		var buf bytes.Buffer
-		buf.WriteString(head)
-		enc := json.NewEncoder(&buf) // Encode ends the line with '\n'
-		enc.SetEscapeHTML(false)
-		// The encoded object's opening brace is dropped.
-		start := buf.Len()
-		if err := enc.Encode(v); err != nil {
-			return fmt.Errorf("audit: encode %s line: %w", line.event(), err)
-		}
-		out = append(buf.Bytes()[:start], buf.Bytes()[start+1:]...)
-	}
+	return l.commit(line.event(), out, dropped)
+}
 
+// writeToolCall writes a tool call's line, encoded without reflection
+// (appendToolCall) unless it holds what only encoding/json writes.
+func (l *Log) writeToolCall(c *ToolCall) error {
+	tc, dropped := c.sanitized(l.clock())
+	// Room for the chain's member too, so that chaining does not copy it.
+	out, ok := appendToolCall(append(make([]byte, 0, 512+memberRoom), "\n{\"event\":\""+EventTool+"\","...), tc)
+	if !ok {
+		var err error
+		if out, err = encodeLine(EventTool, tc); err != nil {
+			return err
+		}
+	}
+	return l.commit(EventTool, out, dropped)
+}
+
+// encodeLine is a prepared line v of event as the file has it, but for its
+// chain member (see appendLocked): a newline (written only after a torn
+// write), then "event" ahead of the line's own members, and a newline.
+// Every line has a member that is never omitted, so the object is never
+// empty.
+func encodeLine(event string, v any) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString("\n{\"event\":\"" + event + "\",")
+	enc := json.NewEncoder(&buf) // Encode ends the line with '\n'
+	enc.SetEscapeHTML(false)
+	// The encoded object's opening brace is dropped.
+	start := buf.Len()
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("audit: encode %s line: %w", event, err)
+	}
+	return append(buf.Bytes()[:start], buf.Bytes()[start+1:]...), nil
+}
+
+// commit appends an encoded line of event to the file, chained, then a
+// signed head when one is due; dropped names the fields prepare cleared.
+func (l *Log) commit(event string, out []byte, dropped []string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -288,23 +322,25 @@ func (l *Log) write(line Line) error {
 	if l.f == nil {
 		return nil
 	}
-	if err := l.appendLocked(line.event(), func(string) []byte { return out }); err != nil {
+	if err := l.appendLocked(event, func(string) []byte { return out }); err != nil {
 		return err
 	}
 	if l.headDue() {
 		l.signHeadLocked()
 	}
 	if len(dropped) > 0 {
-		return fmt.Errorf("audit: %s line: %w: %s", line.event(), ErrRedacted, strings.Join(dropped, ", "))
+		return fmt.Errorf("audit: %s line: %w: %s", event, ErrRedacted, strings.Join(dropped, ", "))
 	}
 	return nil
 }
 
 // appendLocked writes one line to the file, chained: body returns the line
-// given the head it will name, as a newline, the JSON object and a newline.
-// Called with l.mu held and a file open.
+// given the head it will name, as a newline, the JSON object and a newline,
+// in a buffer of its own that appendLocked may append to. Called with l.mu
+// held and a file open.
 func (l *Log) appendLocked(event string, body func(head string) []byte) error {
-	defer lockFile(l.f)()
+	f := l.f
+	defer unlockFile(f, lockFile(f))
 	if err := l.syncChain(); err != nil {
 		// The line is written all the same, chained from the last line
 		// this Log knows of; Verify reports the break if there is one.
@@ -316,7 +352,7 @@ func (l *Log) appendLocked(event string, body func(head string) []byte) error {
 	out := body(l.chain.head)
 	// The line ends with the member naming the line before it, in place
 	// of the encoded object's closing brace.
-	out = append(append(out[:len(out)-2:len(out)-2], l.chain.member()...), '\n')
+	out = append(l.chain.appendMember(out[:len(out)-2]), '\n')
 	if !l.torn {
 		out = out[1:]
 	}

@@ -54,7 +54,10 @@ const maxSeedScan = 1 << 20
 // lineHash is the chain's hash of one line: its bytes without the newline.
 func lineHash(line []byte) string {
 	sum := sha256.Sum256(line)
-	return hex.EncodeToString(sum[:])
+	// Encoded on the stack: the string is the one allocation.
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:])
 }
 
 // isWholeLine reports whether b (a line without its newline) is a line of
@@ -166,11 +169,17 @@ func (l *Log) syncChain() error {
 	return l.seedChain()
 }
 
-// chainMember is the member the next line ends with.
-func (c *chainState) member() string {
+// appendMember appends the member the next line ends with, and the
+// object's closing brace.
+func (c *chainState) appendMember(b []byte) []byte {
 	name := fieldPrev
 	if c.fileStart {
 		name = fieldPrevFile
 	}
-	return `,"` + name + `":"` + c.head + `"}`
+	b = append(append(append(b, `,"`...), name...), `":"`...)
+	return append(append(b, c.head...), `"}`...)
 }
+
+// memberRoom is the most appendMember adds, and a newline: what a line's
+// buffer leaves room for, so that chaining it does not copy it.
+const memberRoom = len(`,"`+fieldPrevFile+`":"`+ZeroHash+`"}`) + 1

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -208,7 +209,10 @@ func (RefusalSummary) event() string { return EventRefusalSummary }
 func (Startup) event() string        { return EventStartup }
 func (Shutdown) event() string       { return EventShutdown }
 
-func (c ToolCall) prepare(now time.Time) (any, []string) {
+func (c ToolCall) prepare(now time.Time) (any, []string) { return c.sanitized(now) }
+
+// sanitized is prepare for a tool call, as a ToolCall.
+func (c ToolCall) sanitized(now time.Time) (ToolCall, []string) {
 	var s sanitizer
 	c.RunID = s.free("runId", c.RunID)
 	c.GrantID = s.free("grantId", c.GrantID)
@@ -230,15 +234,19 @@ func (c ToolCall) prepare(now time.Time) (any, []string) {
 	c.Confirmation = s.match("confirmation", c.Confirmation, isConfirmation)
 	c.TraceID = s.match("traceId", c.TraceID, isTraceID)
 	c.SpanID = s.match("spanId", c.SpanID, isSpanID)
-	if c.GatewayRequests != nil {
-		reqs := make([]Request, len(c.GatewayRequests))
-		for i, r := range c.GatewayRequests {
-			r.Route = s.match("gatewayRequests.route", r.Route, isRoute)
-			r.Code = s.match("gatewayRequests.code", r.Code, isCode)
-			reqs[i] = r
+	// The caller's requests are copied only when one loses a field.
+	reqs, copied := c.GatewayRequests, false
+	for i, r := range reqs {
+		route := s.match("gatewayRequests.route", r.Route, isRoute)
+		code := s.match("gatewayRequests.code", r.Code, isCode)
+		if route != r.Route || code != r.Code {
+			if !copied {
+				reqs, copied = slices.Clone(reqs), true
+			}
+			reqs[i].Route, reqs[i].Code = route, code
 		}
-		c.GatewayRequests = reqs
 	}
+	c.GatewayRequests = reqs
 	if c.Sections != nil {
 		secs := make([]Section, len(c.Sections))
 		for i, sec := range c.Sections {

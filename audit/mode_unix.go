@@ -31,21 +31,30 @@ func checkPrivate(fi os.FileInfo) error {
 
 // lockFile takes an exclusive flock(2) of f for one line: the read of the
 // file's last line and the write that chains from it, so processes sharing
-// the file keep one chain. It returns the unlock. A file that cannot be
-// locked is written unlocked: a line is never held back for the lock.
-func lockFile(f any) (unlock func()) {
+// the file keep one chain. It reports whether it took the lock, for
+// unlockFile. A file that cannot be locked is written unlocked: a line is
+// never held back for the lock.
+func lockFile(f any) (locked bool) {
 	fd, ok := f.(interface{ Fd() uintptr })
 	if !ok {
-		return func() {}
+		return false
 	}
 	for {
 		err := syscall.Flock(int(fd.Fd()), syscall.LOCK_EX)
 		if err == nil {
-			break
+			return true
 		}
 		if !errors.Is(err, syscall.EINTR) {
-			return func() {}
+			return false
 		}
 	}
-	return func() { _ = syscall.Flock(int(fd.Fd()), syscall.LOCK_UN) }
+}
+
+// unlockFile releases the lock lockFile took (locked), and does nothing
+// when it took none. The two are apart, not a returned closure, so that a
+// line allocates nothing for its lock.
+func unlockFile(f any, locked bool) {
+	if fd, ok := f.(interface{ Fd() uintptr }); ok && locked {
+		_ = syscall.Flock(int(fd.Fd()), syscall.LOCK_UN)
+	}
 }

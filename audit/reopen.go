@@ -37,11 +37,11 @@ func (l *Log) Reopen() error {
 	if l.headKey != nil && l.sinceHead > 0 {
 		l.signHeadLocked()
 	} else {
-		unlock := lockFile(old)
+		locked := lockFile(old)
 		if err := l.syncChain(); err != nil {
 			l.slogger().Warn("audit file's last line could not be read to chain from", "path", l.path, "err", err)
 		}
-		unlock()
+		unlockFile(old, locked)
 	}
 	l.f, l.torn = f, false
 	l.fenceTornTail(fi.Size())

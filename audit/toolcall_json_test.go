@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -115,5 +118,52 @@ func TestWriteEncodesEveryToolCallAlike(t *testing.T) {
 	r, err := Verify(context.Background(), []string{path}, VerifyOptions{})
 	if err != nil || !r.Whole || r.BreakCount != 0 {
 		t.Fatalf("Verify = %+v, %v; want a whole chain", r, err)
+	}
+}
+
+// TestWriteToolCallIsWrite: WriteToolCall writes the bytes Write writes,
+// and returns the same error, for plain lines, lines left to the encoder,
+// lines with fields dropped and lines with no time of their own; and a
+// dropped request field never changes the caller's requests.
+func TestWriteToolCallIsWrite(t *testing.T) {
+	now := func() time.Time { return time.Date(2026, 7, 28, 9, 0, 0, 5, time.UTC) }
+	dir := t.TempDir()
+	open := func(name string) (*Log, string) {
+		path := filepath.Join(dir, name)
+		l, err := OpenWith(path, Options{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l, path
+	}
+	viaWrite, writePath := open("write.jsonl")
+	viaTool, toolPath := open("tool.jsonl")
+	escaped := readLine()
+	escaped.DocumentID = "doc \"ë\"\t<1>"
+	badRoute := readLine()
+	badRoute.GatewayRequests = []Request{{Route: "/v1/decrypt", Status: 200}, {Route: "not a route", Code: "bad code", Status: 403}}
+	untimed := readLine()
+	untimed.StartedAt = time.Time{}
+	farTime := readLine()
+	farTime.StartedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, c := range []ToolCall{readLine(), escaped, badRoute, untimed, farTime, {Tool: "x", Outcome: OutcomeOK}} {
+		errWrite, errTool := viaWrite.Write(c), viaTool.WriteToolCall(c)
+		if fmt.Sprint(errWrite) != fmt.Sprint(errTool) {
+			t.Errorf("line %d: Write = %v, WriteToolCall = %v", i, errWrite, errTool)
+		}
+	}
+	if badRoute.GatewayRequests[1].Route != "not a route" || badRoute.GatewayRequests[1].Code != "bad code" {
+		t.Errorf("the caller's requests were changed: %+v", badRoute.GatewayRequests)
+	}
+	a, b := fileLines(t, writePath), fileLines(t, toolPath)
+	if len(a) != 5 || !slices.Equal(a, b) { // the far time is refused alike
+		t.Fatalf("Write wrote\n%s\nWriteToolCall wrote\n%s", strings.Join(a, ""), strings.Join(b, ""))
+	}
+	if !strings.Contains(a[2], `"gatewayRequests":[{"route":"/v1/decrypt","status":200,"latencyMs":0},{"route":"","status":403,"latencyMs":0}]`) {
+		t.Errorf("dropped request fields: %s", a[2])
+	}
+	if err := (*Log)(nil).WriteToolCall(readLine()); err != nil {
+		t.Errorf("nil Log: %v", err)
 	}
 }

@@ -17,18 +17,28 @@ func readLine() ToolCall {
 }
 
 // BenchmarkWriteToolCall: one tool call's line, encoded, chained and
-// written to the file.
+// written to the file, through Write (as a Line) and WriteToolCall.
 func BenchmarkWriteToolCall(b *testing.B) {
-	l, err := Open(filepath.Join(b.TempDir(), "audit.jsonl"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	line := readLine()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := l.Write(line); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name  string
+		write func(*Log, ToolCall) error
+	}{
+		{"Write", func(l *Log, c ToolCall) error { return l.Write(c) }},
+		{"WriteToolCall", (*Log).WriteToolCall},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, err := Open(filepath.Join(b.TempDir(), "audit.jsonl"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			line := readLine()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bc.write(l, line); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -241,7 +241,7 @@ func (s *Server) writeAudit(ctx context.Context, line audit.ToolCall, caller str
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.ToolCall(line, reqs)
 	}
-	if err := s.cfg.Audit.Write(line); err != nil {
+	if err := s.cfg.Audit.WriteToolCall(line); err != nil {
 		// A refused call's tool name is the model's text: only names this
 		// build knows reach the log.
 		tool := line.Tool
