@@ -78,6 +78,7 @@ type Log struct {
 type appendFile interface {
 	io.Writer
 	io.ReaderAt
+	io.Seeker
 	Stat() (os.FileInfo, error)
 	Truncate(size int64) error
 	Sync() error
