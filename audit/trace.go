@@ -14,7 +14,11 @@ import (
 // request it records; both empty when ctx holds no valid span context (no
 // tracing, or a request that came without one and started none).
 func Trace(ctx context.Context) (traceID, spanID string) {
-	sc := trace.SpanContextFromContext(ctx)
+	return SpanIDs(trace.SpanContextFromContext(ctx))
+}
+
+// SpanIDs is Trace of a span context already at hand.
+func SpanIDs(sc trace.SpanContext) (traceID, spanID string) {
 	if !sc.IsValid() {
 		return "", ""
 	}

@@ -255,8 +255,7 @@ func protocolOf(req mcp.Request) string {
 // traceCall records on the call's span what its audit line says of it:
 // the outcome, a refusal's layer and code, the ids the line names and how
 // many Gateway requests it made. The caller is named by digest.
-func traceCall(ctx context.Context, line *audit.ToolCall) {
-	span := trace.SpanFromContext(ctx)
+func traceCall(span trace.Span, line *audit.ToolCall) {
 	if !span.IsRecording() {
 		return
 	}

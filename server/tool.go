@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/pdmcp/pdmcp/audit"
 	"github.com/pdmcp/pdmcp/auth"
@@ -201,7 +202,9 @@ func runTool[In, Out any](ctx context.Context, s *Server, c *call, start time.Ti
 // succeeded. The line names the trace span active in ctx, if any.
 func (s *Server) writeAudit(ctx context.Context, line audit.ToolCall, caller string, start time.Time, r *Refusal, rec *gateway.Recorder, sess GatewaySession) {
 	defer trace.StartRegion(ctx, TraceAuditRegion).End()
-	line.TraceID, line.SpanID = audit.Trace(ctx)
+	// The call's span, looked up in ctx once for the line and for itself.
+	span := oteltrace.SpanFromContext(ctx)
+	line.TraceID, line.SpanID = audit.SpanIDs(span.SpanContext())
 	line.RunID = s.cfg.RunID
 	line.GrantID = s.grantNow().ID
 	line.Caller = caller
@@ -237,7 +240,7 @@ func (s *Server) writeAudit(ctx context.Context, line audit.ToolCall, caller str
 			}
 		}
 	}
-	traceCall(ctx, &line)
+	traceCall(span, &line)
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.ToolCall(line, reqs)
 	}
