@@ -596,3 +596,83 @@ func BenchmarkFileCacheHit(b *testing.B) {
 		})
 	}
 }
+
+// TestFileCacheNeverClosesAFolderInUse: a folder a check is using stays
+// open through close and eviction, and is closed when the check ends.
+func TestFileCacheNeverClosesAFolderInUse(t *testing.T) {
+	root, name, _ := cacheRoot(t)
+	c := later()
+	if _, err := c.readFile(root, name); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	d := c.entries[name].dir
+	d.refs++ // as a check in flight does
+	c.mu.Unlock()
+	c.close()
+	if d.f.Fd() == ^uintptr(0) || d.parent.f.Fd() == ^uintptr(0) {
+		t.Fatal("a folder in use, or the one above it, closed")
+	}
+	c.mu.Lock()
+	c.releaseLocked(d)
+	c.mu.Unlock()
+	if d.f.Fd() != ^uintptr(0) || d.parent.f.Fd() != ^uintptr(0) || len(c.dirs) != 0 {
+		t.Fatalf("after the check: folders open, %d held", len(c.dirs))
+	}
+}
+
+// TestFileCacheConcurrentReads: reads of kept files in held folders while
+// others are dropped, replaced and the cache closed all read the right
+// bytes, and leave the held folders counted right.
+func TestFileCacheConcurrentReads(t *testing.T) {
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	var names []string
+	for i := range 4 {
+		name := filepath.Join("docs", fmt.Sprintf("d%d", i%2), fmt.Sprintf("f%d.bin", i))
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	c := later()
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			for i := range 300 {
+				name := names[(g+i)%len(names)]
+				if g == 0 && i%10 == 0 {
+					c.drop(name)
+				}
+				if g == 1 && i == 200 {
+					c.close()
+				}
+				got, err := c.readFile(root, name)
+				if err == nil && string(got) != name {
+					err = fmt.Errorf("%s read as %q", name, got)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkHeld(t, c)
+	if len(c.dirs) != 0 {
+		t.Fatalf("%d folders held after close", len(c.dirs))
+	}
+}
