@@ -10,7 +10,8 @@ import (
 
 // A read's ciphertext is read from the manifest's folder on every call:
 // opened, read and closed, a dozen system calls. fileCache answers a file
-// unchanged since it was read from memory after one stat. Unchanged means
+// unchanged since it was read from memory after a stat (see heldDir for
+// how it is found). Unchanged means
 // the same file (device and inode: a writer that renames a new file into
 // place makes another), size, modification time and change time. The
 // change time is the kernel's, which no writer can set back (a restore
@@ -88,7 +89,8 @@ type fileIdent struct {
 	mtime, ctime int64
 }
 
-// heldDir is a folder under the root held open.
+// heldDir is a folder under the root held open, to check the kept files
+// in it without opening it again (see fileCache's bounds).
 type heldDir struct {
 	f      *os.File
 	fd     int
