@@ -676,3 +676,32 @@ func TestFileCacheConcurrentReads(t *testing.T) {
 		t.Fatalf("%d folders held after close", len(c.dirs))
 	}
 }
+
+// TestServerCloseClosesTheCache: Server.Close closes the folders the
+// cache holds, and a document read after it is refused by the closed
+// root, never answered from the kept copy.
+func TestServerCloseClosesTheCache(t *testing.T) {
+	root, name, _ := cacheRoot(t)
+	s := &Server{root: root, ciphertexts: later()}
+	if _, err := s.ciphertexts.readFile(s.root, name); err != nil {
+		t.Fatal(err)
+	}
+	var held []*heldDir
+	for _, d := range s.ciphertexts.dirs {
+		held = append(held, d)
+	}
+	if len(held) == 0 {
+		t.Fatal("the read held no folder")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range held {
+		if d.f.Fd() != ^uintptr(0) {
+			t.Fatalf("folder %s still open after Server.Close", d.key)
+		}
+	}
+	if got, err := s.ciphertexts.readFile(s.root, name); err == nil {
+		t.Fatalf("a read after Server.Close returned %q; want the closed root's error", got)
+	}
+}

@@ -305,8 +305,14 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Close releases the manifest folder the server holds open.
-func (s *Server) Close() error { return s.root.Close() }
+// Close releases the manifest folder the server holds open, and the
+// folders its ciphertext cache holds in it.
+func (s *Server) Close() error {
+	// The cache first: it holds folders of the root open, and a read after
+	// Close must reach the closed root, not a kept copy.
+	s.ciphertexts.close()
+	return s.root.Close()
+}
 
 // MCP is the underlying go-sdk server, for a transport to run.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
