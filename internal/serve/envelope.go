@@ -53,7 +53,25 @@ func (m *envelopeMember) UnmarshalJSON(b []byte) error {
 // the common case envelope describes.
 func parseEnvelope(body []byte) (*envelope, bool) {
 	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, false
+	}
+	// The common body is checked and walked in one pass; any other (not
+	// valid, a name not plain, nested deep) takes the general path, which
+	// answers it as it always has.
+	if e, ok := scanEnvelope(trimmed); ok {
+		if !e.counted() {
+			return nil, false
+		}
+		return e, true
+	}
+	return parseEnvelopeGeneral(trimmed)
+}
+
+// parseEnvelopeGeneral is parseEnvelope for a trimmed body starting with
+// '{': json.Valid, then the walk or the general decode.
+func parseEnvelopeGeneral(trimmed []byte) (*envelope, bool) {
+	if !json.Valid(trimmed) {
 		return nil, false
 	}
 	// The common body is walked by hand, without encoding/json's
@@ -106,27 +124,274 @@ func walkEnvelope(obj []byte) (*envelope, bool) {
 		if !plainName(key) {
 			return nil, false
 		}
-		var m *envelopeMember
-		switch {
-		case asciiFold(key, "id"):
-			m = &e.ID
-		case asciiFold(key, "method"):
-			m = &e.Method
-		case asciiFold(key, "result"):
-			m = &e.Result
-		case asciiFold(key, "error"):
-			m = &e.Error
-		case asciiFold(key, "params"):
-			m = &e.Params
-		default:
-			continue
+		if m := e.member(key); m != nil {
+			m.raw = val
+			m.n++
 		}
-		m.raw = val
-		m.n++
 	}
 	e.methodName, e.methodOK = decodeMethod(e.Method.raw)
 	e.version = metaVersionOf(e.Params.raw)
 	return e, true
+}
+
+// scanEnvelope is json.Valid(obj) and walkEnvelope(obj) in one pass, for
+// an object whose member names (at its top level) are plain and which
+// nests no deeper than maxScanDepth; ok is false for any other obj, valid
+// or not, which is left to the general path.
+func scanEnvelope(obj []byte) (*envelope, bool) {
+	e := new(envelope)
+	s := jsonScanner{b: obj}
+	i := s.space(1)
+	if i < len(obj) && obj[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(obj) || obj[i] != '"' {
+				return nil, false
+			}
+			end, ok := s.str(i)
+			if !ok {
+				return nil, false
+			}
+			key := obj[i+1 : end-1]
+			if !plainName(key) {
+				return nil, false
+			}
+			i = s.space(end)
+			if i >= len(obj) || obj[i] != ':' {
+				return nil, false
+			}
+			start := s.space(i + 1)
+			end, ok = s.value(start, 1)
+			if !ok {
+				return nil, false
+			}
+			if m := e.member(key); m != nil {
+				m.raw = obj[start:end]
+				m.n++
+			}
+			i = s.space(end)
+			if i >= len(obj) {
+				return nil, false
+			}
+			if obj[i] == '}' {
+				i++
+				break
+			}
+			if obj[i] != ',' {
+				return nil, false
+			}
+			i = s.space(i + 1)
+		}
+	}
+	if i != len(obj) {
+		return nil, false
+	}
+	e.methodName, e.methodOK = decodeMethod(e.Method.raw)
+	e.version = metaVersionOf(e.Params.raw)
+	return e, true
+}
+
+// member is the field a plain member name is matched to, as encoding/json
+// matches it (exactly, else ASCII case-insensitively), or nil.
+func (e *envelope) member(key []byte) *envelopeMember {
+	switch {
+	case asciiFold(key, "id"):
+		return &e.ID
+	case asciiFold(key, "method"):
+		return &e.Method
+	case asciiFold(key, "result"):
+		return &e.Result
+	case asciiFold(key, "error"):
+		return &e.Error
+	case asciiFold(key, "params"):
+		return &e.Params
+	}
+	return nil
+}
+
+// maxScanDepth is how deep jsonScanner follows nested arrays and objects;
+// a deeper value is left to json.Valid (whose own bound is far deeper).
+const maxScanDepth = 64
+
+// jsonScanner checks JSON values as json.Valid does. It never reports
+// valid what json.Valid refuses; what it refuses (or finds too deep) goes
+// to json.Valid itself.
+type jsonScanner struct{ b []byte }
+
+// space is the index of the first byte at or after i that is not JSON
+// white space.
+func (s jsonScanner) space(i int) int {
+	for i < len(s.b) {
+		switch s.b[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// value checks the value starting at b[i] and returns the index past it.
+func (s jsonScanner) value(i, depth int) (int, bool) {
+	b := s.b
+	if i >= len(b) {
+		return 0, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return s.str(i)
+	case c == '{' || c == '[':
+		if depth >= maxScanDepth {
+			return 0, false
+		}
+		return s.container(i, depth+1)
+	case c == '-' || ('0' <= c && c <= '9'):
+		return s.number(i)
+	case c == 't':
+		return s.literal(i, "true")
+	case c == 'f':
+		return s.literal(i, "false")
+	case c == 'n':
+		return s.literal(i, "null")
+	}
+	return 0, false
+}
+
+// container checks the object or array opening at b[i].
+func (s jsonScanner) container(i, depth int) (int, bool) {
+	b := s.b
+	object := b[i] == '{'
+	closer := byte(']')
+	if object {
+		closer = '}'
+	}
+	i = s.space(i + 1)
+	if i < len(b) && b[i] == closer {
+		return i + 1, true
+	}
+	for {
+		var ok bool
+		if object {
+			if i >= len(b) || b[i] != '"' {
+				return 0, false
+			}
+			if i, ok = s.str(i); !ok {
+				return 0, false
+			}
+			i = s.space(i)
+			if i >= len(b) || b[i] != ':' {
+				return 0, false
+			}
+			i = s.space(i + 1)
+		}
+		if i, ok = s.value(i, depth); !ok {
+			return 0, false
+		}
+		i = s.space(i)
+		if i >= len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case closer:
+			return i + 1, true
+		case ',':
+			i = s.space(i + 1)
+		default:
+			return 0, false
+		}
+	}
+}
+
+// str checks the string opening at b[i]: no control character, escapes
+// only of the forms JSON has. Other bytes are taken as they are, as
+// json.Valid takes them (it does not check UTF-8).
+func (s jsonScanner) str(i int) (int, bool) {
+	b := s.b
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, true
+		case c < 0x20:
+			return 0, false
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return 0, false
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return 0, false
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !isHex(h) {
+						return 0, false
+					}
+				}
+				i += 4
+			default:
+				return 0, false
+			}
+		}
+	}
+	return 0, false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// number checks the number starting at b[i]: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s jsonScanner) number(i int) (int, bool) {
+	b := s.b
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		i = digits(b, i)
+	default:
+		return 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(b, i+1)
+		if j == i+1 {
+			return 0, false
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(b, i)
+		if j == i {
+			return 0, false
+		}
+		i = j
+	}
+	return i, true
+}
+
+// digits is the index past the decimal digits at b[i:].
+func digits(b []byte, i int) int {
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+func (s jsonScanner) literal(i int, lit string) (int, bool) {
+	if len(s.b)-i < len(lit) || string(s.b[i:i+len(lit)]) != lit {
+		return 0, false
+	}
+	return i + len(lit), true
 }
 
 // metaVersionOf is decodeMetaVersion, walked by hand when params is an

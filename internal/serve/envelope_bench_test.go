@@ -54,3 +54,30 @@ func BenchmarkStatelessPOSTChecks(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkParseEnvelope: a 2026-07-28 tools/call body's envelope by the
+// one-pass scan (parseEnvelope) against the general path it falls back on
+// (json.Valid, then the walk), in the same run. Run:
+//
+//	go test -run X -bench ParseEnvelope -benchmem ./internal/serve/
+func BenchmarkParseEnvelope(b *testing.B) {
+	body := []byte(`{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"read_protected_document",` +
+		`"arguments":{"documentId":"doc-0001"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`)
+	for _, tc := range []struct {
+		name  string
+		parse func([]byte) (*envelope, bool)
+	}{
+		{"scan", parseEnvelope},
+		{"general", parseEnvelopeGeneral},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := tc.parse(body); !ok {
+					b.Fatal("not parsed")
+				}
+			}
+		})
+	}
+}

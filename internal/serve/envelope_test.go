@@ -2,8 +2,10 @@ package serve
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -112,4 +114,91 @@ func TestEnvelopeAgrees(t *testing.T) {
 			}
 		}
 	}
+}
+
+// envelopeBodies are bodies for the scanner's tests and the fuzz seeds:
+// valid and invalid JSON of every kind the one-pass scan meets.
+var envelopeBodies = []string{
+	`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
+	`{}`, `{ }`, `{"a":1}`, `{"a":1,}`, `{,"a":1}`, `{"a" 1}`, `{"a":}`, `{"a":1 "b":2}`, `{"a":1}}`, `{"a":1`,
+	`{"a":[]}`, `{"a":[ ]}`, `{"a":[1,]}`, `{"a":[,1]}`, `{"a":[1 2]}`, `{"a":[1,[2,[3,{}]]]}`, `{"a":{"b":{"c":{}}}}`,
+	`{"a":{"b":1,}}`, `{"a":{1:2}}`, `{"a":{"b"}}`, `{"a":]`, `{"a":[}`, `{"a":{]}`,
+	`{"a":0}`, `{"a":-0}`, `{"a":01}`, `{"a":-}`, `{"a":1.}`, `{"a":.5}`, `{"a":1.5}`, `{"a":1e5}`, `{"a":1E+5}`,
+	`{"a":1e-5}`, `{"a":1e}`, `{"a":1e+}`, `{"a":-1.25e-3}`, `{"a":+1}`, `{"a":1x}`, `{"a":0x1}`, `{"a":1.5.5}`,
+	`{"a":true}`, `{"a":false}`, `{"a":null}`, `{"a":tru}`, `{"a":truex}`, `{"a":nul}`, `{"a":NULL}`, `{"a":True}`,
+	`{"a":"x"}`, `{"a":"\"\\\/\b\f\n\r\t"}`, `{"a":"\u00e9\uD83D\uDE00"}`, `{"a":"\u00g9"}`, `{"a":"\u00e"}`,
+	`{"a":"\x"}`, `{"a":"\'"}`, "{\"a\":\"\x01\"}", "{\"a\":\"\t\"}", "{\"a\":\"\x7f\"}", "{\"a\":\"\xff\xfe\"}",
+	`{"a":"unterminated}`, `{"a":"\`, `{"a":"\u12`, "{\"\xff\":1}", `{"\u0069d":1}`, `{"ID":1,"id":2}`,
+	" {\n\t\"id\" : 21 ,\r\n \"method\"\t:\t\"tools/call\" }", "{\"a\":1}\v", "{\"a\":\v1}", "{\"a\":1\f}",
+	`{"a":1} {}`, `{"a":1}x`, `[1]`, `"x"`, `null`, ``, `{`, `}`,
+	`{"a":` + strings.Repeat("[", maxScanDepth+2) + strings.Repeat("]", maxScanDepth+2) + `}`,
+	`{"a":` + strings.Repeat("[", maxScanDepth-1) + strings.Repeat("]", maxScanDepth-1) + `}`,
+	`{"a":` + strings.Repeat(`{"b":`, maxScanDepth+1) + `1` + strings.Repeat("}", maxScanDepth+1) + `}`,
+	`{"a":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`,
+}
+
+// TestScanEnvelopeIsGeneral: the one-pass scan never takes a body
+// json.Valid refuses, and for every body it takes it reads what the
+// general path (json.Valid, then the walk or the decode) reads.
+func TestScanEnvelopeIsGeneral(t *testing.T) {
+	scanned := 0
+	for _, body := range envelopeBodies {
+		if scanAgreesWithGeneral(t, []byte(body)) {
+			scanned++
+		}
+	}
+	// The test means something only if the scan took most bodies that
+	// are valid.
+	if scanned < 25 {
+		t.Errorf("the scan took only %d bodies", scanned)
+	}
+}
+
+// scanAgreesWithGeneral checks scanEnvelope on body against the general
+// path, and reports whether the scan took it.
+func scanAgreesWithGeneral(t *testing.T, body []byte) bool {
+	t.Helper()
+	trimmed := bytes.TrimSpace(body)
+	valid := json.Valid(trimmed)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		if _, ok := parseEnvelope(body); ok {
+			t.Errorf("%q: parsed, not an object", body)
+		}
+		return false
+	}
+	scan, ok := scanEnvelope(trimmed)
+	if !ok {
+		return false
+	}
+	if !valid {
+		t.Errorf("%q: scanned, but json.Valid refuses it", body)
+		return true
+	}
+	general, gok := parseEnvelopeGeneral(trimmed)
+	got, pok := parseEnvelope(body)
+	if pok != gok {
+		t.Errorf("%q: parseEnvelope %v; the general path %v", body, pok, gok)
+	}
+	if !gok {
+		// A name given twice: the general path leaves it; the scan counted it.
+		if scan.counted() {
+			t.Errorf("%q: the general path refuses it; the scan counts it right", body)
+		}
+		return true
+	}
+	if !reflect.DeepEqual(scan, general) || !reflect.DeepEqual(got, general) {
+		t.Errorf("%q: scanned %+v; the general path %+v", body, scan, general)
+	}
+	return true
+}
+
+// FuzzScanEnvelope: the one-pass scan against json.Valid and the general
+// path, on any body. Run: go test -run X -fuzz FuzzScanEnvelope ./internal/serve/
+func FuzzScanEnvelope(f *testing.F) {
+	for _, body := range envelopeBodies {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		scanAgreesWithGeneral(t, body)
+	})
 }
