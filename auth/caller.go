@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 )
 
 // Caller is who a verified access token says is calling.
@@ -34,29 +36,49 @@ func (c *Caller) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("client", c.ClientID))
 }
 
-type callerKey struct{}
-type accessTokenKey struct{}
+// verifiedKey is the context key of a request's verifiedRequest.
+type verifiedKey struct{}
+
+// verifiedRequest is what an accepted request carries in its context: one
+// value, so each of the readers below finds it in one walk of the chain.
+type verifiedRequest struct {
+	caller *Caller
+	token  string
+	// info is the go-sdk's TokenInfo the Middleware made for the request,
+	// handed to the SDK's own check; nil when made by ContextWithCaller.
+	info *sdkauth.TokenInfo
+}
 
 // ContextWithCaller returns ctx carrying a verified caller and the raw
 // access token it was verified from. The Middleware does this for every
 // accepted request; tests of code behind it may do it directly.
 func ContextWithCaller(ctx context.Context, c *Caller, accessToken string) context.Context {
-	ctx = context.WithValue(ctx, callerKey{}, c)
-	return context.WithValue(ctx, accessTokenKey{}, accessToken)
+	return context.WithValue(ctx, verifiedKey{}, &verifiedRequest{caller: c, token: accessToken})
+}
+
+func verifiedFromContext(ctx context.Context) *verifiedRequest {
+	v, _ := ctx.Value(verifiedKey{}).(*verifiedRequest)
+	return v
 }
 
 // CallerFromContext returns the verified caller of the request, if any.
 func CallerFromContext(ctx context.Context) (*Caller, bool) {
-	c, ok := ctx.Value(callerKey{}).(*Caller)
-	return c, ok && c != nil
+	v := verifiedFromContext(ctx)
+	if v == nil || v.caller == nil {
+		return nil, false
+	}
+	return v.caller, true
 }
 
 // AccessTokenFromContext returns the caller's raw access token, for the
 // token exchange only. Never log it or send it anywhere but the provider's
 // token endpoint.
 func AccessTokenFromContext(ctx context.Context) (string, bool) {
-	t, ok := ctx.Value(accessTokenKey{}).(string)
-	return t, ok && t != ""
+	v := verifiedFromContext(ctx)
+	if v == nil {
+		return "", false
+	}
+	return v.token, v.token != ""
 }
 
 // tokenInfoKey is where the Middleware puts the Credential in the go-sdk's

@@ -15,43 +15,43 @@ import (
 // set when it is not held yet or does not name kid (rate-limited), and
 // again when it is older than the maximum age. Held keys older than the
 // grace are not used: the refusal is provider-unavailable.
-func (v *Verifier) keyFor(ctx context.Context, kid, alg string) (jwk.Key, error) {
+func (v *Verifier) keyFor(ctx context.Context, kid, alg string) (jwk.Key, jwk.Set, error) {
 	if v.stale() {
 		v.refreshStale(ctx)
 	}
 	if err := v.checkGrace(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if key, found, err := v.lookup(kid, alg); found || err != nil {
-		return key, err
+	if key, set, found, err := v.lookup(kid, alg); found || err != nil {
+		return key, set, err
 	}
 	v.fetchMu.Lock()
 	defer v.fetchMu.Unlock()
 	// Another request may have fetched while this one waited.
-	if key, found, err := v.lookup(kid, alg); found || err != nil {
-		return key, err
+	if key, set, found, err := v.lookup(kid, alg); found || err != nil {
+		return key, set, err
 	}
 	v.mu.Lock()
 	held := v.keys != nil
 	v.mu.Unlock()
 	if !v.attemptDue() {
 		if held {
-			return nil, refuse(ClassUnknownKey, ReasonKeyUnknown)
+			return nil, nil, refuse(ClassUnknownKey, ReasonKeyUnknown)
 		}
-		return nil, &TokenError{Class: ClassProviderUnavailable, Reason: ReasonJWKSUnavailable,
+		return nil, nil, &TokenError{Class: ClassProviderUnavailable, Reason: ReasonJWKSUnavailable,
 			cause: errors.New("the provider's keys could not be read, and the next attempt is not due yet")}
 	}
 	if err := v.fetch(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	key, found, err := v.lookup(kid, alg)
+	key, set, found, err := v.lookup(kid, alg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !found {
-		return nil, refuse(ClassUnknownKey, ReasonKeyUnknown)
+		return nil, nil, refuse(ClassUnknownKey, ReasonKeyUnknown)
 	}
-	return key, nil
+	return key, set, nil
 }
 
 // refreshStale fetches the held, stale key set again when an attempt is
@@ -112,10 +112,16 @@ func (v *Verifier) checkGrace() error {
 
 // lookup finds kid in the held key set. found is false when no key of that
 // id is held; a key of that id that does not fit alg is an invalid token.
-func (v *Verifier) lookup(kid, alg string) (jwk.Key, bool, error) {
+func (v *Verifier) lookup(kid, alg string) (jwk.Key, jwk.Set, bool, error) {
 	v.mu.Lock()
 	set := v.keys
 	v.mu.Unlock()
+	key, found, err := lookupIn(set, kid, alg)
+	return key, set, found, err
+}
+
+// lookupIn is lookup in set.
+func lookupIn(set jwk.Set, kid, alg string) (jwk.Key, bool, error) {
 	if set == nil {
 		return nil, false, nil
 	}

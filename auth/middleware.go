@@ -179,18 +179,14 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 	// The SDK's middleware is the only way to put a TokenInfo where the
 	// streamable handler reads it. It runs after the decision is made
 	// here and only hands on what this middleware verified.
+	// The TokenInfo is made once, by the handler below, which puts it in
+	// the context with the caller; here it is only handed on.
 	fromContext := func(ctx context.Context, _ string, _ *http.Request) (*sdkauth.TokenInfo, error) {
-		c, ok := CallerFromContext(ctx)
-		token, tok := AccessTokenFromContext(ctx)
-		if !ok || !tok {
+		v := verifiedFromContext(ctx)
+		if v == nil || v.info == nil {
 			return nil, sdkauth.ErrInvalidToken
 		}
-		return &sdkauth.TokenInfo{
-			Scopes:     slices.Clone(c.Scopes),
-			Expiration: c.Expiry,
-			UserID:     c.ID(),
-			Extra:      map[string]any{tokenInfoKey: Credential{Caller: c, token: token}},
-		}, nil
+		return v.info, nil
 	}
 	// The SDK checks the expiry again against the wall clock; the margin
 	// keeps it from disagreeing with the decision just made.
@@ -223,8 +219,21 @@ func Middleware(verifier TokenVerifier, opts MiddlewareOptions) func(http.Handle
 			if opts.Accepted != nil {
 				opts.Accepted(caller, token)
 			}
-			inner.ServeHTTP(w, r.WithContext(ContextWithCaller(r.Context(), caller, token)))
+			vr := &verifiedRequest{caller: caller, token: token, info: tokenInfo(caller, token)}
+			inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verifiedKey{}, vr)))
 		})
+	}
+}
+
+// tokenInfo is the go-sdk's TokenInfo of an accepted request. Its Scopes
+// are the caller's: the Caller is the request's own (Verify returns a copy
+// each time), and neither is changed once made.
+func tokenInfo(c *Caller, token string) *sdkauth.TokenInfo {
+	return &sdkauth.TokenInfo{
+		Scopes:     c.Scopes,
+		Expiration: c.Expiry,
+		UserID:     c.ID(),
+		Extra:      map[string]any{tokenInfoKey: Credential{Caller: c, token: token}},
 	}
 }
 
@@ -260,6 +269,12 @@ func bearerToken(r *http.Request) (string, *TokenError) {
 // (3 for three or more), without making the slice for a value of ASCII,
 // the form every header value a client sends takes.
 func twoFields(v string) (first, second string, n int) {
+	// The common value, a scheme and a token of printable ASCII with one
+	// space between, is checked at one comparison a byte; any other takes
+	// the general walk.
+	if sp := strings.IndexByte(v, ' '); sp > 0 && plainField(v[:sp]) && plainField(v[sp+1:]) {
+		return v[:sp], v[sp+1:], 2
+	}
 	var f [2]string
 	for i := 0; i < len(v); i++ {
 		if v[i] >= utf8.RuneSelf {
@@ -285,6 +300,17 @@ func twoFields(v string) (first, second string, n int) {
 		i = j
 	}
 	return f[0], f[1], n
+}
+
+// plainField reports whether s is one field as strings.Fields splits
+// one: not empty, and printable ASCII other than the space throughout.
+func plainField(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c-'!' > '~'-'!' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // asciiSpace is strings.Fields' white space among ASCII bytes.

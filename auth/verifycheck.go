@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
 )
 
@@ -20,8 +21,8 @@ func (v *Verifier) verify(ctx context.Context, token string) (*Caller, verifiedT
 	if err != nil {
 		return nil, verifiedToken{}, err
 	}
-	used := verifiedToken{kid: hdr.KeyID(), alg: hdr.Algorithm().String()}
-	payload, err := v.checkSignature(ctx, token, used.kid, used.alg)
+	used := &signingKey{kid: hdr.KeyID(), alg: hdr.Algorithm().String()}
+	payload, set, err := v.checkSignature(ctx, token, used.kid, used.alg)
 	if err != nil {
 		return nil, verifiedToken{}, err
 	}
@@ -58,8 +59,9 @@ func (v *Verifier) verify(ctx context.Context, token string) (*Caller, verifiedT
 	if err != nil {
 		return nil, verifiedToken{}, err
 	}
+	used.set = set
 	return &Caller{Issuer: claims.iss, Subject: claims.sub, ClientID: client, Scopes: scopes, Expiry: claims.exp},
-		used, nil
+		verifiedToken{key: used}, nil
 }
 
 // checkHeader checks the token's form and its protected header: a compact
@@ -136,16 +138,16 @@ func (v *Verifier) checkRawAlg(rawHeader []byte) (string, error) {
 
 // checkSignature verifies the token under the provider's key kid (fetched
 // if need be) and returns the signed payload.
-func (v *Verifier) checkSignature(ctx context.Context, token, kid, alg string) ([]byte, error) {
-	key, err := v.keyFor(ctx, kid, alg)
+func (v *Verifier) checkSignature(ctx context.Context, token, kid, alg string) ([]byte, jwk.Set, error) {
+	key, set, err := v.keyFor(ctx, kid, alg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	payload, err := jws.Verify([]byte(token), jws.WithKey(jwa.SignatureAlgorithm(alg), key), jws.WithCompact())
 	if err != nil {
-		return nil, refuse(ClassBadSignature, ReasonSignatureInvalid)
+		return nil, nil, refuse(ClassBadSignature, ReasonSignatureInvalid)
 	}
-	return payload, nil
+	return payload, set, nil
 }
 
 func (v *Verifier) checkIssuer(claims *tokenClaims) error {
