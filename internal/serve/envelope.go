@@ -141,6 +141,9 @@ func walkEnvelope(obj []byte) (*envelope, bool) {
 func scanEnvelope(obj []byte) (*envelope, bool) {
 	e := new(envelope)
 	s := jsonScanner{b: obj}
+	// What the scan of the last params object found of its _meta.
+	var pm paramsMeta
+	plainParams := false
 	i := s.space(1)
 	if i < len(obj) && obj[i] == '}' {
 		i++
@@ -162,11 +165,22 @@ func scanEnvelope(obj []byte) (*envelope, bool) {
 				return nil, false
 			}
 			start := s.space(i + 1)
-			end, ok = s.value(start, 1)
+			m := e.member(key)
+			if m == &e.Params && start < len(obj) && obj[start] == '{' {
+				// params' own members are noted as they are checked, for
+				// its _meta: no second walk over them.
+				pm = paramsMeta{}
+				plainParams = true
+				end, ok = s.container(start, 2, func(key, val []byte) {
+					plainParams = plainParams && pm.note(key, val)
+				})
+			} else {
+				end, ok = s.value(start, 1)
+			}
 			if !ok {
 				return nil, false
 			}
-			if m := e.member(key); m != nil {
+			if m != nil {
 				m.raw = obj[start:end]
 				m.n++
 			}
@@ -188,7 +202,12 @@ func scanEnvelope(obj []byte) (*envelope, bool) {
 		return nil, false
 	}
 	e.methodName, e.methodOK = decodeMethod(e.Method.raw)
-	e.version = metaVersionOf(e.Params.raw)
+	switch {
+	case len(e.Params.raw) > 0 && e.Params.raw[0] == '{' && plainParams:
+		e.version = pm.version(e.Params.raw)
+	default:
+		e.version = metaVersionOf(e.Params.raw)
+	}
 	return e, true
 }
 
@@ -246,7 +265,7 @@ func (s jsonScanner) value(i, depth int) (int, bool) {
 		if depth >= maxScanDepth {
 			return 0, false
 		}
-		return s.container(i, depth+1)
+		return s.container(i, depth+1, nil)
 	case c == '-' || ('0' <= c && c <= '9'):
 		return s.number(i)
 	case c == 't':
@@ -259,8 +278,10 @@ func (s jsonScanner) value(i, depth int) (int, bool) {
 	return 0, false
 }
 
-// container checks the object or array opening at b[i].
-func (s jsonScanner) container(i, depth int) (int, bool) {
+// container checks the object or array opening at b[i]. member, when not
+// nil, is handed each member of the object (its name as written, without
+// the quotes, and its raw value).
+func (s jsonScanner) container(i, depth int, member func(key, val []byte)) (int, bool) {
 	b := s.b
 	object := b[i] == '{'
 	closer := byte(']')
@@ -273,21 +294,28 @@ func (s jsonScanner) container(i, depth int) (int, bool) {
 	}
 	for {
 		var ok bool
+		var key []byte
 		if object {
 			if i >= len(b) || b[i] != '"' {
 				return 0, false
 			}
+			open := i
 			if i, ok = s.str(i); !ok {
 				return 0, false
 			}
+			key = b[open+1 : i-1]
 			i = s.space(i)
 			if i >= len(b) || b[i] != ':' {
 				return 0, false
 			}
 			i = s.space(i + 1)
 		}
+		start := i
 		if i, ok = s.value(i, depth); !ok {
 			return 0, false
+		}
+		if object && member != nil {
+			member(key, b[start:i])
 		}
 		i = s.space(i)
 		if i >= len(b) {
@@ -401,27 +429,47 @@ func metaVersionOf(params json.RawMessage) string {
 		// null, or not an object: what decodeMetaVersion answers.
 		return decodeMetaVersion(params)
 	}
-	var meta []byte
-	n := 0
+	var pm paramsMeta
 	w := objectWalker{b: params, i: 1}
 	for {
 		key, val, more := w.next()
 		if !more {
 			break
 		}
-		if !plainName(key) {
+		if !pm.note(key, val) {
 			return decodeMetaVersion(params)
 		}
-		if asciiFold(key, "_meta") {
-			meta, n = val, n+1
-		}
 	}
+	return pm.version(params)
+}
+
+// paramsMeta is what a walk over the members of a params object found of
+// its _meta: the last value so named, and how many there were.
+type paramsMeta struct {
+	meta []byte
+	n    int
+}
+
+// note takes one member of params; false when its name is not plain.
+func (pm *paramsMeta) note(key, val []byte) bool {
+	if !plainName(key) {
+		return false
+	}
+	if asciiFold(key, "_meta") {
+		pm.meta, pm.n = val, pm.n+1
+	}
+	return true
+}
+
+// version is metaVersionOf of params, whose members were all noted.
+func (pm *paramsMeta) version(params json.RawMessage) string {
+	meta, n := pm.meta, pm.n
 	if n != 1 || meta[0] != '{' {
 		// None, several (merged by encoding/json), null, or not an object.
 		return decodeMetaVersion(params)
 	}
 	var version []byte
-	w = objectWalker{b: meta, i: 1}
+	w := objectWalker{b: meta, i: 1}
 	for {
 		key, val, more := w.next()
 		if !more {
