@@ -70,6 +70,20 @@ func CallerFromContext(ctx context.Context) (*Caller, bool) {
 	return v.caller, true
 }
 
+// CallerIDFromContext is CallerFromContext's caller's ID, made once per
+// request by the Middleware (the TokenInfo's UserID) rather than again by
+// each reader.
+func CallerIDFromContext(ctx context.Context) (string, bool) {
+	v := verifiedFromContext(ctx)
+	switch {
+	case v == nil || v.caller == nil:
+		return "", false
+	case v.info != nil:
+		return v.info.UserID, true
+	}
+	return v.caller.ID(), true
+}
+
 // AccessTokenFromContext returns the caller's raw access token, for the
 // token exchange only. Never log it or send it anywhere but the provider's
 // token endpoint.

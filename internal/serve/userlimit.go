@@ -255,10 +255,7 @@ func (l *UserLimiter) addLocked(user string, u userLoad, d userLoad) {
 // (auth.Middleware): the user is the verified caller of the request.
 func (l *UserLimiter) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user := ""
-		if c, ok := auth.CallerFromContext(r.Context()); ok {
-			user = c.ID()
-		}
+		user, _ := auth.CallerIDFromContext(r.Context())
 		// A session's GET stream lives as long as its host: the session
 		// limiter bounds them (one per session), and counting them here
 		// would take a request slot for good.
