@@ -274,7 +274,7 @@ func boundRequests(l requestLimits, next http.Handler) http.Handler {
 			bb := &boundedBody{ReadCloser: r.Body, rc: rc}
 			if l.body > 0 {
 				bb.deadline, bb.lift = now.Add(l.body), true
-				_ = rc.SetReadDeadline(bb.deadline)
+				_ = bb.setReadDeadline(bb.deadline)
 			}
 			bw.body, r.Body = bb, bb
 		}
@@ -294,6 +294,26 @@ type boundedBody struct {
 	lift     bool
 	deadline time.Time // the body's read deadline; zero: none
 	done     atomic.Bool
+
+	// lifted says the last read deadline set through setReadDeadline was
+	// none, and took: lifting it again (the user limiter does, after the
+	// body's end lifted it here) would change nothing. Nothing else sets
+	// the connection's read deadline while the handler runs.
+	mu     sync.Mutex
+	lifted bool
+}
+
+// setReadDeadline sets the connection's read deadline, unless it is none
+// and already lifted.
+func (b *boundedBody) setReadDeadline(t time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t.IsZero() && b.lifted {
+		return nil
+	}
+	err := b.rc.SetReadDeadline(t)
+	b.lifted = err == nil && t.IsZero()
+	return err
 }
 
 // earliest is the earlier of two deadlines, zero meaning none.
@@ -309,7 +329,7 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	if err == io.EOF && !b.done.Swap(true) && b.lift {
 		// The server reads on in the background to notice a client
 		// gone; a deadline left here would cancel the request then.
-		_ = b.rc.SetReadDeadline(time.Time{})
+		_ = b.setReadDeadline(time.Time{})
 	}
 	return n, err
 }
@@ -329,7 +349,7 @@ func (w *boundedWriter) WriteHeader(code int) {
 	if !w.wroteHeader && code >= 200 {
 		w.wroteHeader = true
 		if w.body != nil && !w.body.done.Load() {
-			_ = w.rc.SetReadDeadline(earliest(w.body.deadline, time.Now().Add(unreadBodyGrace)))
+			_ = w.body.setReadDeadline(earliest(w.body.deadline, time.Now().Add(unreadBodyGrace)))
 		}
 		switch ct := w.Header().Get("Content-Type"); {
 		case strings.HasPrefix(strings.ToLower(ct), "text/event-stream"):
@@ -370,6 +390,16 @@ func (w *boundedWriter) Flush() {
 		defer w.rc.SetWriteDeadline(time.Time{})
 	}
 	_ = w.rc.Flush()
+}
+
+// SetReadDeadline is where a ResponseController of the handlers behind
+// boundRequests sets the read deadline: through the body's record of it,
+// when the request has a body.
+func (w *boundedWriter) SetReadDeadline(t time.Time) error {
+	if w.body == nil {
+		return w.rc.SetReadDeadline(t)
+	}
+	return w.body.setReadDeadline(t)
 }
 
 // Unwrap lets a ResponseController reach the server's writer.

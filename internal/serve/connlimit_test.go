@@ -324,3 +324,46 @@ func TestBoundRequestsIdleStreamOverHTTP2(t *testing.T) {
 		t.Fatalf("idle stream: %v, %q; want both events", err, b)
 	}
 }
+
+// deadlineRecorder is a ResponseWriter that records the read deadlines a
+// ResponseController sets on it, as the server's writer would take them.
+type deadlineRecorder struct {
+	*httptest.ResponseRecorder
+	reads []time.Time
+}
+
+func (d *deadlineRecorder) SetReadDeadline(t time.Time) error {
+	d.reads = append(d.reads, t)
+	return nil
+}
+
+// TestBoundRequestsReadDeadlinesPassThrough: every read deadline the
+// handlers behind boundRequests set reaches the connection, but for
+// lifting one the body's end already lifted (as the user limiter does
+// after reading the body), which would change nothing.
+func TestBoundRequestsReadDeadlinesPassThrough(t *testing.T) {
+	later := time.Now().Add(time.Hour)
+	h := boundRequests(requestLimits{body: time.Minute}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(later); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadAll(r.Body); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []time.Time{{}, later, {}, {}} {
+			if err := rc.SetReadDeadline(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}))
+	w := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(`{"a":1}`)))
+	// The body's deadline, the handler's, the lift at the body's end
+	// (the handler's own lift after it changes nothing), the handler's
+	// later deadline, and its lift (the last one again changes nothing).
+	if len(w.reads) != 5 || w.reads[0].IsZero() || !w.reads[1].Equal(later) || !w.reads[2].IsZero() ||
+		!w.reads[3].Equal(later) || !w.reads[4].IsZero() {
+		t.Errorf("read deadlines set: %v", w.reads)
+	}
+}
