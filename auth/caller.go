@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
@@ -47,6 +48,9 @@ type verifiedRequest struct {
 	// info is the go-sdk's TokenInfo the Middleware made for the request,
 	// handed to the SDK's own check; nil when made by ContextWithCaller.
 	info *sdkauth.TokenInfo
+	// header is the request's own header, while the SDK's check is shown
+	// a stand-in (see Middleware).
+	header http.Header
 }
 
 // ContextWithCaller returns ctx carrying a verified caller and the raw

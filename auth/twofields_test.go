@@ -25,3 +25,34 @@ func TestTwoFieldsIsStringsFields(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainField: eight bytes at a time, plainField finds any byte that is
+// not printable ASCII wherever it is, as a byte-by-byte check does.
+func TestPlainField(t *testing.T) {
+	byByte := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if s[i] < '!' || s[i] > '~' {
+				return false
+			}
+		}
+		return s != ""
+	}
+	base := "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln-_~!"
+	if !plainField(base) {
+		t.Fatalf("%q is plain", base)
+	}
+	for n := 0; n <= len(base); n++ {
+		for i := range n {
+			for c := range 256 {
+				b := []byte(base[:n])
+				b[i] = byte(c)
+				if got, want := plainField(string(b)), byByte(string(b)); got != want {
+					t.Errorf("plainField(%q) = %v, want %v", b, got, want)
+				}
+			}
+		}
+		if got, want := plainField(base[:n]), byByte(base[:n]); got != want {
+			t.Errorf("plainField(%q) = %v, want %v", base[:n], got, want)
+		}
+	}
+}
