@@ -300,5 +300,6 @@ func tokenSum(token string) [sha256.Size]byte {
 }
 
 // tokenSumStack is the longest token tokenSum hashes from the stack: a
-// provider's access token is one to two kilobytes.
-const tokenSumStack = 4 << 10
+// provider's access token is mostly under two kilobytes, and the frame is
+// kept small (a longer token is copied to the heap, as it always was).
+const tokenSumStack = 2 << 10

@@ -2,8 +2,10 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,5 +148,16 @@ func TestVerifyCacheSizedOnce(t *testing.T) {
 	// times; the fixture's own goroutines may allocate once meanwhile.
 	if n := after.Mallocs - before.Mallocs; n > 1 {
 		t.Errorf("filling the cache to %d entries made %d allocations, want at most 1", maxVerified, n)
+	}
+}
+
+// TestTokenSum: the hash from the stack copy is the token's SHA-256, on
+// either side of the stack buffer's size.
+func TestTokenSum(t *testing.T) {
+	for _, n := range []int{0, 1, 63, tokenSumStack - 1, tokenSumStack, tokenSumStack + 1, MaxTokenBytes} {
+		tok := strings.Repeat("a.b-c_", n/6+1)[:n]
+		if got, want := tokenSum(tok), sha256.Sum256([]byte(tok)); got != want {
+			t.Errorf("tokenSum of %d bytes: %x, want %x", n, got, want)
+		}
 	}
 }
