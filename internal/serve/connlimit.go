@@ -267,11 +267,15 @@ const unreadBodyGrace = time.Second
 // last.
 func boundRequests(l requestLimits, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
+		// The writer, the body and the controller, made in one allocation.
+		br := &boundedRequest{rc: *http.NewResponseController(w)}
+		rc := &br.rc
 		now := time.Now()
-		bw := &boundedWriter{ResponseWriter: w, rc: rc, answer: l.answer, streamWrite: cmp.Or(l.stream, streamWriteTimeout)}
+		bw := &br.w
+		*bw = boundedWriter{ResponseWriter: w, rc: rc, answer: l.answer, streamWrite: cmp.Or(l.stream, streamWriteTimeout)}
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-			bb := &boundedBody{ReadCloser: r.Body, rc: rc}
+			bb := &br.b
+			bb.ReadCloser, bb.rc = r.Body, rc
 			if l.body > 0 {
 				bb.deadline, bb.lift = now.Add(l.body), true
 				_ = bb.setReadDeadline(bb.deadline)
@@ -284,6 +288,13 @@ func boundRequests(l requestLimits, next http.Handler) http.Handler {
 			_ = rc.SetWriteDeadline(time.Now().Add(bw.streamWrite))
 		}
 	})
+}
+
+// boundedRequest is what boundRequests makes for a request.
+type boundedRequest struct {
+	w  boundedWriter
+	b  boundedBody
+	rc http.ResponseController
 }
 
 // boundedBody notes when the body has been read to its end, and then
