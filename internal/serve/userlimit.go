@@ -263,7 +263,17 @@ func (l *UserLimiter) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// A POST's body is reserved with its request slot, in one take:
+		// take checks the request limits before the body ones, and either
+		// refusal leaves a body announced (ContentLength not 0) unread.
 		held := userLoad{requests: 1}
+		if r.Method == http.MethodPost {
+			reserve := r.ContentLength
+			if reserve < 0 || reserve > MaxRequestBytes {
+				reserve = MaxRequestBytes
+			}
+			held.bodyBytes = reserve
+		}
 		if rf := l.take(user, held); rf.refused() {
 			l.refuse(w, r, user, rf, nil, r.ContentLength != 0)
 			return
@@ -272,18 +282,6 @@ func (l *UserLimiter) Wrap(next http.Handler) http.Handler {
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
-		}
-
-		reserve := r.ContentLength
-		if reserve < 0 || reserve > MaxRequestBytes {
-			reserve = MaxRequestBytes
-		}
-		if reserve > 0 {
-			if rf := l.take(user, userLoad{bodyBytes: reserve}); rf.refused() {
-				l.refuse(w, r, user, rf, nil, true)
-				return
-			}
-			held.bodyBytes = reserve
 		}
 		body, rf, err := l.readBody(w, r)
 		if err != nil {
