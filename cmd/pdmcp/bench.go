@@ -92,7 +92,9 @@ same TLS, a bearer check) on 127.0.0.1, and measures, in alternating rounds in t
       against a direct Gateway decrypt (a) plus a bare no-op call (b), with
       sessions (2025-11-25) and without (2026-07-28); reported beside it, the
       median against (a) plus a bare call answering a copy of the read's
-      result (b'), which leaves only pdmcp's own work over the floor
+      result (b'), which leaves only pdmcp's own work over the floor, and
+      the same with each user's calls taking turns among the three, judged
+      (goal: 1.05 x (a+b'))
   P2  encrypt_file of 16,777,215 bytes against posting them to the Gateway, and
       its peak heap against the file size
   P3  1,000 users through maxCallers 8: heap after warm-up against at the end,

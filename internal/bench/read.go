@@ -124,6 +124,9 @@ const (
 	floorTurn   = "floor-turn "   // pdmcp, (a) and (b')
 )
 
+// floorTurnGoal is the goal of pdmcp's read over (a)+(b'), calls in turn.
+const floorTurnGoal = "<= 1.05 x (a+b')"
+
 // inTurn is a target whose users' calls take turns among sides, user u's
 // k-th call going to sides[(k+u) % len(sides)]: every side meets the
 // machine's same moments, so its drift over seconds, which moves one
@@ -391,14 +394,16 @@ func (b *run) readFigures(m *readMeasures, mode string) {
 		Note: "diagnostic: (b') - (b) is what the go-sdk's carrying of the result costs; the excess over (a)+(b') is pdmcp's own"}
 	sf.spread(m.roundRatios(0.5, []string{p}, []string{"direct", same}))
 	b.r.Figures = append(b.r.Figures, sf)
-	// The same, its three sides' calls in turn within one window.
+	// The same, its three sides' calls in turn within one window: judged,
+	// as what is left over the floor that carries the same result is
+	// pdmcp's own work, and the calls in turn hold still on a shared host.
 	tp, ta, ts := floorTurn+p, floorTurn+"direct "+mode, floorTurn+same
 	if _, ok := m.lat[tp]; ok {
 		pq, aq, sq := m.lat[tp].Quantile(0.5), m.lat[ta].Quantile(0.5), m.lat[ts].Quantile(0.5)
 		tf := Figure{ID: FigureRead, Name: "read_protected_document 4 KiB, median, " + label + ", against a bare call carrying the same result, calls in turn",
 			Unit: "ms", PDMCP: pq, Baselines: map[string]float64{"direct decrypt (a)": aq, "bare call answering the read's result (b')": sq},
-			Baseline: aq + sq, Ratio: pq / (aq + sq), Goal: "reported", Met: true,
-			Note: "diagnostic: each user's calls rotate among pdmcp's read, (a) and (b') within one window; the excess over (a)+(b') is pdmcp's own"}
+			Baseline: aq + sq, Ratio: pq / (aq + sq), Goal: floorTurnGoal, Met: pq/(aq+sq) <= 1.05,
+			Note: "each user's calls rotate among pdmcp's read, (a) and (b') within one window; the excess over (a)+(b') is pdmcp's own"}
 		tf.spread(m.roundRatios(0.5, []string{tp}, []string{ta, ts}))
 		b.r.Figures = append(b.r.Figures, tf)
 	}
