@@ -77,6 +77,11 @@ func (v *Verifier) refreshStale(ctx context.Context) {
 func (v *Verifier) stale() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	return v.staleLocked()
+}
+
+// staleLocked is stale with v.mu held.
+func (v *Verifier) staleLocked() bool {
 	return v.keys != nil && !v.now().Before(v.lastGood.Add(v.maxAge))
 }
 

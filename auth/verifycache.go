@@ -41,7 +41,7 @@ const maxVerified = 64
 func (v *Verifier) stillTrusted(e verifiedToken) bool {
 	v.mu.Lock()
 	set := v.keys
-	stale := set != nil && !v.now().Before(v.lastGood.Add(v.maxAge))
+	stale := v.staleLocked()
 	v.mu.Unlock()
 	if stale {
 		return false
