@@ -139,75 +139,24 @@ func walkEnvelope(obj []byte) (*envelope, bool) {
 // nests no deeper than maxScanDepth; ok is false for any other obj, valid
 // or not, which is left to the general path.
 func scanEnvelope(obj []byte) (*envelope, bool) {
-	e := new(envelope)
-	s := jsonScanner{b: obj}
-	// What the scan of the last params object found of its _meta.
-	var pm paramsMeta
-	plainParams := false
-	i := s.space(1)
-	if i < len(obj) && obj[i] == '}' {
-		i++
-	} else {
-		for {
-			if i >= len(obj) || obj[i] != '"' {
-				return nil, false
-			}
-			end, ok := s.str(i)
-			if !ok {
-				return nil, false
-			}
-			key := obj[i+1 : end-1]
-			if !plainName(key) {
-				return nil, false
-			}
-			i = s.space(end)
-			if i >= len(obj) || obj[i] != ':' {
-				return nil, false
-			}
-			start := s.space(i + 1)
-			m := e.member(key)
-			if m == &e.Params && start < len(obj) && obj[start] == '{' {
-				// params' own members are noted as they are checked, for
-				// its _meta: no second walk over them.
-				pm = paramsMeta{}
-				plainParams = true
-				end, ok = s.container(start, 2, func(key, val []byte) {
-					plainParams = plainParams && pm.note(key, val)
-				})
-			} else {
-				end, ok = s.value(start, 1)
-			}
-			if !ok {
-				return nil, false
-			}
-			if m != nil {
-				m.raw = obj[start:end]
-				m.n++
-			}
-			i = s.space(end)
-			if i >= len(obj) {
-				return nil, false
-			}
-			if obj[i] == '}' {
-				i++
-				break
-			}
-			if obj[i] != ',' {
-				return nil, false
-			}
-			i = s.space(i + 1)
-		}
+	if len(obj) == 0 || obj[0] != '{' {
+		return nil, false
 	}
-	if i != len(obj) {
+	e := new(envelope)
+	plain := true
+	end, ok := jsonScanner{b: obj}.container(0, 1, func(key, val []byte) {
+		if !plainName(key) {
+			plain = false
+		} else if m := e.member(key); m != nil {
+			m.raw = val
+			m.n++
+		}
+	})
+	if !ok || !plain || end != len(obj) {
 		return nil, false
 	}
 	e.methodName, e.methodOK = decodeMethod(e.Method.raw)
-	switch {
-	case len(e.Params.raw) > 0 && e.Params.raw[0] == '{' && plainParams:
-		e.version = pm.version(e.Params.raw)
-	default:
-		e.version = metaVersionOf(e.Params.raw)
-	}
+	e.version = metaVersionOf(e.Params.raw)
 	return e, true
 }
 
@@ -429,47 +378,27 @@ func metaVersionOf(params json.RawMessage) string {
 		// null, or not an object: what decodeMetaVersion answers.
 		return decodeMetaVersion(params)
 	}
-	var pm paramsMeta
+	var meta []byte
+	n := 0
 	w := objectWalker{b: params, i: 1}
 	for {
 		key, val, more := w.next()
 		if !more {
 			break
 		}
-		if !pm.note(key, val) {
+		if !plainName(key) {
 			return decodeMetaVersion(params)
 		}
+		if asciiFold(key, "_meta") {
+			meta, n = val, n+1
+		}
 	}
-	return pm.version(params)
-}
-
-// paramsMeta is what a walk over the members of a params object found of
-// its _meta: the last value so named, and how many there were.
-type paramsMeta struct {
-	meta []byte
-	n    int
-}
-
-// note takes one member of params; false when its name is not plain.
-func (pm *paramsMeta) note(key, val []byte) bool {
-	if !plainName(key) {
-		return false
-	}
-	if asciiFold(key, "_meta") {
-		pm.meta, pm.n = val, pm.n+1
-	}
-	return true
-}
-
-// version is metaVersionOf of params, whose members were all noted.
-func (pm *paramsMeta) version(params json.RawMessage) string {
-	meta, n := pm.meta, pm.n
 	if n != 1 || meta[0] != '{' {
 		// None, several (merged by encoding/json), null, or not an object.
 		return decodeMetaVersion(params)
 	}
 	var version []byte
-	w := objectWalker{b: meta, i: 1}
+	w = objectWalker{b: meta, i: 1}
 	for {
 		key, val, more := w.next()
 		if !more {
