@@ -198,9 +198,12 @@ func (d *heldDir) inPlace() bool {
 	if d.parent == nil {
 		return true
 	}
-	if !d.parent.inPlace() {
-		return false
-	}
+	return d.parent.inPlace() && d.atItsName()
+}
+
+// atItsName reports whether d's name in its parent is d, a folder, not a
+// symbolic link.
+func (d *heldDir) atItsName() bool {
 	id, err := lstatAt(d.parent.fd, d.name)
 	return err == nil && id.dir && id.dev == d.id.dev && id.ino == d.id.ino
 }
@@ -273,11 +276,9 @@ func openHeld(root *os.Root, name string, parent *heldDir) *heldDir {
 		return nil
 	}
 	d := &heldDir{f: f, fd: int(f.Fd()), parent: parent, name: filepath.Base(name), key: name, id: id}
-	if parent != nil {
-		if got, err := lstatAt(parent.fd, d.name); err != nil || !got.dir || got.dev != id.dev || got.ino != id.ino {
-			f.Close()
-			return nil
-		}
+	if parent != nil && !d.atItsName() {
+		f.Close()
+		return nil
 	}
 	return d
 }
@@ -361,21 +362,18 @@ func (c *fileCache) removeLocked(name string) {
 // keepable reports whether a file of fi may be kept when read at read: a
 // regular file whose times are quietFor behind the read.
 func keepable(fi os.FileInfo, read time.Time) bool {
-	ctime, ok := changeTime(fi)
+	id, ok := identOf(fi)
 	if !ok || !fi.Mode().IsRegular() {
 		return false
 	}
 	limit := read.Add(-quietFor)
-	return ctime.Before(limit) && fi.ModTime().Before(limit)
+	return time.Unix(0, id.ctime).Before(limit) && fi.ModTime().Before(limit)
 }
 
 // unchanged reports whether fi is the file seen as seen: the same file,
 // size, modification and change time.
 func unchanged(fi, seen os.FileInfo) bool {
-	if !os.SameFile(fi, seen) || fi.Size() != seen.Size() || !fi.ModTime().Equal(seen.ModTime()) {
-		return false
-	}
-	a, okA := changeTime(fi)
-	b, okB := changeTime(seen)
-	return okA && okB && a.Equal(b)
+	a, okA := identOf(fi)
+	b, okB := identOf(seen)
+	return okA && okB && a == b
 }

@@ -3,19 +3,9 @@ package server
 import (
 	"os"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-// changeTime is the file's status change time (the kernel's, see fileCache).
-func changeTime(fi os.FileInfo) (time.Time, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return time.Time{}, false
-	}
-	return time.Unix(st.Ctim.Unix()), true
-}
 
 // identOf is what fi, a stat's answer, says of its file.
 func identOf(fi os.FileInfo) (fileIdent, bool) {

@@ -132,7 +132,7 @@ func setTimesBack(t *testing.T, path string, fi os.FileInfo) {
 // time than fi's (the file system's clock moved on), touching its mode.
 func waitForNewChangeTime(t *testing.T, path string, fi os.FileInfo) {
 	t.Helper()
-	was, _ := changeTime(fi)
+	was, _ := identOf(fi)
 	for {
 		if err := os.Chmod(path, 0o600); err != nil {
 			t.Fatal(err)
@@ -141,7 +141,7 @@ func waitForNewChangeTime(t *testing.T, path string, fi os.FileInfo) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ct, _ := changeTime(now); !ct.Equal(was) {
+		if id, _ := identOf(now); id.ctime != was.ctime {
 			return
 		}
 	}
@@ -511,19 +511,12 @@ func TestFileCacheClose(t *testing.T) {
 	if _, err := c.readFile(root, name); err != nil {
 		t.Fatal(err)
 	}
-	var held []*heldDir
-	for _, d := range c.dirs {
-		held = append(held, d)
-	}
+	held := heldFolders(c)
 	if len(held) != 2 {
 		t.Fatalf("%d folders held, want the root's and docs", len(held))
 	}
 	c.close()
-	for _, d := range held {
-		if d.f.Fd() != ^uintptr(0) {
-			t.Fatalf("folder %s still open after close", d.key)
-		}
-	}
+	checkClosed(t, held)
 	if err := os.WriteFile(path, []byte("version-2"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -686,22 +679,34 @@ func TestServerCloseClosesTheCache(t *testing.T) {
 	if _, err := s.ciphertexts.readFile(s.root, name); err != nil {
 		t.Fatal(err)
 	}
-	var held []*heldDir
-	for _, d := range s.ciphertexts.dirs {
-		held = append(held, d)
-	}
+	held := heldFolders(s.ciphertexts)
 	if len(held) == 0 {
 		t.Fatal("the read held no folder")
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range held {
-		if d.f.Fd() != ^uintptr(0) {
-			t.Fatalf("folder %s still open after Server.Close", d.key)
-		}
-	}
+	checkClosed(t, held)
 	if got, err := s.ciphertexts.readFile(s.root, name); err == nil {
 		t.Fatalf("a read after Server.Close returned %q; want the closed root's error", got)
+	}
+}
+
+// heldFolders is the folders c holds now.
+func heldFolders(c *fileCache) []*heldDir {
+	var held []*heldDir
+	for _, d := range c.dirs {
+		held = append(held, d)
+	}
+	return held
+}
+
+// checkClosed fails unless every folder of held is closed.
+func checkClosed(t *testing.T, held []*heldDir) {
+	t.Helper()
+	for _, d := range held {
+		if d.f.Fd() != ^uintptr(0) {
+			t.Fatalf("folder %s still open after close", d.key)
+		}
 	}
 }
